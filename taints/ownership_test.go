@@ -1,0 +1,218 @@
+package taints
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+func taint(key, value string, effect corev1.TaintEffect) corev1.Taint {
+	return corev1.Taint{Key: key, Value: value, Effect: effect}
+}
+
+func ids(ts ...corev1.Taint) []TaintID {
+	var out []TaintID
+	for _, t := range ts {
+		out = append(out, IDOf(t))
+	}
+	return out
+}
+
+func TestPlanTaints(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	ours := taint("selftaint.io/memory-pressure", "", corev1.TaintEffectNoSchedule)
+	oursNoExec := taint("selftaint.io/gpu-lost", "", corev1.TaintEffectNoExecute)
+	foreign := taint("dedicated", "ml", corev1.TaintEffectNoSchedule)
+	kubelet := taint("node.kubernetes.io/not-ready", "", corev1.TaintEffectNoExecute)
+	// Someone else holds the same key and effect we want.
+	squatter := taint("selftaint.io/memory-pressure", "theirs", corev1.TaintEffectNoSchedule)
+
+	tests := []struct {
+		name                      string
+		current                   []corev1.Taint
+		owned                     []TaintID
+		desired                   []corev1.Taint
+		wantTaints                []corev1.Taint
+		wantOwned                 []TaintID
+		wantAdded, wantRemoved    int
+		wantRestored, wantForeign int
+		wantChanged               bool
+	}{
+		{
+			name:    "add ours after foreign ones, keep their order",
+			current: []corev1.Taint{foreign, kubelet}, desired: []corev1.Taint{ours},
+			wantTaints: []corev1.Taint{foreign, kubelet, ours}, wantOwned: ids(ours), wantAdded: 1, wantChanged: true,
+		},
+		{
+			name:    "remove only ours",
+			current: []corev1.Taint{foreign, ours, kubelet}, owned: ids(ours),
+			wantTaints: []corev1.Taint{foreign, kubelet}, wantRemoved: 1, wantChanged: true,
+		},
+		{
+			name:    "nothing to do",
+			current: []corev1.Taint{foreign, ours}, owned: ids(ours), desired: []corev1.Taint{ours},
+			wantTaints: []corev1.Taint{foreign, ours}, wantOwned: ids(ours),
+		},
+		{
+			name:    "restore ours that someone deleted",
+			current: []corev1.Taint{foreign}, owned: ids(ours), desired: []corev1.Taint{ours},
+			wantTaints: []corev1.Taint{foreign, ours}, wantOwned: ids(ours), wantAdded: 1, wantRestored: 1, wantChanged: true,
+		},
+		{
+			name:    "never claim a foreign taint with our key",
+			current: []corev1.Taint{squatter}, desired: []corev1.Taint{ours},
+			wantTaints: []corev1.Taint{squatter}, wantForeign: 1,
+		},
+		{
+			name:       "never remove a foreign taint with our key",
+			current:    []corev1.Taint{squatter},
+			wantTaints: []corev1.Taint{squatter},
+		},
+		{
+			name:        "drop stale ownership of a taint that is gone",
+			owned:       ids(ours),
+			wantChanged: true,
+		},
+		{
+			name:    "NoExecute gets timeAdded",
+			desired: []corev1.Taint{oursNoExec},
+			wantTaints: func() []corev1.Taint {
+				t := oursNoExec
+				t.TimeAdded = ptrTime(now)
+				return []corev1.Taint{t}
+			}(),
+			wantOwned: ids(oursNoExec), wantAdded: 1, wantChanged: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := PlanTaints(tt.current, tt.owned, tt.desired, now)
+			if !reflect.DeepEqual(p.Taints, tt.wantTaints) {
+				t.Errorf("taints = %v, want %v", p.Taints, tt.wantTaints)
+			}
+			if FormatOwned(p.Owned) != FormatOwned(tt.wantOwned) {
+				t.Errorf("owned = %q, want %q", FormatOwned(p.Owned), FormatOwned(tt.wantOwned))
+			}
+			if len(p.Added) != tt.wantAdded || len(p.Removed) != tt.wantRemoved || len(p.Restored) != tt.wantRestored || len(p.Foreign) != tt.wantForeign {
+				t.Errorf("added/removed/restored/foreign = %d/%d/%d/%d, want %d/%d/%d/%d",
+					len(p.Added), len(p.Removed), len(p.Restored), len(p.Foreign),
+					tt.wantAdded, tt.wantRemoved, tt.wantRestored, tt.wantForeign)
+			}
+			if p.Changed != tt.wantChanged {
+				t.Errorf("changed = %v, want %v", p.Changed, tt.wantChanged)
+			}
+		})
+	}
+}
+
+func TestOwnedAnnotationRoundTrip(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    string
+		wantErr string
+	}{
+		{in: "", want: ""},
+		{in: "b:NoSchedule, a:NoExecute", want: "a:NoExecute,b:NoSchedule"},
+		{in: "example.com/x:PreferNoSchedule", want: "example.com/x:PreferNoSchedule"},
+		{in: "nokey", wantErr: "not key:Effect"},
+		{in: "a:Sometimes", wantErr: "unknown effect"},
+		{in: ":NoSchedule", wantErr: "not key:Effect"},
+	}
+	for _, tt := range tests {
+		got, err := ParseOwned(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ParseOwned(%q) error = %v, want it to mention %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseOwned(%q): %v", tt.in, err)
+			continue
+		}
+		if s := FormatOwned(got); s != tt.want {
+			t.Errorf("FormatOwned(ParseOwned(%q)) = %q, want %q", tt.in, s, tt.want)
+		}
+	}
+}
+
+func TestValidateRules(t *testing.T) {
+	known := map[corev1.NodeConditionType]bool{"SelftaintMemoryPressure": true}
+	good := Rule{Condition: "SelftaintMemoryPressure", Status: T, Taint: taint("selftaint.io/memory-pressure", "", corev1.TaintEffectNoSchedule)}
+	mod := func(f func(*Rule)) Rule { r := good; f(&r); return r }
+	tests := []struct {
+		name  string
+		rules []Rule
+		want  []string // substrings of the aggregated error, empty = valid
+	}{
+		{name: "valid", rules: []Rule{good}},
+		{name: "unknown condition", rules: []Rule{mod(func(r *Rule) { r.Condition = "Nope" })}, want: []string{"rules[0].condition", "Nope"}},
+		{name: "bad effect", rules: []Rule{mod(func(r *Rule) { r.Taint.Effect = "NoWay" })}, want: []string{"rules[0].taint.effect", "NoWay"}},
+		{name: "missing effect", rules: []Rule{mod(func(r *Rule) { r.Taint.Effect = "" })}, want: []string{"rules[0].taint.effect", "Required"}},
+		{name: "bad status", rules: []Rule{mod(func(r *Rule) { r.Status = "Maybe" })}, want: []string{"rules[0].status"}},
+		{name: "bad key", rules: []Rule{mod(func(r *Rule) { r.Taint.Key = "has space" })}, want: []string{"rules[0].taint.key"}},
+		{name: "bad value", rules: []Rule{mod(func(r *Rule) { r.Taint.Value = "not a label value!" })}, want: []string{"rules[0].taint.value"}},
+		{name: "reserved key refused with the reason", rules: []Rule{mod(func(r *Rule) { r.Taint.Key = "node.kubernetes.io/memory-pressure" })},
+			want: []string{"rules[0].taint.key", "node.kubernetes.io/", "control plane rewrites", "allowReservedKey"}},
+		{name: "reserved key allowed by opt-in", rules: []Rule{mod(func(r *Rule) { r.Taint.Key = "node.kubernetes.io/memory-pressure"; r.AllowReservedKey = true })}},
+		{name: "disagreeing values for one key and effect", rules: []Rule{good, mod(func(r *Rule) { r.Taint.Value = "other" })}, want: []string{"rules[1].taint.value", "must agree"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := ValidateRules(tt.rules, known, field.NewPath("rules"))
+			if len(tt.want) == 0 {
+				if len(errs) != 0 {
+					t.Fatalf("got errors %v, want none", errs)
+				}
+				return
+			}
+			if len(errs) == 0 {
+				t.Fatalf("got no error, want one mentioning %q", tt.want)
+			}
+			msg := errs.ToAggregate().Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDesired(t *testing.T) {
+	mem := Rule{Condition: "Mem", Status: T, Taint: taint("selftaint.io/mem", "", corev1.TaintEffectNoSchedule)}
+	memUnknown := mem
+	memUnknown.TaintOnUnknown = true
+	disk := Rule{Condition: "Disk", Status: T, Taint: taint("selftaint.io/disk", "", corev1.TaintEffectNoExecute)}
+	tests := []struct {
+		name     string
+		rules    []Rule
+		statuses map[corev1.NodeConditionType]corev1.ConditionStatus
+		want     []string
+	}{
+		{name: "True taints", rules: []Rule{mem, disk}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": T, "Disk": F}, want: []string{"selftaint.io/mem:NoSchedule"}},
+		{name: "Unknown does not taint by default", rules: []Rule{mem}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": U}},
+		{name: "Unknown taints when the rule says so", rules: []Rule{memUnknown}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": U}, want: []string{"selftaint.io/mem:NoSchedule"}},
+		{name: "undecided implies nothing", rules: []Rule{mem, disk}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{}},
+		{name: "sorted and deduplicated", rules: []Rule{mem, disk, mem}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": T, "Disk": T},
+			want: []string{"selftaint.io/disk:NoExecute", "selftaint.io/mem:NoSchedule"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, d := range Desired(tt.rules, tt.statuses) {
+				got = append(got, IDOf(d).String())
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Desired = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func ptrTime(t time.Time) *metav1.Time { m := metav1.NewTime(t); return &m }

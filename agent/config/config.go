@@ -1,0 +1,409 @@
+// Package config reads selftaint's one configuration file (the ConfigMap in
+// deploy/) into typed, validated settings. Decoding is strict, so a typo in a
+// field name is an error instead of a silently ignored setting, and every
+// validation error names the field path and says what is wrong, because a
+// node agent that misreads its config can taint a fleet.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// Default condition types, one per probe. They deliberately differ from the
+// kubelet's (MemoryPressure, DiskPressure, PIDPressure): those belong to the
+// kubelet, and the node lifecycle controller taints from them.
+const (
+	DefaultMemoryCondition corev1.NodeConditionType = "SelftaintMemoryPressure"
+	DefaultDiskCondition   corev1.NodeConditionType = "SelftaintDiskPressure"
+	DefaultPIDCondition    corev1.NodeConditionType = "SelftaintPIDPressure"
+)
+
+// reservedConditions are condition types other components own.
+var reservedConditions = map[corev1.NodeConditionType]string{
+	corev1.NodeReady:              "the kubelet",
+	corev1.NodeMemoryPressure:     "the kubelet",
+	corev1.NodeDiskPressure:       "the kubelet",
+	corev1.NodePIDPressure:        "the kubelet",
+	corev1.NodeNetworkUnavailable: "the network plugin / cloud route controller",
+}
+
+// Config is the whole configuration file.
+type Config struct {
+	// HeartbeatPeriod is how often conditions are re-written even when
+	// nothing changed, so readers can tell a live agent from a dead one.
+	HeartbeatPeriod Duration `json:"heartbeatPeriod"`
+	Probes          Probes   `json:"probes"`
+	// Rules map conditions to taints. Absent means DefaultRules; an empty
+	// list means no taints at all.
+	Rules []Rule `json:"rules"`
+}
+
+// Probes configures each probe.
+type Probes struct {
+	Memory MemoryProbe `json:"memory"`
+	Disk   DiskProbe   `json:"disk"`
+	PID    PIDProbe    `json:"pid"`
+}
+
+// Common is what every probe has.
+type Common struct {
+	// Enabled turns the probe on. Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Interval between runs. Default 10s.
+	Interval Duration `json:"interval"`
+	// Timeout of one run; must be below Interval. Default 5s.
+	Timeout Duration `json:"timeout"`
+	// Condition is the NodeCondition type the probe feeds.
+	Condition corev1.NodeConditionType `json:"condition"`
+	// For is how long a problem must hold before the condition turns True.
+	// Default 30s.
+	For Duration `json:"for"`
+	// ClearAfter is how long the probe must read healthy before the
+	// condition turns False again. Default 2m.
+	ClearAfter Duration `json:"clearAfter"`
+}
+
+// IsEnabled reports whether the probe runs.
+func (c Common) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// MemoryProbe configures the memory probe.
+type MemoryProbe struct {
+	Common `json:",inline"`
+	// AvailableBelow: a problem when MemAvailable drops below this (bytes
+	// like "512Mi" or a percent of MemTotal like "5%"). Default 5%.
+	AvailableBelow Threshold `json:"availableBelow"`
+	// PSISomeAvg10Above / PSIFullAvg10Above: a problem when the kernel's
+	// memory pressure stall percentage (/proc/pressure/memory) is above
+	// this. 0 turns the check off. Defaults: some off, full 25.
+	PSISomeAvg10Above *float64 `json:"psiSomeAvg10Above,omitempty"`
+	PSIFullAvg10Above *float64 `json:"psiFullAvg10Above,omitempty"`
+}
+
+// DiskProbe configures the disk probe.
+type DiskProbe struct {
+	Common `json:",inline"`
+	// Paths on the host to check. Default: / plus /var/lib/kubelet and
+	// /var/lib/containerd where they exist.
+	Paths []string `json:"paths,omitempty"`
+	// FreeBelow: a problem when free space drops below this. Default 10%.
+	FreeBelow Threshold `json:"freeBelow"`
+	// InodesFreeBelow: a problem when free inodes drop below this (a count
+	// or a percent). Default 5%.
+	InodesFreeBelow Threshold `json:"inodesFreeBelow"`
+}
+
+// PIDProbe configures the PID probe.
+type PIDProbe struct {
+	Common `json:",inline"`
+	// UsedAbove: a problem when threads in use exceed this (a count, or a
+	// percent of min(kernel.pid_max, kernel.threads-max)). Default 90%.
+	UsedAbove Threshold `json:"usedAbove"`
+}
+
+// Rule is one line of the condition -> taint table.
+type Rule struct {
+	Condition corev1.NodeConditionType `json:"condition"`
+	// Status that applies the taint. Default "True".
+	Status corev1.ConditionStatus `json:"status"`
+	// TaintOnUnknown applies the taint while the condition is Unknown too.
+	TaintOnUnknown bool `json:"taintOnUnknown,omitempty"`
+	Taint          struct {
+		Key    string             `json:"key"`
+		Value  string             `json:"value,omitempty"`
+		Effect corev1.TaintEffect `json:"effect"`
+	} `json:"taint"`
+	// AllowReservedKey permits a key under node.kubernetes.io/ or
+	// node.cloudprovider.kubernetes.io/, which other controllers rewrite.
+	AllowReservedKey bool `json:"allowReservedKey,omitempty"`
+}
+
+// Duration is a Go duration string ("30s", "5m"). A value that does not
+// parse is kept with its error so Validate can report it with its field path.
+type Duration struct {
+	D   time.Duration
+	raw string
+	err error
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		d.raw, d.err = string(b), fmt.Errorf("must be a duration string such as \"30s\" or \"5m\"")
+		return nil
+	}
+	d.raw = s
+	d.D, d.err = time.ParseDuration(s)
+	if d.err != nil {
+		d.err = fmt.Errorf("must be a duration such as \"30s\" or \"5m\"")
+	}
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.D.String()) }
+
+func (d Duration) set() bool { return d.raw != "" }
+
+func (d Duration) validate(p *field.Path, allowZero bool) field.ErrorList {
+	switch {
+	case d.err != nil:
+		return field.ErrorList{field.Invalid(p, d.raw, d.err.Error())}
+	case d.D < 0:
+		return field.ErrorList{field.Invalid(p, d.raw, "must not be negative")}
+	case d.D == 0 && !allowZero && d.set():
+		return field.ErrorList{field.Invalid(p, d.raw, "must be greater than zero")}
+	}
+	return nil
+}
+
+// Threshold is an amount ("512Mi", "1000") or a percent ("5%"); see
+// probes.ParseThreshold. Like Duration it keeps a parse error for Validate.
+type Threshold struct {
+	T   probes.Threshold
+	raw string
+	err error
+}
+
+// UnmarshalJSON implements json.Unmarshaler; bare numbers are accepted.
+func (t *Threshold) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var f json.Number
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if dec.Decode(&f) != nil {
+			t.raw, t.err = string(b), fmt.Errorf("must be an amount such as \"512Mi\" or a percent such as \"5%%\"")
+			return nil
+		}
+		s = f.String()
+	}
+	t.raw = s
+	t.T, t.err = probes.ParseThreshold(s)
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (t Threshold) MarshalJSON() ([]byte, error) { return json.Marshal(t.T.String()) }
+
+func (t Threshold) set() bool { return t.raw != "" }
+
+func (t Threshold) validate(p *field.Path) field.ErrorList {
+	if t.err != nil {
+		return field.ErrorList{field.Invalid(p, t.raw, t.err.Error())}
+	}
+	return nil
+}
+
+// Load reads, decodes, defaults and validates the file at path. An empty
+// path means the built-in defaults.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return Parse(nil)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes YAML (or JSON) strictly, fills defaults and validates.
+func Parse(b []byte) (*Config, error) {
+	c := &Config{}
+	if len(bytes.TrimSpace(b)) > 0 {
+		if err := yaml.UnmarshalStrict(b, c); err != nil {
+			return nil, fmt.Errorf("decoding: %s", cleanDecodeError(err))
+		}
+	}
+	c.setDefaults()
+	if errs := c.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid: %w", errs.ToAggregate())
+	}
+	return c, nil
+}
+
+// cleanDecodeError drops the nested "error unmarshaling JSON: while decoding
+// JSON:" prefixes the YAML library adds, keeping the part that names the
+// field.
+func cleanDecodeError(err error) string {
+	s := err.Error()
+	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: "} {
+		s = strings.ReplaceAll(s, p, "")
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func defaultDuration(d *Duration, v time.Duration) {
+	if !d.set() {
+		d.D = v
+	}
+}
+
+func defaultThreshold(t *Threshold, v probes.Threshold) {
+	if !t.set() {
+		t.T = v
+	}
+}
+
+func defaultCommon(c *Common, cond corev1.NodeConditionType) {
+	if c.Enabled == nil {
+		c.Enabled = ptr(true)
+	}
+	defaultDuration(&c.Interval, 10*time.Second)
+	defaultDuration(&c.Timeout, 5*time.Second)
+	defaultDuration(&c.For, 30*time.Second)
+	defaultDuration(&c.ClearAfter, 2*time.Minute)
+	if c.Condition == "" {
+		c.Condition = cond
+	}
+}
+
+func (c *Config) setDefaults() {
+	defaultDuration(&c.HeartbeatPeriod, 5*time.Minute)
+	m := &c.Probes.Memory
+	defaultCommon(&m.Common, DefaultMemoryCondition)
+	defaultThreshold(&m.AvailableBelow, probes.Threshold{Value: 5, Percent: true})
+	if m.PSISomeAvg10Above == nil {
+		m.PSISomeAvg10Above = ptr(0.0)
+	}
+	if m.PSIFullAvg10Above == nil {
+		m.PSIFullAvg10Above = ptr(25.0)
+	}
+	d := &c.Probes.Disk
+	defaultCommon(&d.Common, DefaultDiskCondition)
+	defaultThreshold(&d.FreeBelow, probes.Threshold{Value: 10, Percent: true})
+	defaultThreshold(&d.InodesFreeBelow, probes.Threshold{Value: 5, Percent: true})
+	p := &c.Probes.PID
+	defaultCommon(&p.Common, DefaultPIDCondition)
+	defaultThreshold(&p.UsedAbove, probes.Threshold{Value: 90, Percent: true})
+	if c.Rules == nil {
+		c.Rules = DefaultRules()
+	}
+	for i := range c.Rules {
+		if c.Rules[i].Status == "" {
+			c.Rules[i].Status = corev1.ConditionTrue
+		}
+	}
+}
+
+// DefaultRules taints NoSchedule while each default condition is True.
+func DefaultRules() []Rule {
+	mk := func(cond corev1.NodeConditionType, key string) Rule {
+		r := Rule{Condition: cond, Status: corev1.ConditionTrue}
+		r.Taint.Key = key
+		r.Taint.Effect = corev1.TaintEffectNoSchedule
+		return r
+	}
+	return []Rule{
+		mk(DefaultMemoryCondition, "selftaint.io/memory-pressure"),
+		mk(DefaultDiskCondition, "selftaint.io/disk-pressure"),
+		mk(DefaultPIDCondition, "selftaint.io/pid-pressure"),
+	}
+}
+
+// Validate checks the (defaulted) config and returns every problem found.
+func (c *Config) Validate() field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, c.HeartbeatPeriod.validate(field.NewPath("heartbeatPeriod"), false)...)
+	if c.HeartbeatPeriod.err == nil && c.HeartbeatPeriod.D < 10*time.Second {
+		errs = append(errs, field.Invalid(field.NewPath("heartbeatPeriod"), c.HeartbeatPeriod.D.String(), "must be at least 10s"))
+	}
+	pp := field.NewPath("probes")
+	conds := map[corev1.NodeConditionType]*field.Path{}
+	known := map[corev1.NodeConditionType]bool{}
+	common := func(name string, cm Common) {
+		p := pp.Child(name)
+		errs = append(errs, cm.Interval.validate(p.Child("interval"), false)...)
+		errs = append(errs, cm.Timeout.validate(p.Child("timeout"), false)...)
+		errs = append(errs, cm.For.validate(p.Child("for"), true)...)
+		errs = append(errs, cm.ClearAfter.validate(p.Child("clearAfter"), true)...)
+		if cm.Interval.err == nil && cm.Timeout.err == nil && cm.Interval.D > 0 && cm.Timeout.D >= cm.Interval.D {
+			errs = append(errs, field.Invalid(p.Child("timeout"), cm.Timeout.D.String(),
+				fmt.Sprintf("must be below interval (%s), so runs never overlap", cm.Interval.D)))
+		}
+		errs = append(errs, validateConditionType(p.Child("condition"), cm.Condition)...)
+		if prev, dup := conds[cm.Condition]; dup {
+			errs = append(errs, field.Duplicate(p.Child("condition"), fmt.Sprintf("%s (also %s)", cm.Condition, prev)))
+		}
+		conds[cm.Condition] = p.Child("condition")
+		// A rule may name a disabled probe's condition: it just never fires.
+		known[cm.Condition] = true
+	}
+	m := c.Probes.Memory
+	common("memory", m.Common)
+	errs = append(errs, m.AvailableBelow.validate(pp.Child("memory", "availableBelow"))...)
+	for name, v := range map[string]*float64{"psiSomeAvg10Above": m.PSISomeAvg10Above, "psiFullAvg10Above": m.PSIFullAvg10Above} {
+		if v != nil && (*v < 0 || *v > 100) {
+			errs = append(errs, field.Invalid(pp.Child("memory", name), *v, "must be a percentage between 0 and 100 (0 turns the check off)"))
+		}
+	}
+	d := c.Probes.Disk
+	common("disk", d.Common)
+	errs = append(errs, d.FreeBelow.validate(pp.Child("disk", "freeBelow"))...)
+	errs = append(errs, d.InodesFreeBelow.validate(pp.Child("disk", "inodesFreeBelow"))...)
+	for i, path := range d.Paths {
+		if !strings.HasPrefix(path, "/") {
+			errs = append(errs, field.Invalid(pp.Child("disk", "paths").Index(i), path, "must be an absolute path on the host"))
+		}
+	}
+	p := c.Probes.PID
+	common("pid", p.Common)
+	errs = append(errs, p.UsedAbove.validate(pp.Child("pid", "usedAbove"))...)
+
+	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
+	return errs
+}
+
+func validateConditionType(p *field.Path, t corev1.NodeConditionType) field.ErrorList {
+	if t == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	if owner, ok := reservedConditions[t]; ok {
+		return field.ErrorList{field.Forbidden(p, fmt.Sprintf("%s belongs to %s; selftaint writes only its own condition types", t, owner))}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsQualifiedName(string(t)) {
+		errs = append(errs, field.Invalid(p, string(t), msg))
+	}
+	return errs
+}
+
+// TaintRules converts the rule table to the taints package's form.
+func (c *Config) TaintRules() []taints.Rule {
+	out := make([]taints.Rule, 0, len(c.Rules))
+	for _, r := range c.Rules {
+		out = append(out, taints.Rule{
+			Condition:        r.Condition,
+			Status:           r.Status,
+			TaintOnUnknown:   r.TaintOnUnknown,
+			Taint:            corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Taint.Effect},
+			AllowReservedKey: r.AllowReservedKey,
+		})
+	}
+	return out
+}
+
+// Damping returns a probe's damping.
+func (c Common) Damping() taints.Damping {
+	return taints.Damping{For: c.For.D, ClearAfter: c.ClearAfter.D}
+}

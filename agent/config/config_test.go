@@ -1,0 +1,130 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/probes"
+)
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse(nil)
+	if err != nil {
+		t.Fatalf("Parse(nil): %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"heartbeatPeriod", c.HeartbeatPeriod.D, 5 * time.Minute},
+		{"memory.interval", c.Probes.Memory.Interval.D, 10 * time.Second},
+		{"memory.timeout", c.Probes.Memory.Timeout.D, 5 * time.Second},
+		{"memory.for", c.Probes.Memory.For.D, 30 * time.Second},
+		{"memory.clearAfter", c.Probes.Memory.ClearAfter.D, 2 * time.Minute},
+		{"memory.condition", c.Probes.Memory.Condition, DefaultMemoryCondition},
+		{"memory.availableBelow", c.Probes.Memory.AvailableBelow.T, probes.Threshold{Value: 5, Percent: true}},
+		{"memory.psiFullAvg10Above", *c.Probes.Memory.PSIFullAvg10Above, 25.0},
+		{"disk.freeBelow", c.Probes.Disk.FreeBelow.T, probes.Threshold{Value: 10, Percent: true}},
+		{"disk.inodesFreeBelow", c.Probes.Disk.InodesFreeBelow.T, probes.Threshold{Value: 5, Percent: true}},
+		{"pid.usedAbove", c.Probes.PID.UsedAbove.T, probes.Threshold{Value: 90, Percent: true}},
+		{"pid.enabled", c.Probes.PID.IsEnabled(), true},
+		{"rules", len(c.Rules), 3},
+		{"rules[0].effect", c.Rules[0].Taint.Effect, corev1.TaintEffectNoSchedule},
+		{"rules[0].status", c.Rules[0].Status, corev1.ConditionTrue},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestParseOverrides(t *testing.T) {
+	c, err := Parse([]byte(`
+heartbeatPeriod: 1m
+probes:
+  memory:
+    interval: 2s
+    timeout: 1s
+    for: 0s
+    availableBelow: 512Mi
+  disk:
+    enabled: false
+    paths: [/, /data]
+  pid:
+    usedAbove: 30000
+rules:
+- condition: SelftaintMemoryPressure
+  taint: {key: example.com/mem, value: low, effect: NoExecute}
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if c.HeartbeatPeriod.D != time.Minute || c.Probes.Memory.Interval.D != 2*time.Second || c.Probes.Memory.For.D != 0 {
+		t.Errorf("durations not applied: %+v", c)
+	}
+	if got, want := c.Probes.Memory.AvailableBelow.T, (probes.Threshold{Value: 512 << 20}); got != want {
+		t.Errorf("availableBelow = %v, want %v", got, want)
+	}
+	if got, want := c.Probes.PID.UsedAbove.T, (probes.Threshold{Value: 30000}); got != want {
+		t.Errorf("usedAbove = %v, want %v", got, want)
+	}
+	if c.Probes.Disk.IsEnabled() {
+		t.Errorf("disk enabled, want disabled")
+	}
+	rules := c.TaintRules()
+	if len(rules) != 1 || rules[0].Taint.Key != "example.com/mem" || rules[0].Status != corev1.ConditionTrue || rules[0].Taint.Effect != corev1.TaintEffectNoExecute {
+		t.Errorf("rules = %+v, want the one configured rule with status defaulted to True", rules)
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"unknown top-level field", "heartbeat: 5m", []string{`unknown field "heartbeat"`}},
+		{"unknown nested field", "probes:\n  memory:\n    availble: 5%", []string{`unknown field`, "availble"}},
+		{"bad effect", "rules:\n- condition: SelftaintMemoryPressure\n  taint: {key: selftaint.io/x, effect: NoWay}", []string{"rules[0].taint.effect", "NoWay"}},
+		{"reserved key", "rules:\n- condition: SelftaintMemoryPressure\n  taint: {key: node.kubernetes.io/memory-pressure, effect: NoSchedule}", []string{"rules[0].taint.key", "allowReservedKey"}},
+		{"negative duration", "probes:\n  memory:\n    for: -5s", []string{"probes.memory.for", "must not be negative"}},
+		{"garbage duration", "probes:\n  disk:\n    interval: soon", []string{"probes.disk.interval", `"soon"`}},
+		{"number as duration", "heartbeatPeriod: 300", []string{"heartbeatPeriod", "duration"}},
+		{"timeout not below interval", "probes:\n  pid:\n    interval: 5s\n    timeout: 5s", []string{"probes.pid.timeout", "below interval"}},
+		{"kubelet condition", "probes:\n  memory:\n    condition: MemoryPressure", []string{"probes.memory.condition", "kubelet"}},
+		{"duplicate condition", "probes:\n  disk:\n    condition: SelftaintMemoryPressure", []string{"probes.disk.condition", "Duplicate"}},
+		{"bad threshold", "probes:\n  memory:\n    availableBelow: lots", []string{"probes.memory.availableBelow", "lots"}},
+		{"percent over 100", "probes:\n  disk:\n    freeBelow: 150%", []string{"probes.disk.freeBelow"}},
+		{"psi out of range", "probes:\n  memory:\n    psiFullAvg10Above: 101", []string{"probes.memory.psiFullAvg10Above"}},
+		{"relative disk path", "probes:\n  disk:\n    paths: [data]", []string{"probes.disk.paths[0]", "absolute"}},
+		{"rule for unknown condition", "rules:\n- condition: Nope\n  taint: {key: selftaint.io/x, effect: NoSchedule}", []string{"rules[0].condition", "Nope"}},
+		{"not yaml", "probes: [", []string{"decoding"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse succeeded, want an error mentioning %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestEmptyRulesMeansNoTaints(t *testing.T) {
+	c, err := Parse([]byte("rules: []"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if len(c.Rules) != 0 {
+		t.Errorf("rules = %v, want none", c.Rules)
+	}
+}

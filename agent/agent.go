@@ -1,0 +1,649 @@
+// Package agent is selftaint's reconcile loop: it feeds probe results through
+// per-condition dampers, publishes the resulting NodeConditions with
+// server-side apply under its own field manager, and keeps the taints the
+// rule table implies on its own Node, touching only the taints it owns.
+//
+// The loop follows sample-controller: one informer on the agent's own Node
+// (a field selector on metadata.name), one rate-limited workqueue holding a
+// single key, one sync function that reads the cache, decides with the pure
+// logic in package taints, and writes. Everything that can change the
+// outcome — a probe verdict, a damping deadline, the heartbeat, anyone else
+// editing the Node — just enqueues the key.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// DefaultFieldManager is the server-side apply field manager selftaint
+// writes conditions under.
+const DefaultFieldManager = "selftaint"
+
+// maxMessageLen caps a condition message; the API server accepts more, but
+// a condition is read by humans in kubectl describe.
+const maxMessageLen = 1024
+
+// maxConflicts is how many 409s one taint write tolerates before the sync
+// gives up and the workqueue retries it with backoff.
+const maxConflicts = 5
+
+// ProbeSpec is one probe, how it is scheduled, and the condition it feeds.
+type ProbeSpec struct {
+	Entry     probes.Entry
+	Condition corev1.NodeConditionType
+	Damping   taints.Damping
+}
+
+// Options configure an Agent.
+type Options struct {
+	// NodeName is the Node the agent owns conditions and taints on.
+	NodeName string
+	// Client talks to the API server.
+	Client kubernetes.Interface
+	// Probes to run; may be empty.
+	Probes []ProbeSpec
+	// Rules map conditions to taints.
+	Rules []taints.Rule
+	// HeartbeatPeriod is how often conditions are re-written when nothing
+	// changed.
+	HeartbeatPeriod time.Duration
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// FieldManager defaults to DefaultFieldManager.
+	FieldManager string
+	// Jitter is the probe start jitter (see probes.RunnerOptions).
+	Jitter float64
+	// BeforeTaintWrite, if set, runs between reading the Node and writing
+	// its taints. Tests use it to make another writer race the agent.
+	BeforeTaintWrite func(ctx context.Context, read *corev1.Node)
+}
+
+// Stats counts the agent's API writes, for tests and benchmarks.
+type Stats struct {
+	ConditionWrites int64
+	TaintWrites     int64
+	Conflicts       int64
+	Syncs           int64
+}
+
+// Agent runs probes and keeps its Node's conditions and taints in step.
+type Agent struct {
+	opts     Options
+	log      *slog.Logger
+	clock    clock.WithTicker
+	runner   *probes.Runner
+	byProbe  map[string]ProbeSpec
+	ruleFor  map[taints.TaintID][]taints.Rule
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+	lister   corelisters.NodeLister
+
+	conditionWrites, taintWrites, conflicts, syncs atomic.Int64
+
+	mu          sync.Mutex // guards the fields below
+	dampers     map[corev1.NodeConditionType]*taints.Damper
+	adopted     bool         // conditions on the Node were adopted
+	lastWritten *corev1.Node // newest Node returned by our own writes
+	lastForeign string       // the taint conflicts last reported
+}
+
+// New checks the options and builds an Agent; Run starts it.
+func New(opts Options) (*Agent, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("agent: node name is required")
+	}
+	if opts.Client == nil {
+		return nil, errors.New("agent: client is required")
+	}
+	if opts.HeartbeatPeriod <= 0 {
+		return nil, fmt.Errorf("agent: heartbeat period must be positive, got %s", opts.HeartbeatPeriod)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.FieldManager == "" {
+		opts.FieldManager = DefaultFieldManager
+	}
+	a := &Agent{
+		opts:    opts,
+		log:     opts.Logger.With("node", opts.NodeName),
+		clock:   opts.Clock,
+		byProbe: map[string]ProbeSpec{},
+		ruleFor: map[taints.TaintID][]taints.Rule{},
+		dampers: map[corev1.NodeConditionType]*taints.Damper{},
+	}
+	entries := make([]probes.Entry, 0, len(opts.Probes))
+	for _, p := range opts.Probes {
+		if p.Entry.Probe == nil {
+			return nil, errors.New("agent: probe spec without a probe")
+		}
+		if _, dup := a.dampers[p.Condition]; dup {
+			return nil, fmt.Errorf("agent: condition %s is fed by two probes", p.Condition)
+		}
+		a.byProbe[p.Entry.Probe.Name()] = p
+		a.dampers[p.Condition] = taints.NewDamper(p.Damping)
+		entries = append(entries, p.Entry)
+	}
+	runner, err := probes.NewRunner(entries, probes.RunnerOptions{
+		Clock:  probeClock{opts.Clock},
+		Jitter: opts.Jitter,
+		Logger: a.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.runner = runner
+	for _, r := range opts.Rules {
+		id := taints.IDOf(r.Taint)
+		a.ruleFor[id] = append(a.ruleFor[id], r)
+	}
+	return a, nil
+}
+
+// probeClock adapts a Kubernetes clock to the probe runner's.
+type probeClock struct{ c clock.WithTicker }
+
+func (p probeClock) Now() time.Time                        { return p.c.Now() }
+func (p probeClock) NewTimer(d time.Duration) probes.Timer { return p.c.NewTimer(d) }
+
+var _ probes.Clock = probeClock{}
+
+// Stats returns the write counters.
+func (a *Agent) Stats() Stats {
+	return Stats{
+		ConditionWrites: a.conditionWrites.Load(),
+		TaintWrites:     a.taintWrites.Load(),
+		Conflicts:       a.conflicts.Load(),
+		Syncs:           a.syncs.Load(),
+	}
+}
+
+// ProbeStats returns the probe runner's per-probe counters.
+func (a *Agent) ProbeStats() []probes.ProbeStats { return a.runner.Stats() }
+
+// Run probes and reconciles until ctx is cancelled. It keeps probing while
+// the API server is unreachable and converges once it is back.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedMaxOfRateLimiter(
+			// Retries back off from 100ms to 10s: an API server that comes
+			// back is noticed within seconds, a broken one is not hammered.
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second),
+		),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "selftaint", Clock: a.clock},
+	)
+	defer a.queue.ShutDown()
+
+	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
+		}))
+	nodes := factory.Core().V1().Nodes()
+	a.lister = nodes.Lister()
+	enqueue := func(any) { a.queue.Add(a.opts.NodeName) }
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}); err != nil {
+		return fmt.Errorf("agent: watching node %s: %w", a.opts.NodeName, err)
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint", Host: a.opts.NodeName})
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { a.runner.Run(ctx, a.Observe) })
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	a.log.Info("agent starting", "probes", len(a.opts.Probes), "rules", len(a.opts.Rules))
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	wg.Go(func() {
+		<-ctx.Done()
+		a.queue.ShutDown()
+	})
+	a.queue.Add(a.opts.NodeName)
+	for a.processNext(ctx) {
+	}
+	return ctx.Err()
+}
+
+func (a *Agent) processNext(ctx context.Context) bool {
+	key, quit := a.queue.Get()
+	if quit {
+		return false
+	}
+	defer a.queue.Done(key)
+	next, err := a.sync(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		a.log.Warn("reconcile failed; will retry", "err", err, "retries", a.queue.NumRequeues(key))
+		a.queue.AddRateLimited(key)
+		return true
+	}
+	a.queue.Forget(key)
+	if !next.IsZero() {
+		a.queue.AddAfter(key, max(next.Sub(a.clock.Now()), 0))
+	}
+	return true
+}
+
+// ConditionStatus maps a probe verdict to the condition it feeds: the
+// conditions say "there is a problem", so a problem is True.
+func ConditionStatus(s probes.Status) corev1.ConditionStatus {
+	switch s {
+	case probes.StatusOK:
+		return corev1.ConditionFalse
+	case probes.StatusProblem:
+		return corev1.ConditionTrue
+	default:
+		return corev1.ConditionUnknown
+	}
+}
+
+// Observe feeds one probe result to its condition's damper and enqueues a
+// reconcile when the condition's status or reason changed, or schedules one
+// for when a pending flip is due. It is the probe runner's sink.
+func (a *Agent) Observe(r probes.Result) {
+	spec, ok := a.byProbe[r.Probe]
+	if !ok {
+		a.log.Warn("result from an unknown probe dropped", "probe", r.Probe)
+		return
+	}
+	now := a.clock.Now()
+	a.mu.Lock()
+	d := a.dampers[spec.Condition]
+	before, hadBefore := d.State()
+	d.Observe(ConditionStatus(r.Status), r.Reason, r.Message, now)
+	after, hasAfter := d.State()
+	next, pending := d.NextChange()
+	a.mu.Unlock()
+
+	if a.queue == nil {
+		return // not running yet; the first sync picks the state up
+	}
+	if hadBefore != hasAfter || before.Status != after.Status || before.Reason != after.Reason {
+		a.queue.Add(a.opts.NodeName)
+	}
+	if pending {
+		a.queue.AddAfter(a.opts.NodeName, max(next.Sub(now), 0))
+	}
+}
+
+// findCondition returns the Node's condition of type t, or nil.
+func findCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// newer returns whichever of the cached Node and the one our last write
+// returned is more recent. Right after a write the informer may not have
+// caught up; planning from the stale copy would cost a 409 every time.
+func newer(cached, written *corev1.Node) *corev1.Node {
+	if written == nil || written.UID != cached.UID {
+		return cached
+	}
+	c, err1 := strconv.ParseUint(cached.ResourceVersion, 10, 64)
+	w, err2 := strconv.ParseUint(written.ResourceVersion, 10, 64)
+	if err1 == nil && err2 == nil && w > c {
+		return written
+	}
+	return cached
+}
+
+// sync reconciles once and returns when it next needs to run (zero: only
+// when something changes).
+func (a *Agent) sync(ctx context.Context) (time.Time, error) {
+	a.syncs.Add(1)
+	cached, err := a.lister.Get(a.opts.NodeName)
+	if apierrors.IsNotFound(err) {
+		a.log.Info("node not found; waiting for it to be registered")
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading node from cache: %w", err)
+	}
+	now := a.clock.Now()
+
+	a.mu.Lock()
+	node := newer(cached, a.lastWritten)
+	if !a.adopted {
+		a.adoptLocked(node, now)
+	}
+	states := map[corev1.NodeConditionType]taints.State{}
+	var next time.Time
+	for t, d := range a.dampers {
+		d.Tick(now)
+		if s, ok := d.State(); ok {
+			states[t] = s
+		}
+		if at, ok := d.NextChange(); ok && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	a.mu.Unlock()
+
+	if a.conditionsNeedWrite(node, states, now) {
+		written, err := a.applyConditions(ctx, node, states, now)
+		if err != nil {
+			return time.Time{}, err
+		}
+		node = written
+	}
+	if err := a.reconcileTaints(ctx, node, states, now); err != nil {
+		return time.Time{}, err
+	}
+	if hb := a.nextHeartbeat(node, states); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
+		next = hb
+	}
+	return next, nil
+}
+
+// adoptLocked takes over the conditions a previous run left on the Node, so
+// a restart neither drops a taint whose condition still holds nor resets
+// lastTransitionTime.
+func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
+	for t, d := range a.dampers {
+		c := findCondition(node, t)
+		if c == nil {
+			continue
+		}
+		d.Adopt(taints.State{
+			Status: c.Status, Reason: c.Reason, Message: c.Message,
+			LastTransitionTime: c.LastTransitionTime.Time,
+		}, now)
+		a.log.Info("adopted condition from node", "condition", t, "status", c.Status, "reason", c.Reason)
+	}
+	a.adopted = true
+}
+
+// conditionsNeedWrite reports whether a condition's status, reason or
+// transition time differs from the Node, or a heartbeat is due. A changed
+// message alone waits for the heartbeat: messages carry live readings and
+// would otherwise cause a write on every probe run.
+func (a *Agent) conditionsNeedWrite(node *corev1.Node, states map[corev1.NodeConditionType]taints.State, now time.Time) bool {
+	for t, s := range states {
+		c := findCondition(node, t)
+		if c == nil || c.Status != s.Status || c.Reason != s.Reason ||
+			!c.LastTransitionTime.Time.Truncate(time.Second).Equal(s.LastTransitionTime.Truncate(time.Second)) {
+			return true
+		}
+		if !now.Before(c.LastHeartbeatTime.Add(a.opts.HeartbeatPeriod)) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextHeartbeat is when the oldest of our conditions needs refreshing.
+func (a *Agent) nextHeartbeat(node *corev1.Node, states map[corev1.NodeConditionType]taints.State) time.Time {
+	var next time.Time
+	for t := range states {
+		c := findCondition(node, t)
+		if c == nil {
+			continue
+		}
+		at := c.LastHeartbeatTime.Add(a.opts.HeartbeatPeriod)
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// applyConditions writes all our decided conditions with server-side apply
+// on the status subresource. Conditions are a map keyed by type, so our
+// field manager owns exactly our types and nobody else's are touched.
+func (a *Agent) applyConditions(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, now time.Time) (*corev1.Node, error) {
+	types := make([]corev1.NodeConditionType, 0, len(states))
+	for t := range states {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	status := corev1ac.NodeStatus()
+	for _, t := range types {
+		s := states[t]
+		status.WithConditions(corev1ac.NodeCondition().
+			WithType(t).
+			WithStatus(s.Status).
+			WithReason(s.Reason).
+			WithMessage(truncate(s.Message, maxMessageLen)).
+			WithLastTransitionTime(metav1.NewTime(s.LastTransitionTime)).
+			WithLastHeartbeatTime(metav1.NewTime(now)))
+	}
+	written, err := a.opts.Client.CoreV1().Nodes().ApplyStatus(ctx,
+		corev1ac.Node(a.opts.NodeName).WithStatus(status),
+		metav1.ApplyOptions{FieldManager: a.opts.FieldManager, Force: true})
+	if err != nil {
+		return nil, fmt.Errorf("applying conditions: %w", err)
+	}
+	a.conditionWrites.Add(1)
+	a.remember(written)
+	for _, t := range types {
+		s := states[t]
+		if c := findCondition(old, t); c == nil || c.Status != s.Status {
+			etype := corev1.EventTypeNormal
+			if s.Status != corev1.ConditionFalse {
+				etype = corev1.EventTypeWarning
+			}
+			a.recorder.Eventf(written, etype, "ConditionChanged", "%s is now %s (%s): %s", t, s.Status, s.Reason, truncate(s.Message, 256))
+			a.log.Info("condition changed", "condition", t, "status", s.Status, "reason", s.Reason, "message", s.Message)
+		}
+	}
+	return written, nil
+}
+
+func (a *Agent) remember(n *corev1.Node) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastWritten = n
+}
+
+// desiredTaints is what the rules imply for the decided conditions, plus,
+// for conditions not decided yet (no verdict since start and nothing on the
+// Node to adopt), the owned taints already there: an undecided condition
+// never lifts a taint.
+func (a *Agent) desiredTaints(node *corev1.Node, owned []taints.TaintID, states map[corev1.NodeConditionType]taints.State) []corev1.Taint {
+	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	for t, s := range states {
+		statuses[t] = s.Status
+	}
+	desired := taints.Desired(a.opts.Rules, statuses)
+	ownedSet := map[taints.TaintID]bool{}
+	for _, id := range owned {
+		ownedSet[id] = true
+	}
+	have := map[taints.TaintID]bool{}
+	for _, t := range desired {
+		have[taints.IDOf(t)] = true
+	}
+	for _, t := range node.Spec.Taints {
+		id := taints.IDOf(t)
+		if !ownedSet[id] || have[id] {
+			continue
+		}
+		for _, r := range a.ruleFor[id] {
+			if _, decided := statuses[r.Condition]; !decided {
+				desired = append(desired, t)
+				have[id] = true
+				break
+			}
+		}
+	}
+	return desired
+}
+
+// taintPatch is the JSON merge patch that replaces spec.taints and our
+// ownership record. Carrying resourceVersion makes it a compare-and-swap:
+// if anyone changed the Node since we read it, the API server answers 409
+// and we re-plan from the fresh copy, so a taint added in between survives.
+func taintPatch(resourceVersion string, plan taints.Plan) ([]byte, error) {
+	var owned any // null removes the annotation
+	if len(plan.Owned) > 0 {
+		owned = taints.FormatOwned(plan.Owned)
+	}
+	var list any // null removes spec.taints
+	if len(plan.Taints) > 0 {
+		list = plan.Taints
+	}
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": resourceVersion,
+			"annotations":     map[string]any{taints.OwnedTaintsAnnotation: owned},
+		},
+		"spec": map[string]any{"taints": list},
+	})
+}
+
+func (a *Agent) reconcileTaints(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, now time.Time) error {
+	for attempt := 0; ; attempt++ {
+		owned, err := taints.ParseOwned(node.Annotations[taints.OwnedTaintsAnnotation])
+		if err != nil {
+			// Someone garbled our record. Treat it as owning nothing: we may
+			// fail to remove a taint of ours, but never remove a foreign one.
+			a.log.Warn("ignoring unreadable ownership annotation", "err", err)
+			a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
+			owned = nil
+		}
+		plan := taints.PlanTaints(node.Spec.Taints, owned, a.desiredTaints(node, owned, states), now)
+		a.reportForeign(node, plan.Foreign)
+		if !plan.Changed {
+			return nil
+		}
+		if a.opts.BeforeTaintWrite != nil {
+			a.opts.BeforeTaintWrite(ctx, node)
+		}
+		patch, err := taintPatch(node.ResourceVersion, plan)
+		if err != nil {
+			return fmt.Errorf("building taint patch: %w", err)
+		}
+		written, err := a.opts.Client.CoreV1().Nodes().Patch(ctx, a.opts.NodeName, types.MergePatchType, patch,
+			metav1.PatchOptions{FieldManager: a.opts.FieldManager})
+		if apierrors.IsConflict(err) && attempt < maxConflicts {
+			a.conflicts.Add(1)
+			a.log.Debug("node changed under us; re-reading", "attempt", attempt+1)
+			if node, err = a.opts.Client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("re-reading node after conflict: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("writing taints: %w", err)
+		}
+		a.taintWrites.Add(1)
+		a.remember(written)
+		a.reportPlan(written, plan, states)
+		return nil
+	}
+}
+
+// why names the condition behind a taint of ours, for Events.
+func (a *Agent) why(t corev1.Taint, states map[corev1.NodeConditionType]taints.State) string {
+	for _, r := range a.ruleFor[taints.IDOf(t)] {
+		if s, ok := states[r.Condition]; ok && r.Applies(s.Status) {
+			return fmt.Sprintf("%s is %s (%s)", r.Condition, s.Status, s.Reason)
+		}
+	}
+	return "its condition has not been decided since start-up"
+}
+
+func (a *Agent) reportPlan(node *corev1.Node, p taints.Plan, states map[corev1.NodeConditionType]taints.State) {
+	restored := map[taints.TaintID]bool{}
+	for _, t := range p.Restored {
+		restored[taints.IDOf(t)] = true
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintRestored",
+			"taint %s was removed by someone else while %s; restored it", taints.Format(t), a.why(t, states))
+		a.log.Warn("restored a taint someone removed", "taint", taints.Format(t), "because", a.why(t, states))
+	}
+	for _, t := range p.Added {
+		if restored[taints.IDOf(t)] {
+			continue
+		}
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintAdded", "added taint %s because %s", taints.Format(t), a.why(t, states))
+		a.log.Info("added taint", "taint", taints.Format(t), "because", a.why(t, states))
+	}
+	for _, t := range p.Updated {
+		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintUpdated", "set taint %s because %s", taints.Format(t), a.why(t, states))
+		a.log.Info("updated taint", "taint", taints.Format(t))
+	}
+	for _, t := range p.Removed {
+		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintRemoved", "removed taint %s: no rule applies any more", taints.Format(t))
+		a.log.Info("removed taint", "taint", taints.Format(t))
+	}
+}
+
+// reportForeign tells, once per change, about taints we want that someone
+// else already holds under the same key and effect.
+func (a *Agent) reportForeign(node *corev1.Node, foreign []corev1.Taint) {
+	ids := make([]taints.TaintID, 0, len(foreign))
+	for _, t := range foreign {
+		ids = append(ids, taints.IDOf(t))
+	}
+	s := taints.FormatOwned(ids)
+	a.mu.Lock()
+	changed := s != a.lastForeign
+	a.lastForeign = s
+	a.mu.Unlock()
+	if !changed || s == "" {
+		return
+	}
+	a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintHeldByOther",
+		"wanted taint(s) %s, but another writer already set the same key and effect; leaving theirs in place and not claiming it", s)
+	a.log.Warn("taint held by another writer; not claiming it", "taints", s)
+}

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -112,7 +113,7 @@ func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
 }
 
 // waitNode polls the Node until ok holds or timeout passes, and returns it.
-func waitNode(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) *corev1.Node {
+func waitNode(t testing.TB, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -475,4 +476,29 @@ func TestNoWritesWhenNothingChanges(t *testing.T) {
 	if evs := w.seen(); len(evs) != 0 {
 		t.Errorf("the Node changed %d times while nothing changed; first: %s", len(evs), describe(evs[0]))
 	}
+}
+
+// newBenchAgent runs an agent whose probe runs once at start and then only
+// every hour, so the benchmark drives verdicts through Observe.
+func newBenchAgent(b *testing.B, c kubernetes.Interface, node string, p probes.Probe) *agent.Agent {
+	a, err := agent.New(agent.Options{
+		NodeName: node,
+		Client:   c,
+		Probes: []agent.ProbeSpec{{
+			Entry:     probes.Entry{Probe: p, Interval: time.Hour, Timeout: time.Minute},
+			Condition: cond,
+		}},
+		Rules:           rules,
+		HeartbeatPeriod: time.Hour,
+		Jitter:          -1,
+		Logger:          slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	return a
 }

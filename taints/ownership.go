@@ -154,3 +154,12 @@ func PlanTaints(current []corev1.Taint, owned []TaintID, desired []corev1.Taint,
 	p.Changed = len(p.Added)+len(p.Updated)+len(p.Removed) > 0 || FormatOwned(owned) != FormatOwned(p.Owned)
 	return p
 }
+
+// Format writes a taint the way kubectl taint takes it: key=value:Effect, or
+// key:Effect when the value is empty.
+func Format(t corev1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
+}

@@ -1,0 +1,16 @@
+# Builds the selftaint node agent. cgo stays on: the GPU probe (go-nvml)
+# loads libnvidia-ml with dlopen, so the binary links against glibc and runs
+# on a glibc image.
+FROM golang:1.25-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o /out/selftaint ./cmd/selftaint
+
+# distroless base: glibc, CA certificates, nothing else; runs as uid 65532.
+FROM gcr.io/distroless/base-debian12:nonroot
+COPY --from=build /out/selftaint /usr/local/bin/selftaint
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/selftaint"]
+CMD ["agent", "--host-root=/host", "--config=/etc/selftaint/config.yaml"]

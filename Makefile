@@ -1,0 +1,74 @@
+# Build, test and check selftaint.
+#
+# `make test` is what CI runs (.ci/run): it installs etcd if it can, builds the
+# Kubernetes control-plane binaries the integration tests start (once, cached
+# under bin/), then runs gofmt, go vet and every test.
+
+GO ?= go
+BIN := $(CURDIR)/bin
+KUBE_VERSION := v1.35.4
+
+# The control-plane binaries that agent/testcp starts, built from the pinned
+# k8s.io/kubernetes module in hack/kube (a separate module, so the agent does
+# not depend on k8s.io/kubernetes).
+KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler
+KUBE_BINARIES := $(addprefix $(BIN)/,$(KUBE_COMPONENTS))
+KUBE_VERSION_PARTS := $(subst ., ,$(patsubst v%,%,$(KUBE_VERSION)))
+KUBE_LDFLAGS := -s -w \
+	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS))
+
+.PHONY: all deps etcd kube-binaries build vet fmt-check test check clean
+
+all: build
+
+deps: etcd kube-binaries
+
+kube-binaries: $(KUBE_BINARIES)
+
+# Rebuilt only when the pinned module changes. Written to a temporary name
+# first so an interrupted build never leaves a binary that looks up to date.
+$(KUBE_BINARIES): $(BIN)/%: hack/kube/go.mod hack/kube/go.sum
+	@mkdir -p $(BIN)
+	@echo "building $* $(KUBE_VERSION) (first run only, a few minutes)..."
+	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/$*
+	@mv -f $@.tmp $@
+
+# etcd comes from the distribution (Debian/Ubuntu package etcd-server);
+# agent/testcp also honours $ETCD_BIN.
+etcd:
+	@if [ -n "$$ETCD_BIN" ] && [ -x "$$ETCD_BIN" ]; then \
+		echo "using etcd $$ETCD_BIN"; \
+	elif command -v etcd >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "etcd not found; installing etcd-server with apt-get..."; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server; \
+	else \
+		echo "error: etcd not found on PATH (the integration tests need it)." >&2; \
+		echo "install it with:  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server" >&2; \
+		echo "or set ETCD_BIN to an etcd binary." >&2; \
+		exit 1; \
+	fi
+
+build:
+	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/selftaint ./cmd/selftaint
+
+vet:
+	CGO_ENABLED=1 $(GO) vet ./...
+
+fmt-check:
+	@files=$$(find . \( -path ./bin -o -path ./.git \) -prune -o -name '*.go' -print | xargs "$$($(GO) env GOROOT)/bin/gofmt" -l); \
+	if [ -n "$$files" ]; then \
+		echo "these files need gofmt:" >&2; echo "$$files" >&2; exit 1; \
+	fi
+
+test: deps fmt-check vet
+	CGO_ENABLED=1 KUBE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 15m ./...
+
+check:
+	$(GO) run ./cmd/selftaint check
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,612 @@
+// Package testcp starts a real Kubernetes control plane on loopback for tests.
+//
+// It exists because the fake clientset cannot prove that our writes to the API
+// are safe: it never returns 409 conflicts, ignores field selectors, does not
+// enforce the status subresource and does not implement server-side apply. So
+// every test that talks to the API runs a real etcd and kube-apiserver, plus
+// kube-controller-manager (node lifecycle, taint eviction) and kube-scheduler
+// where evictions or scheduling matter. Everything listens on 127.0.0.1 on
+// random free ports under a per-test temporary directory, is torn down by
+// t.Cleanup, and dies with the test binary.
+//
+// The binaries come from $ETCD_BIN or $PATH (etcd) and $KUBE_BIN_DIR or
+// <repo>/bin (the Kubernetes components, built by `make kube-binaries`). When
+// one is missing the test is skipped, or fails under CI=true.
+package testcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// AdminUser is the user name of the static token that RESTConfig, Client and
+// the kubeconfig authenticate with. It is in group system:masters.
+const AdminUser = "testcp-admin"
+
+// KubeVersion is the Kubernetes version the control-plane binaries are built
+// at (see the Makefile).
+const KubeVersion = "v1.35.4"
+
+// Timeouts for the components to become healthy, and for them to exit after
+// SIGTERM before they are killed.
+const (
+	readyTimeout = 60 * time.Second
+	stopGrace    = 10 * time.Second
+	// logTailLines is how much of a component's log a failure report shows.
+	logTailLines = 40
+)
+
+// Options selects the components Start runs beyond etcd and kube-apiserver,
+// and extra flags for them.
+type Options struct {
+	// ControllerManager runs kube-controller-manager with all controllers
+	// (node lifecycle and taint eviction included).
+	ControllerManager bool
+	// Scheduler runs kube-scheduler.
+	Scheduler bool
+	// APIServerArgs are extra kube-apiserver flags, in --name=value form, for
+	// example --enable-admission-plugins=ExtendedResourceToleration. A flag
+	// that Start also sets replaces Start's value.
+	APIServerArgs []string
+	// ControllerManagerArgs are extra kube-controller-manager flags, for
+	// example --node-monitor-grace-period=10s; they replace Start's value of
+	// the same flag.
+	ControllerManagerArgs []string
+}
+
+// ControlPlane is a running control plane. Its methods are not safe for
+// concurrent use with StopAPIServer and StartAPIServer.
+type ControlPlane struct {
+	// Dir is the temporary directory holding certificates, the kubeconfig,
+	// etcd's data and the components' logs (<component>.log).
+	Dir string
+	// KubeconfigPath is a kubeconfig file for the admin user.
+	KubeconfigPath string
+
+	t          testing.TB
+	pki        *pki
+	restConfig *rest.Config
+	client     kubernetes.Interface
+	apiPort    int
+
+	// components in start order; nil entries were not requested.
+	etcd, apiserver, controllerManager, scheduler *component
+}
+
+// Start runs etcd and kube-apiserver, and kube-controller-manager and
+// kube-scheduler when opts asks for them, waits until each is healthy and
+// registers their teardown with t.Cleanup. It skips the test (fails it under
+// CI=true) when a binary is missing, and fails it when a component does not
+// become healthy within a minute, quoting the end of that component's log.
+func Start(t testing.TB, opts Options) *ControlPlane {
+	t.Helper()
+	etcdBin := EtcdPath(t)
+	apiBin := KubePath(t, "kube-apiserver")
+	var kcmBin, schedBin string
+	if opts.ControllerManager {
+		kcmBin = KubePath(t, "kube-controller-manager")
+	}
+	if opts.Scheduler {
+		schedBin = KubePath(t, "kube-scheduler")
+	}
+
+	began := time.Now()
+	cp := &ControlPlane{t: t, Dir: t.TempDir()}
+	// Registered first, so it runs last: after every component has stopped.
+	t.Cleanup(cp.logTailsIfFailed)
+
+	var err error
+	if cp.pki, err = newPKI(cp.mkdir(t, "pki")); err != nil {
+		t.Fatalf("testcp: writing certificates: %v", err)
+	}
+	ports, err := freePorts(5)
+	if err != nil {
+		t.Fatalf("testcp: finding free ports: %v", err)
+	}
+	etcdClient, etcdPeer, kcmPort, schedPort := ports[0], ports[1], ports[3], ports[4]
+	cp.apiPort = ports[2]
+
+	// etcd.
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	cp.etcd = cp.newComponent("etcd", etcdBin, etcdEnv(), []string{
+		"--name=default",
+		"--data-dir=" + cp.mkdir(t, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
+		"--initial-cluster-state=new",
+		"--quota-backend-bytes=" + strconv.Itoa(512<<20),
+		"--heartbeat-interval=50",
+		"--election-timeout=500",
+		"--logger=zap",
+		"--log-outputs=stderr",
+	})
+	cp.run(t, cp.etcd, func() error { return getOK(plainClient(), etcdURL+"/health", "", `"health":"true"`) })
+
+	// kube-apiserver.
+	cp.apiserver = cp.newComponent("kube-apiserver", apiBin, os.Environ(), apiServerArgs(cp.pki, etcdURL, cp.apiPort, cp.mkdir(t, "apiserver"), opts.APIServerArgs))
+	cp.run(t, cp.apiserver, cp.apiServerReady)
+
+	cp.restConfig = &rest.Config{
+		Host:            fmt.Sprintf("https://127.0.0.1:%d", cp.apiPort),
+		BearerToken:     cp.pki.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.pki.caPEM},
+		// Tests make bursts of requests; client-side throttling would only
+		// slow them down. Tests of rate limiting set their own.
+		QPS:   1000,
+		Burst: 2000,
+	}
+	if cp.client, err = kubernetes.NewForConfig(cp.RESTConfig()); err != nil {
+		t.Fatalf("testcp: creating client: %v", err)
+	}
+	cp.KubeconfigPath = filepath.Join(cp.Dir, "kubeconfig")
+	if err := writeKubeconfig(cp.KubeconfigPath, cp.restConfig.Host, cp.pki); err != nil {
+		t.Fatalf("testcp: writing kubeconfig: %v", err)
+	}
+
+	if opts.ControllerManager {
+		cp.controllerManager = cp.newComponent("kube-controller-manager", kcmBin, os.Environ(), mergeArgs([]string{
+			"--kubeconfig=" + cp.KubeconfigPath,
+			"--authentication-kubeconfig=" + cp.KubeconfigPath,
+			"--authorization-kubeconfig=" + cp.KubeconfigPath,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(kcmPort),
+			"--tls-cert-file=" + cp.pki.certFile,
+			"--tls-private-key-file=" + cp.pki.keyFile,
+			"--service-account-private-key-file=" + cp.pki.saKeyFile,
+			"--use-service-account-credentials=true",
+			"--root-ca-file=" + cp.pki.caFile,
+			"--controllers=*",
+			"--leader-elect=false",
+			"--profiling=false",
+		}, opts.ControllerManagerArgs))
+		cp.run(t, cp.controllerManager, func() error {
+			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), "", "")
+		})
+	}
+	if opts.Scheduler {
+		cp.scheduler = cp.newComponent("kube-scheduler", schedBin, os.Environ(), []string{
+			"--kubeconfig=" + cp.KubeconfigPath,
+			"--authentication-kubeconfig=" + cp.KubeconfigPath,
+			"--authorization-kubeconfig=" + cp.KubeconfigPath,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(schedPort),
+			"--tls-cert-file=" + cp.pki.certFile,
+			"--tls-private-key-file=" + cp.pki.keyFile,
+			"--leader-elect=false",
+			"--profiling=false",
+		})
+		cp.run(t, cp.scheduler, func() error {
+			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), "", "")
+		})
+	}
+
+	t.Logf("testcp: control plane up in %v (api server %s, dir %s)", time.Since(began).Round(time.Millisecond), cp.restConfig.Host, cp.Dir)
+	return cp
+}
+
+// RESTConfig returns a new copy of the admin user's client configuration.
+func (cp *ControlPlane) RESTConfig() *rest.Config { return rest.CopyConfig(cp.restConfig) }
+
+// Client returns a clientset for the admin user, shared by all callers.
+func (cp *ControlPlane) Client() kubernetes.Interface { return cp.client }
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after a grace
+// period) and waits for it to exit. etcd and its data stay.
+func (cp *ControlPlane) StopAPIServer() {
+	cp.t.Helper()
+	cp.apiserver.stop()
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the same
+// port and with the same flags, and waits until it is ready. It fails the test
+// if it does not become ready.
+func (cp *ControlPlane) StartAPIServer() {
+	cp.t.Helper()
+	if cp.apiserver.running() {
+		cp.t.Fatalf("testcp: StartAPIServer: kube-apiserver is already running")
+	}
+	// The old listening socket can linger for a moment; retry a start that
+	// fails only because the port is still taken.
+	for attempt := 1; ; attempt++ {
+		err := cp.apiserver.start()
+		if err == nil {
+			err = cp.apiserver.waitReady(readyTimeout, cp.apiServerReady)
+		}
+		if err == nil {
+			return
+		}
+		if attempt < 5 && !cp.apiserver.running() && strings.Contains(cp.apiserver.tail(logTailLines), "address already in use") {
+			time.Sleep(time.Second)
+			continue
+		}
+		cp.apiserver.stop()
+		cp.apiserver.reported = true
+		cp.t.Fatalf("testcp: restarting kube-apiserver: %v\n%s", err, cp.apiserver.tailReport(logTailLines))
+	}
+}
+
+// CreateNode creates a Node called name, after passing it to mutate (when not
+// nil) to set labels, spec or status; status set here is stored, as when a
+// kubelet registers. It fails t on error and returns the created Node.
+func (cp *ControlPlane) CreateNode(t testing.TB, name string, mutate func(*corev1.Node)) *corev1.Node {
+	t.Helper()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if mutate != nil {
+		mutate(node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := cp.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("testcp: creating node %s: %v", name, err)
+	}
+	return got
+}
+
+// apiServerArgs returns kube-apiserver's flags, extra replacing defaults of
+// the same name.
+func apiServerArgs(p *pki, etcdURL string, port int, certDir string, extra []string) []string {
+	defaults := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + certDir,
+		"--tls-cert-file=" + p.certFile,
+		"--tls-private-key-file=" + p.keyFile,
+		"--client-ca-file=" + p.caFile,
+		"--token-auth-file=" + p.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-key-file=" + p.saPubFile,
+		"--service-account-signing-key-file=" + p.saKeyFile,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		// API priority and fairness only adds start-up work here.
+		"--enable-priority-and-fairness=false",
+		// ServiceAccount admission rejects pods in a namespace until the
+		// controller manager has created its "default" ServiceAccount (and
+		// without one, forever), which makes pod-creating tests flaky.
+		// Nothing here runs a real kubelet that would mount the token.
+		// Re-enable it with --enable-admission-plugins=ServiceAccount.
+		"--disable-admission-plugins=ServiceAccount",
+		"--profiling=false",
+	}
+	for _, a := range extra {
+		name, value, _ := strings.Cut(a, "=")
+		if name == "--enable-admission-plugins" && hasListItem(value, "ServiceAccount") {
+			defaults = removeArg(defaults, "--disable-admission-plugins")
+		}
+	}
+	return mergeArgs(defaults, extra)
+}
+
+// mergeArgs returns defaults with each flag that also appears in overrides
+// (compared by the part before "=") replaced by the override, in place, and
+// the remaining overrides appended in order.
+func mergeArgs(defaults, overrides []string) []string {
+	out := append([]string(nil), defaults...)
+	for _, o := range overrides {
+		name, _, _ := strings.Cut(o, "=")
+		replaced := false
+		for i, d := range out {
+			if dn, _, _ := strings.Cut(d, "="); dn == name {
+				out[i] = o
+				replaced = true
+				break
+			}
+		}
+		if !replaced {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func removeArg(args []string, name string) []string {
+	var out []string
+	for _, a := range args {
+		if n, _, _ := strings.Cut(a, "="); n != name {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func hasListItem(list, item string) bool {
+	for _, s := range strings.Split(list, ",") {
+		if strings.TrimSpace(s) == item {
+			return true
+		}
+	}
+	return false
+}
+
+// etcdEnv is the test's environment without ETCD_* variables, which etcd
+// would read as flags ($ETCD_BIN among them).
+func etcdEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") {
+			env = append(env, kv)
+		}
+	}
+	// etcd 3.4 refuses to start on architectures other than amd64 and
+	// ppc64le unless told to.
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "ppc64le" {
+		env = append(env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
+	}
+	return env
+}
+
+func (cp *ControlPlane) apiServerReady() error {
+	return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/readyz", cp.apiPort), cp.pki.adminToken, "")
+}
+
+func (cp *ControlPlane) mkdir(t testing.TB, name string) string {
+	t.Helper()
+	d := filepath.Join(cp.Dir, name)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		t.Fatalf("testcp: %v", err)
+	}
+	return d
+}
+
+func (cp *ControlPlane) newComponent(name, path string, env, args []string) *component {
+	return &component{name: name, path: path, env: env, args: args, dir: cp.Dir, logPath: filepath.Join(cp.Dir, name+".log")}
+}
+
+// run starts c, registers its teardown and waits for ready to succeed,
+// failing t otherwise.
+func (cp *ControlPlane) run(t testing.TB, c *component, ready func() error) {
+	t.Helper()
+	if err := c.start(); err != nil {
+		t.Fatalf("testcp: starting %s: %v", c.name, err)
+	}
+	t.Cleanup(c.stop)
+	if err := c.waitReady(readyTimeout, ready); err != nil {
+		c.reported = true
+		t.Fatalf("testcp: %v\n%s", err, c.tailReport(logTailLines))
+	}
+}
+
+// logTailsIfFailed shows the end of every component's log when the test
+// failed, since the logs are deleted with the temporary directory. A log
+// already quoted by a failure message is not repeated.
+func (cp *ControlPlane) logTailsIfFailed() {
+	if !cp.t.Failed() {
+		return
+	}
+	for _, c := range []*component{cp.etcd, cp.apiserver, cp.controllerManager, cp.scheduler} {
+		if c != nil && !c.reported {
+			cp.t.Logf("testcp: %s", c.tailReport(30))
+		}
+	}
+}
+
+func (cp *ControlPlane) tlsClient() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.pki.caPEM)
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+func plainClient() *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+// getOK returns nil when GET url answers 200 with a body containing want.
+func getOK(c *http.Client, url, token, want string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(want)) {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// freePorts returns n distinct loopback TCP ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		// Kept open until all are chosen, so the ports are distinct.
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// writeKubeconfig writes a kubeconfig for the admin token. It is written as
+// JSON (which kubeconfig loaders accept) to keep clientcmd, and its flag
+// dependencies, out of this package.
+func writeKubeconfig(path, server string, p *pki) error {
+	type named struct {
+		Name    string         `json:"name"`
+		Cluster map[string]any `json:"cluster,omitempty"`
+		User    map[string]any `json:"user,omitempty"`
+		Context map[string]any `json:"context,omitempty"`
+	}
+	cfg := map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Config",
+		"clusters": []named{{Name: "testcp", Cluster: map[string]any{
+			"server":                     server,
+			"certificate-authority-data": base64.StdEncoding.EncodeToString(p.caPEM),
+		}}},
+		"users":           []named{{Name: AdminUser, User: map[string]any{"token": p.adminToken}}},
+		"contexts":        []named{{Name: "testcp", Context: map[string]any{"cluster": "testcp", "user": AdminUser}}},
+		"current-context": "testcp",
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o600)
+}
+
+// component is one control-plane process, which may be stopped and started
+// again with the same flags.
+type component struct {
+	name, path string
+	env, args  []string
+	dir        string // working directory
+	logPath    string // stdout and stderr of every run, appended
+
+	cmd  *exec.Cmd     // the current or last run; nil before the first
+	done chan struct{} // closed when cmd has exited
+	err  error         // cmd.Wait's result, set before done is closed
+
+	reported bool // a failure message already quoted the log
+}
+
+func (c *component) start() error {
+	f, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // the child holds its own copy
+	fmt.Fprintf(f, "=== testcp %s: %s %s\n", time.Now().Format(time.RFC3339Nano), c.path, strings.Join(c.args, " "))
+	cmd := exec.Command(c.path, c.args...)
+	cmd.Dir = c.dir
+	cmd.Env = c.env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.cmd, c.done = cmd, make(chan struct{})
+	go func(done chan struct{}) {
+		c.err = cmd.Wait()
+		close(done)
+	}(c.done)
+	return nil
+}
+
+func (c *component) running() bool {
+	if c.cmd == nil {
+		return false
+	}
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM to c's process group, then SIGKILL if it has not exited
+// within stopGrace, and waits for it to exit.
+func (c *component) stop() {
+	if c.cmd == nil {
+		return
+	}
+	p := c.cmd.Process
+	if c.running() {
+		signalGroup(p, sigTerm)
+		select {
+		case <-c.done:
+		case <-time.After(stopGrace):
+			signalGroup(p, sigKill)
+			<-c.done
+		}
+	}
+	// Anything the component started in its group goes with it.
+	signalGroup(p, sigKill)
+}
+
+// waitReady polls ready until it succeeds, c exits or timeout passes.
+func (c *component) waitReady(timeout time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v: %v", c.name, timeout, err)
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("%s exited before it was ready: %v", c.name, c.err)
+		case <-tick.C:
+		}
+	}
+}
+
+// tail returns the last n lines of c's log.
+func (c *component) tail(n int) string {
+	f, err := os.Open(c.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > 2*n {
+			lines = append(lines[:0], lines[len(lines)-n:]...)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		lines = append(lines, fmt.Sprintf("(reading log: %v)", err))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (c *component) tailReport(n int) string {
+	return fmt.Sprintf("last %d lines of %s:\n%s", n, c.logPath, c.tail(n))
+}

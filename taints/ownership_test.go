@@ -158,7 +158,7 @@ func TestValidateRules(t *testing.T) {
 		{name: "bad key", rules: []Rule{mod(func(r *Rule) { r.Taint.Key = "has space" })}, want: []string{"rules[0].taint.key"}},
 		{name: "bad value", rules: []Rule{mod(func(r *Rule) { r.Taint.Value = "not a label value!" })}, want: []string{"rules[0].taint.value"}},
 		{name: "reserved key refused with the reason", rules: []Rule{mod(func(r *Rule) { r.Taint.Key = "node.kubernetes.io/memory-pressure" })},
-			want: []string{"rules[0].taint.key", "node.kubernetes.io/", "control plane rewrites", "allowReservedKey"}},
+			want: []string{"rules[0].taint.key", "node.kubernetes.io/", "node lifecycle controller", "allowReservedKey"}},
 		{name: "reserved key allowed by opt-in", rules: []Rule{mod(func(r *Rule) { r.Taint.Key = "node.kubernetes.io/memory-pressure"; r.AllowReservedKey = true })}},
 		{name: "disagreeing values for one key and effect", rules: []Rule{good, mod(func(r *Rule) { r.Taint.Value = "other" })}, want: []string{"rules[1].taint.value", "must agree"}},
 	}

@@ -14,19 +14,24 @@ import (
 // lifecycle controller owns node.kubernetes.io/* and the cloud controller
 // manager owns node.cloudprovider.kubernetes.io/*. A rule may only use them
 // with AllowReservedKey set.
-var reservedPrefixes = []string{
-	"node.kubernetes.io/",
-	"node.cloudprovider.kubernetes.io/",
+var reservedPrefixes = []struct{ prefix, owner string }{
+	{"node.kubernetes.io/", "the node lifecycle controller"},
+	{"node.cloudprovider.kubernetes.io/", "the cloud controller manager"},
 }
 
 // ReservedPrefix returns the reserved prefix key falls under, or "".
 func ReservedPrefix(key string) string {
-	for _, p := range reservedPrefixes {
-		if strings.HasPrefix(key, p) {
-			return p
+	p, _ := reserved(key)
+	return p
+}
+
+func reserved(key string) (prefix, owner string) {
+	for _, r := range reservedPrefixes {
+		if strings.HasPrefix(key, r.prefix) {
+			return r.prefix, r.owner
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // Rule maps a condition in a given status to a taint.
@@ -75,10 +80,10 @@ func ValidateRules(rules []Rule, known map[corev1.NodeConditionType]bool, path *
 			for _, msg := range validation.IsQualifiedName(r.Taint.Key) {
 				errs = append(errs, field.Invalid(tp.Child("key"), r.Taint.Key, msg))
 			}
-			if pre := ReservedPrefix(r.Taint.Key); pre != "" && !r.AllowReservedKey {
+			if pre, owner := reserved(r.Taint.Key); pre != "" && !r.AllowReservedKey {
 				errs = append(errs, field.Forbidden(tp.Child("key"), fmt.Sprintf(
-					"%q is under %s, which the control plane rewrites from its own state (our taint would be overwritten or fight it); use the selftaint.io/ prefix, or set allowReservedKey: true if you mean it",
-					r.Taint.Key, pre)))
+					"%q is under %s, which %s owns and rewrites from its own state (our taint would be overwritten, or the two would fight); use the selftaint.io/ prefix, or set allowReservedKey: true if you mean it",
+					r.Taint.Key, pre, owner)))
 			}
 		}
 		for _, msg := range validation.IsValidLabelValue(r.Taint.Value) {

@@ -230,6 +230,9 @@ func Parse(b []byte) (*Config, error) {
 	c := &Config{}
 	if len(bytes.TrimSpace(b)) > 0 {
 		if err := yaml.UnmarshalStrict(b, c); err != nil {
+			if unknown := unknownFields(b); len(unknown) > 0 {
+				return nil, fmt.Errorf("decoding: unknown field %q (fields are case-sensitive; see deploy/configmap.yaml for every field)", strings.Join(unknown, `", "`))
+			}
 			return nil, fmt.Errorf("decoding: %s", cleanDecodeError(err))
 		}
 	}

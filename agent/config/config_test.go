@@ -88,7 +88,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		want []string
 	}{
 		{"unknown top-level field", "heartbeat: 5m", []string{`unknown field "heartbeat"`}},
-		{"unknown nested field", "probes:\n  memory:\n    availble: 5%", []string{`unknown field`, "availble"}},
+		{"unknown nested field", "probes:\n  memory:\n    availble: 5%", []string{`unknown field "probes.memory.availble"`}},
+		{"unknown field in a rule", "rules:\n- condition: SelftaintMemoryPressure\n  taint: {key: selftaint.io/x, effect: NoSchedule, efect: x}", []string{`unknown field "rules[0].taint.efect"`}},
 		{"bad effect", "rules:\n- condition: SelftaintMemoryPressure\n  taint: {key: selftaint.io/x, effect: NoWay}", []string{"rules[0].taint.effect", "NoWay"}},
 		{"reserved key", "rules:\n- condition: SelftaintMemoryPressure\n  taint: {key: node.kubernetes.io/memory-pressure, effect: NoSchedule}", []string{"rules[0].taint.key", "allowReservedKey"}},
 		{"negative duration", "probes:\n  memory:\n    for: -5s", []string{"probes.memory.for", "must not be negative"}},

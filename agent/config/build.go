@@ -1,0 +1,50 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/disk"
+	"github.com/selftaint/selftaint/probes/memory"
+	"github.com/selftaint/selftaint/probes/pid"
+)
+
+// ProbeSpecs builds the enabled probes, reading the host under host.Root.
+func (c *Config) ProbeSpecs(host probes.Host) ([]agent.ProbeSpec, error) {
+	var specs []agent.ProbeSpec
+	add := func(cm Common, p probes.Probe, err error) error {
+		if err != nil {
+			return fmt.Errorf("building probe: %w", err)
+		}
+		specs = append(specs, agent.ProbeSpec{
+			Entry:     probes.Entry{Probe: p, Interval: cm.Interval.D, Timeout: cm.Timeout.D},
+			Condition: cm.Condition,
+			Damping:   cm.Damping(),
+		})
+		return nil
+	}
+	if m := c.Probes.Memory; m.IsEnabled() {
+		p, err := memory.New(memory.Config{
+			AvailableBelow:    m.AvailableBelow.T,
+			PSISomeAvg10Above: *m.PSISomeAvg10Above,
+			PSIFullAvg10Above: *m.PSIFullAvg10Above,
+		}, host)
+		if err := add(m.Common, p, err); err != nil {
+			return nil, err
+		}
+	}
+	if d := c.Probes.Disk; d.IsEnabled() {
+		p, err := disk.New(disk.Config{Paths: d.Paths, FreeBelow: d.FreeBelow.T, InodesFreeBelow: d.InodesFreeBelow.T}, host)
+		if err := add(d.Common, p, err); err != nil {
+			return nil, err
+		}
+	}
+	if pc := c.Probes.PID; pc.IsEnabled() {
+		p, err := pid.New(pid.Config{UsedAbove: pc.UsedAbove.T}, host)
+		if err := add(pc.Common, p, err); err != nil {
+			return nil, err
+		}
+	}
+	return specs, nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/probes"
+)
+
+// agentFlags are the agent subcommand's flags.
+type agentFlags struct {
+	nodeName   string
+	kubeconfig string
+	hostRoot   string
+	configPath string
+	logLevel   string
+	qps        float64
+	burst      int
+}
+
+func (f *agentFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "the Node this agent owns (default $NODE_NAME, set from the downward API in the DaemonSet)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; empty means in-cluster config (default $KUBECONFIG)")
+	fs.StringVar(&f.hostRoot, "host-root", "/", "where the host's filesystem is mounted (e.g. /host in the DaemonSet)")
+	fs.StringVar(&f.configPath, "config", "", "config file (YAML); empty means the built-in defaults")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Float64Var(&f.qps, "kube-api-qps", 5, "client-side limit on API requests per second")
+	fs.IntVar(&f.burst, "kube-api-burst", 10, "client-side burst of API requests")
+}
+
+func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f agentFlags
+	f.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if f.nodeName == "" {
+		return errors.New("--node-name is required (or set $NODE_NAME)")
+	}
+	logger, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(f.configPath)
+	if err != nil {
+		return err
+	}
+	rc, err := restConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.QPS, rc.Burst = float32(f.qps), f.burst
+	rc.UserAgent = "selftaint/" + f.nodeName
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	specs, err := cfg.ProbeSpecs(probes.Host{Root: f.hostRoot})
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Options{
+		NodeName:        f.nodeName,
+		Client:          client,
+		Probes:          specs,
+		Rules:           cfg.TaintRules(),
+		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
+		Logger:          logger,
+	})
+	if err != nil {
+		return err
+	}
+	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	logger.Info("agent stopped")
+	return nil
+}
+
+// restConfig loads a kubeconfig file, or the in-cluster config when path is
+// empty.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
+	}
+	return rc, nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// checkRow is one probe's line in selftaint check.
+type checkRow struct {
+	probes.Result
+	Condition       corev1.NodeConditionType `json:"condition"`
+	ConditionStatus corev1.ConditionStatus   `json:"conditionStatus"`
+}
+
+// checkReport is selftaint check's whole output.
+type checkReport struct {
+	Probes []checkRow     `json:"probes"`
+	Taints []corev1.Taint `json:"taints"`
+}
+
+func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	hostRoot := fs.String("host-root", "/", "where the host's filesystem is mounted")
+	configPath := fs.String("config", "", "config file (YAML); empty means the built-in defaults")
+	output := fs.String("output", "table", "table or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("--output must be table or json, not %q", *output)
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	specs, err := cfg.ProbeSpecs(probes.Host{Root: *hostRoot})
+	if err != nil {
+		return err
+	}
+	rep := check(ctx, specs, cfg.TaintRules())
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printCheck(stdout, rep)
+}
+
+// check runs every probe once, without damping: it shows what the agent
+// would conclude if the readings held.
+func check(ctx context.Context, specs []agent.ProbeSpec, rules []taints.Rule) checkReport {
+	rows := make([]checkRow, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		wg.Go(func() {
+			res := probes.RunOnce(ctx, s.Entry.Probe, s.Entry.Timeout, probes.RealClock{})
+			rows[i] = checkRow{Result: res, Condition: s.Condition, ConditionStatus: agent.ConditionStatus(res.Status)}
+		})
+	}
+	wg.Wait()
+	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	for _, r := range rows {
+		statuses[r.Condition] = r.ConditionStatus
+	}
+	return checkReport{Probes: rows, Taints: taints.Desired(rules, statuses)}
+}
+
+func printCheck(w io.Writer, rep checkReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROBE\tVERDICT\tCONDITION\tSTATUS\tREASON\tREADINGS")
+	for _, r := range rep.Probes {
+		var rd []string
+		for _, x := range r.Readings {
+			rd = append(rd, x.Name+"="+x.Value)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Status, r.Condition, r.ConditionStatus, r.Reason, strings.Join(rd, " "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, r := range rep.Probes {
+		fmt.Fprintf(w, "%s: %s\n", r.Probe, r.Message)
+	}
+	fmt.Fprintln(w)
+	if len(rep.Taints) == 0 {
+		fmt.Fprintln(w, "Taints that would follow: none")
+		return nil
+	}
+	fmt.Fprintln(w, "Taints that would follow:")
+	for _, t := range rep.Taints {
+		fmt.Fprintf(w, "  %s\n", taints.Format(t))
+	}
+	return nil
+}

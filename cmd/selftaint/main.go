@@ -1,0 +1,98 @@
+// Command selftaint is the node agent's binary. Its subcommands turn flags and
+// the config file into components and run them; this is the only package
+// that exits the process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+)
+
+const usage = `selftaint keeps taints on its own Kubernetes Node that follow the node's health.
+
+Usage:
+  selftaint agent [flags]   run the node agent (the DaemonSet's job)
+  selftaint check [flags]   probe this machine once, no cluster needed, and show
+                            the conditions and taints that would follow
+
+Run "selftaint <command> -h" for the command's flags.
+`
+
+// errUsage marks an error already explained by a usage message.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "agent":
+		err = runAgent(ctx, args[1:], stderr)
+	case "check":
+		err = runCheck(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "selftaint: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "selftaint %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// newLogger builds the process logger and routes client-go's klog output
+// through it, so there is one log format.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	klog.SetSlogLogger(logger)
+	return logger, nil
+}
+
+// parseFlags parses args into fs, turning flag errors into errUsage (the
+// flag package has already printed them).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
+		return errUsage
+	}
+	return nil
+}

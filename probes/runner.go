@@ -1,0 +1,446 @@
+package probes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Reasons the runner sets on a Result when the probe itself could not.
+const (
+	// ReasonProbeTimeout: the probe did not finish within its timeout.
+	ReasonProbeTimeout = "ProbeTimeout"
+	// ReasonProbePanic: the probe panicked.
+	ReasonProbePanic = "ProbePanic"
+	// ReasonProbeError: the probe returned a Result without a valid Status.
+	ReasonProbeError = "ProbeError"
+	// ReasonProbeCanceled: the caller's context ended before the probe
+	// finished. The Runner never reports such results.
+	ReasonProbeCanceled = "ProbeCanceled"
+	// ReasonReadError is the reason probes use when they cannot read or
+	// parse their source; probe packages re-export it.
+	ReasonReadError = "ReadError"
+)
+
+// Clock is the runner's view of time, so tests can step it.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTimer returns a timer that fires once, after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a one-shot timer made by a Clock.
+type Timer interface {
+	// C returns the channel the time is sent on when the timer fires.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing. It reports whether it stopped
+	// the timer, false if it had already fired or been stopped.
+	Stop() bool
+}
+
+// RealClock is the Clock of the time package.
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a time.Timer wrapped as a Timer.
+func (RealClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time { return t.t.C }
+func (t realTimer) Stop() bool          { return t.t.Stop() }
+
+// Entry schedules one probe.
+type Entry struct {
+	Probe Probe
+	// Interval is the time from the start of one run to the start of the
+	// next. It must be positive.
+	Interval time.Duration
+	// Timeout bounds one run. It must be positive and below Interval, so
+	// runs of one probe never overlap.
+	Timeout time.Duration
+}
+
+// RunnerOptions tune a Runner. The zero value is ready to use.
+type RunnerOptions struct {
+	// Clock defaults to RealClock.
+	Clock Clock
+	// Jitter is the fraction of a probe's interval over which its first
+	// run is spread at random, so probes (and nodes started together) do
+	// not all read the host at the same instant. 0 means 0.1; a negative
+	// value means no start delay. It must be at most 1.
+	Jitter float64
+	// Rand returns a number in [0, 1); it defaults to math/rand/v2.Float64.
+	// Run calls it from one goroutine, once per probe.
+	Rand func() float64
+	// Logger receives transitions into and out of Unknown; it defaults to
+	// discarding everything.
+	Logger *slog.Logger
+}
+
+// ProbeStats counts one probe's runs.
+type ProbeStats struct {
+	Name string
+	// Runs is how many results the probe produced.
+	Runs uint64
+	// Failures is how many of them were Unknown.
+	Failures uint64
+	// LastStatus and LastDuration describe the latest result.
+	LastStatus   Status
+	LastDuration time.Duration
+}
+
+// Runner runs a fixed set of probes, each on its own interval, with a
+// timeout per run, a random start delay, and panic recovery, so that one
+// slow, broken or panicking probe never stops or delays the others.
+type Runner struct {
+	entries []Entry
+	clock   Clock
+	jitter  float64
+	rand    func() float64
+	log     *slog.Logger
+
+	mu    sync.Mutex   // guards stats and last
+	stats []ProbeStats // indexed like entries
+	last  []Result     // latest result per entry, for transition logging; zero Status before the first
+}
+
+// NewRunner validates entries and returns a Runner for them. Every probe
+// must be non-nil with a unique, non-empty name, and 0 < Timeout < Interval.
+// All problems found are reported together.
+func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
+	var errs []error
+	seen := make(map[string]int, len(entries))
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		if e.Probe == nil {
+			errs = append(errs, fmt.Errorf("probe entry %d: probe is nil", i))
+			continue
+		}
+		name := e.Probe.Name()
+		names[i] = name
+		what := fmt.Sprintf("probe %q", name)
+		if name == "" {
+			what = fmt.Sprintf("probe entry %d (%T)", i, e.Probe)
+			errs = append(errs, fmt.Errorf("%s: name is empty", what))
+		} else if j, dup := seen[name]; dup {
+			errs = append(errs, fmt.Errorf("%s: name is used by entries %d and %d", what, j, i))
+		} else {
+			seen[name] = i
+		}
+		if e.Interval <= 0 {
+			errs = append(errs, fmt.Errorf("%s: interval %v must be positive", what, e.Interval))
+		}
+		switch {
+		case e.Timeout <= 0:
+			errs = append(errs, fmt.Errorf("%s: timeout %v must be positive", what, e.Timeout))
+		case e.Interval > 0 && e.Timeout >= e.Interval:
+			errs = append(errs, fmt.Errorf("%s: timeout %v must be less than interval %v", what, e.Timeout, e.Interval))
+		}
+	}
+	if math.IsNaN(opts.Jitter) || opts.Jitter > 1 {
+		errs = append(errs, fmt.Errorf("jitter %v must be at most 1", opts.Jitter))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid probe configuration: %w", err)
+	}
+
+	r := &Runner{
+		entries: append([]Entry(nil), entries...),
+		clock:   opts.Clock,
+		jitter:  opts.Jitter,
+		rand:    opts.Rand,
+		log:     opts.Logger,
+		stats:   make([]ProbeStats, len(entries)),
+		last:    make([]Result, len(entries)),
+	}
+	if r.clock == nil {
+		r.clock = RealClock{}
+	}
+	switch {
+	case r.jitter == 0:
+		r.jitter = 0.1
+	case r.jitter < 0:
+		r.jitter = 0
+	}
+	if r.rand == nil {
+		r.rand = rand.Float64
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	for i, name := range names {
+		r.stats[i].Name = name
+	}
+	return r, nil
+}
+
+// Run runs every probe in its own goroutine until ctx is done, and returns
+// once all of them have stopped. A probe first runs after a random delay in
+// [0, Jitter*Interval), then every Interval measured from the start of its
+// previous run; if a run (with the sink) took longer than Interval, the next
+// starts right away. Runs of one probe never overlap.
+//
+// sink receives every result. Calls to sink are serialized, so it need not
+// be safe for concurrent use, but it should return promptly: a slow sink
+// delays the other probes' results, and Run waits for it to return. Results
+// of runs cut short by ctx ending are dropped, not passed to sink.
+//
+// A probe that ignores its context and never returns leaks the goroutine
+// running it (see RunOnce); Run itself still returns. Call Run once per
+// Runner: concurrent Runs would share its Stats.
+func (r *Runner) Run(ctx context.Context, sink func(Result)) {
+	var (
+		sinkMu sync.Mutex // serializes sink calls
+		wg     sync.WaitGroup
+	)
+	emit := func(res Result) {
+		sinkMu.Lock()
+		defer sinkMu.Unlock()
+		if ctx.Err() != nil || sink == nil {
+			return
+		}
+		sink(res)
+	}
+	for i, e := range r.entries {
+		delay := r.startDelay(e.Interval) // here, so Rand is called from one goroutine
+		wg.Go(func() { r.loop(ctx, i, delay, emit) })
+	}
+	<-ctx.Done()
+	wg.Wait()
+}
+
+// loop runs entry i, first after delay, until ctx is done.
+func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func(Result)) {
+	e := r.entries[i]
+	if !r.sleep(ctx, delay) {
+		return
+	}
+	for {
+		start := r.clock.Now()
+		res, stack := runOnce(ctx, e.Probe, e.Timeout, r.clock)
+		if ctx.Err() != nil {
+			return
+		}
+		r.record(i, res, stack)
+		emit(res)
+		if !r.sleep(ctx, start.Add(e.Interval).Sub(r.clock.Now())) {
+			return
+		}
+	}
+}
+
+// startDelay picks the random delay before a probe's first run.
+func (r *Runner) startDelay(interval time.Duration) time.Duration {
+	f := r.rand()
+	if !(f >= 0 && f < 1) { // also catches NaN
+		f = 0
+	}
+	return time.Duration(f * r.jitter * float64(interval))
+}
+
+// sleep waits for d on the runner's clock and reports whether ctx is still
+// live. It returns at once for d <= 0.
+func (r *Runner) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := r.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
+// record updates entry i's stats and logs transitions into, within and out
+// of Unknown. Steady states are not logged.
+func (r *Runner) record(i int, res Result, stack []byte) {
+	r.mu.Lock()
+	prev := r.last[i]
+	r.last[i] = res
+	s := &r.stats[i]
+	s.Runs++
+	if res.Status == StatusUnknown {
+		s.Failures++
+	}
+	s.LastStatus = res.Status
+	s.LastDuration = res.Duration
+	r.mu.Unlock()
+
+	switch {
+	case res.Status == StatusUnknown && (prev.Status != StatusUnknown || prev.Reason != res.Reason):
+		attrs := []any{"probe", res.Probe, "reason", res.Reason, "message", res.Message, "duration", res.Duration}
+		if stack != nil {
+			attrs = append(attrs, "stack", string(stack))
+		}
+		r.log.Warn("probe cannot tell host health", attrs...)
+	case res.Status != StatusUnknown && prev.Status == StatusUnknown:
+		r.log.Info("probe works again", "probe", res.Probe, "status", res.Status, "reason", res.Reason)
+	}
+}
+
+// Stats returns each probe's counters, in the order of the entries.
+func (r *Runner) Stats() []ProbeStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ProbeStats(nil), r.stats...)
+}
+
+// RunOnce runs p once and returns its Result with Probe, Time (when it
+// finished) and Duration filled in from clock (RealClock when nil). Failures
+// of the probe itself become StatusUnknown results:
+//
+//   - it did not return within timeout: ReasonProbeTimeout;
+//   - it panicked: ReasonProbePanic, with the panic value in the message;
+//   - it returned no or an invalid Status: ReasonProbeError;
+//   - ctx ended first: ReasonProbeCanceled.
+//
+// The probe's context is canceled at the timeout (with the real clock it
+// also carries the deadline). RunOnce returns at the timeout even if the
+// probe ignores its context: the probe keeps running in a goroutine that
+// exits whenever the probe returns, and leaks until then. A timeout <= 0
+// means no timeout beyond ctx.
+func RunOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) Result {
+	res, _ := runOnce(ctx, p, timeout, clock)
+	return res
+}
+
+// outcome is what the goroutine running a probe sends back.
+type outcome struct {
+	res   Result
+	stack []byte // set when the probe panicked
+}
+
+// runOnce is RunOnce, also returning the stack of a panic for logging.
+func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (Result, []byte) {
+	if clock == nil {
+		clock = RealClock{}
+	}
+	start := clock.Now()
+	if p == nil {
+		return finish(Result{Status: StatusUnknown, Reason: ReasonProbeError, Message: "probe is nil"}, "", start, clock), nil
+	}
+	name := p.Name()
+
+	var (
+		pctx   context.Context
+		cancel context.CancelFunc
+	)
+	if _, real := clock.(RealClock); real && timeout > 0 {
+		// Give the probe a deadline it can pass on (e.g. to exec).
+		pctx, cancel = context.WithTimeout(ctx, timeout)
+	} else {
+		pctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+
+	// Arm the timer before starting the probe, so a probe that has
+	// started always runs under its timeout (tests rely on this order).
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := clock.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C()
+	}
+
+	// Buffered, so a probe that returns after we gave up can still send
+	// and its goroutine exit.
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- outcome{
+					res: Result{
+						Status:  StatusUnknown,
+						Reason:  ReasonProbePanic,
+						Message: fmt.Sprintf("probe %q panicked: %v", name, v),
+					},
+					stack: debug.Stack(),
+				}
+			}
+		}()
+		done <- outcome{res: p.Probe(pctx)}
+	}()
+
+	timedOut := Result{
+		Status:  StatusUnknown,
+		Reason:  ReasonProbeTimeout,
+		Message: fmt.Sprintf("probe %q did not finish within its timeout of %v", name, timeout),
+	}
+	// failed says the probe returned a failure of its own (not a panic).
+	failed := func(o outcome) bool {
+		return o.stack == nil && o.res.Status != StatusOK && o.res.Status != StatusProblem
+	}
+	var o outcome
+	select {
+	case o = <-done:
+		// A probe that gave up because its deadline passed reports its
+		// own error; say plainly that it timed out.
+		if failed(o) && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
+			o.res = timedOut
+		}
+	case <-expired:
+		select {
+		case o = <-done:
+			// Finished at the same instant: keep a verdict, but a
+			// failure is most likely the probe giving up on its deadline.
+			if failed(o) {
+				o.res = timedOut
+			}
+		default:
+			o.res = timedOut
+		}
+	case <-ctx.Done():
+		select {
+		case o = <-done:
+		default:
+			o.res = Result{
+				Status:  StatusUnknown,
+				Reason:  ReasonProbeCanceled,
+				Message: fmt.Sprintf("probe %q canceled: %v", name, context.Cause(ctx)),
+			}
+		}
+	}
+	return finish(validate(name, o.res), name, start, clock), o.stack
+}
+
+// validate turns a result without a valid Status into a ProbeError.
+func validate(name string, res Result) Result {
+	switch res.Status {
+	case StatusOK, StatusProblem, StatusUnknown:
+		return res
+	}
+	msg := fmt.Sprintf("probe %q returned no status", name)
+	if res.Status != "" {
+		msg = fmt.Sprintf("probe %q returned invalid status %q", name, res.Status)
+	}
+	if res.Reason != "" || res.Message != "" {
+		msg += fmt.Sprintf(" (reason %q, message %q)", res.Reason, res.Message)
+	}
+	return Result{
+		Status:   StatusUnknown,
+		Reason:   ReasonProbeError,
+		Message:  msg,
+		Readings: res.Readings,
+	}
+}
+
+// finish stamps a result with the probe's name, end time and duration.
+func finish(res Result, name string, start time.Time, clock Clock) Result {
+	res.Probe = name
+	res.Time = clock.Now()
+	res.Duration = res.Time.Sub(start)
+	return res
+}

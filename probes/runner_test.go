@@ -1,0 +1,504 @@
+package probes_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/probestest"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// failAfter bounds how long a test waits for something that must happen; it
+// only turns a hang into a failure and never decides an assertion.
+const failAfter = 10 * time.Second
+
+func ok(name string) probestest.StaticProbe {
+	return probestest.StaticProbe{ProbeName: name, Result: probes.Result{Status: probes.StatusOK, Reason: "Fine"}}
+}
+
+// harness runs a Runner in the background and collects its results.
+type harness struct {
+	t       *testing.T
+	clock   *probestest.FakeClock
+	runner  *probes.Runner
+	results chan probes.Result
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func start(t *testing.T, entries []probes.Entry, opts probes.RunnerOptions, sink func(*probestest.FakeClock, probes.Result)) *harness {
+	t.Helper()
+	h := &harness{
+		t:       t,
+		clock:   probestest.NewFakeClock(t0),
+		results: make(chan probes.Result, 100),
+		done:    make(chan struct{}),
+	}
+	opts.Clock = h.clock
+	r, err := probes.NewRunner(entries, opts)
+	if err != nil {
+		t.Fatalf("NewRunner: %v", err)
+	}
+	h.runner = r
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() {
+		defer close(h.done)
+		r.Run(ctx, func(res probes.Result) {
+			if sink != nil {
+				sink(h.clock, res)
+			}
+			h.results <- res
+		})
+	}()
+	t.Cleanup(h.stop)
+	return h
+}
+
+// stop cancels Run and waits for it to return.
+func (h *harness) stop() {
+	h.t.Helper()
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(failAfter):
+		h.t.Fatalf("Run did not return within %v of cancel", failAfter)
+	}
+}
+
+func (h *harness) recv() probes.Result {
+	h.t.Helper()
+	select {
+	case res := <-h.results:
+		return res
+	case <-time.After(failAfter):
+		h.t.Fatalf("no result within %v", failAfter)
+		return probes.Result{}
+	}
+}
+
+// waiters blocks until n timers are armed on the fake clock.
+func (h *harness) waiters(n int) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	if err := h.clock.BlockUntilWaitersContext(ctx, n); err != nil {
+		h.t.Fatalf("waiting for %d armed timers (have %d): %v", n, h.clock.WaiterCount(), err)
+	}
+}
+
+// quiet asserts that no result is pending. It is only meaningful when every
+// probe goroutine is known to be blocked on the fake clock.
+func (h *harness) quiet() {
+	h.t.Helper()
+	select {
+	case res := <-h.results:
+		h.t.Fatalf("unexpected result %+v", res)
+	default:
+	}
+}
+
+func TestRunnerJitterDelaysFirstRunThenInterval(t *testing.T) {
+	const interval = 10 * time.Second
+	h := start(t, []probes.Entry{{Probe: ok("a"), Interval: interval, Timeout: time.Second}},
+		probes.RunnerOptions{Rand: func() float64 { return 0.5 }}, nil) // default jitter 0.1: delay 500ms
+
+	h.waiters(1)
+	h.clock.Step(499 * time.Millisecond)
+	if got, want := h.clock.WaiterCount(), 1; got != want {
+		t.Fatalf("after 499ms: armed timers = %d, want %d (first run must wait for its jitter)", got, want)
+	}
+	h.quiet()
+	h.clock.Step(time.Millisecond)
+	res := h.recv()
+	if got, want := res.Time, t0.Add(500*time.Millisecond); !got.Equal(want) {
+		t.Errorf("first run at %v, want %v", got, want)
+	}
+	if got, want := res.Probe, "a"; got != want {
+		t.Errorf("Probe = %q, want %q", got, want)
+	}
+
+	// The next run is one interval after the start of the first.
+	h.waiters(1)
+	h.clock.Step(interval - time.Nanosecond)
+	if got, want := h.clock.WaiterCount(), 1; got != want {
+		t.Fatalf("before the interval: armed timers = %d, want %d", got, want)
+	}
+	h.quiet()
+	h.clock.Step(time.Nanosecond)
+	res = h.recv()
+	if got, want := res.Time, t0.Add(500*time.Millisecond+interval); !got.Equal(want) {
+		t.Errorf("second run at %v, want %v", got, want)
+	}
+	h.waiters(1)
+	h.clock.Step(interval)
+	res = h.recv()
+	if got, want := res.Time, t0.Add(500*time.Millisecond+2*interval); !got.Equal(want) {
+		t.Errorf("third run at %v, want %v", got, want)
+	}
+}
+
+func TestRunnerJitterOptions(t *testing.T) {
+	const interval = 10 * time.Second
+	tests := []struct {
+		name   string
+		jitter float64
+		rand   float64
+		want   time.Duration
+	}{
+		{"default 10%", 0, 0.9, 900 * time.Millisecond},
+		{"half", 0.5, 0.5, 2500 * time.Millisecond},
+		{"full", 1, 0.25, 2500 * time.Millisecond},
+		{"negative disables", -1, 0.9, 0},
+		{"rand zero", 0.1, 0, 0},
+		{"out-of-range rand treated as zero", 0.1, 1.5, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, []probes.Entry{{Probe: ok("a"), Interval: interval, Timeout: time.Second}},
+				probes.RunnerOptions{Jitter: tt.jitter, Rand: func() float64 { return tt.rand }}, nil)
+			if tt.want > 0 {
+				h.waiters(1)
+				h.clock.Step(tt.want)
+			}
+			if got, want := h.recv().Time, t0.Add(tt.want); !got.Equal(want) {
+				t.Errorf("first run at %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestRunnerOverrunRunsAgainAtOnce(t *testing.T) {
+	const interval = 10 * time.Second
+	var once sync.Once
+	// The first sink call takes two intervals of (fake) time.
+	h := start(t, []probes.Entry{{Probe: ok("a"), Interval: interval, Timeout: time.Second}},
+		probes.RunnerOptions{Jitter: -1}, func(c *probestest.FakeClock, _ probes.Result) {
+			once.Do(func() { c.Step(2 * interval) })
+		})
+	if got, want := h.recv().Time, t0; !got.Equal(want) {
+		t.Errorf("first run at %v, want %v", got, want)
+	}
+	// No Step: the overdue run starts without waiting on the clock.
+	if got, want := h.recv().Time, t0.Add(2*interval); !got.Equal(want) {
+		t.Errorf("second run at %v, want %v", got, want)
+	}
+	h.waiters(1)
+	h.clock.Step(interval)
+	if got, want := h.recv().Time, t0.Add(3*interval); !got.Equal(want) {
+		t.Errorf("third run at %v, want %v", got, want)
+	}
+}
+
+func TestRunnerTimeout(t *testing.T) {
+	const timeout = 2 * time.Second
+	for _, honoursCtx := range []bool{true, false} {
+		name := map[bool]string{true: "honours ctx", false: "ignores ctx"}[honoursCtx]
+		t.Run(name, func(t *testing.T) {
+			started := make(chan struct{}, 10)
+			release := make(chan struct{})
+			t.Cleanup(func() { close(release) })
+			p := probestest.FuncProbe{ProbeName: "slow", Func: func(ctx context.Context) probes.Result {
+				started <- struct{}{}
+				if honoursCtx {
+					<-ctx.Done()
+				} else {
+					<-release
+				}
+				return probes.Result{Status: probes.StatusOK}
+			}}
+			h := start(t, []probes.Entry{{Probe: p, Interval: 10 * time.Second, Timeout: timeout}},
+				probes.RunnerOptions{Jitter: -1}, nil)
+			select {
+			case <-started: // the timeout timer is armed before the probe starts
+			case <-time.After(failAfter):
+				t.Fatal("probe did not start")
+			}
+			h.clock.Step(timeout - time.Nanosecond)
+			h.quiet()
+			h.clock.Step(time.Nanosecond)
+			res := h.recv()
+			if got, want := res.Status, probes.StatusUnknown; got != want {
+				t.Errorf("Status = %q, want %q", got, want)
+			}
+			if got, want := res.Reason, probes.ReasonProbeTimeout; got != want {
+				t.Errorf("Reason = %q, want %q", got, want)
+			}
+			for _, want := range []string{`"slow"`, "2s"} {
+				if !strings.Contains(res.Message, want) {
+					t.Errorf("Message = %q, want it to contain %q", res.Message, want)
+				}
+			}
+			if got, want := res.Duration, timeout; got != want {
+				t.Errorf("Duration = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the runner's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestRunnerPanicIsolated(t *testing.T) {
+	const interval = 10 * time.Second
+	var logs syncBuffer
+	panicky := probestest.FuncProbe{ProbeName: "panicky", Func: func(context.Context) probes.Result {
+		panic("boom")
+	}}
+	h := start(t, []probes.Entry{
+		{Probe: panicky, Interval: interval, Timeout: time.Second},
+		{Probe: ok("steady"), Interval: interval, Timeout: time.Second},
+	}, probes.RunnerOptions{Jitter: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
+
+	for round := range 3 {
+		if round > 0 {
+			h.waiters(2)
+			h.clock.Step(interval)
+		}
+		got := map[string]probes.Result{}
+		for range 2 {
+			res := h.recv()
+			got[res.Probe] = res
+		}
+		p := got["panicky"]
+		if p.Status != probes.StatusUnknown || p.Reason != probes.ReasonProbePanic {
+			t.Errorf("round %d: panicky = %q/%q, want %q/%q", round, p.Status, p.Reason, probes.StatusUnknown, probes.ReasonProbePanic)
+		}
+		if !strings.Contains(p.Message, "boom") {
+			t.Errorf("round %d: panicky message = %q, want it to contain the panic value", round, p.Message)
+		}
+		if s := got["steady"]; s.Status != probes.StatusOK {
+			t.Errorf("round %d: steady = %q, want %q", round, s.Status, probes.StatusOK)
+		}
+	}
+	h.stop()
+
+	want := []probes.ProbeStats{
+		{Name: "panicky", Runs: 3, Failures: 3, LastStatus: probes.StatusUnknown},
+		{Name: "steady", Runs: 3, Failures: 0, LastStatus: probes.StatusOK},
+	}
+	got := h.runner.Stats()
+	if len(got) != len(want) {
+		t.Fatalf("Stats() = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Stats()[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// Logged once on the transition into Unknown, with the stack.
+	if got, want := strings.Count(logs.String(), "probe cannot tell host health"), 1; got != want {
+		t.Errorf("transition logged %d times, want %d; logs:\n%s", got, want, logs.String())
+	}
+	if !strings.Contains(logs.String(), "runtime/debug.Stack") {
+		t.Errorf("panic log has no stack; logs:\n%s", logs.String())
+	}
+}
+
+func TestRunnerCancelStopsRun(t *testing.T) {
+	tests := []struct {
+		name  string
+		probe probes.Probe
+	}{
+		{"idle", ok("a")},
+		{"probe stuck ignoring ctx", probestest.FuncProbe{ProbeName: "stuck", Func: func(context.Context) probes.Result {
+			select {} // leaks, as documented
+		}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t, []probes.Entry{{Probe: tt.probe, Interval: time.Minute, Timeout: time.Second}},
+				probes.RunnerOptions{Rand: func() float64 { return 0 }}, nil)
+			h.waiters(1) // waiting for the interval, or for the stuck probe's timeout
+			h.stop()
+			if tt.probe.Name() == "stuck" {
+				h.quiet() // the canceled run is not reported
+			}
+		})
+	}
+}
+
+func TestRunnerNoEntriesRunsUntilCanceled(t *testing.T) {
+	r, err := probes.NewRunner(nil, probes.RunnerOptions{})
+	if err != nil {
+		t.Fatalf("NewRunner(nil): %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx, nil); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("Run returned before ctx was canceled")
+	default:
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(failAfter):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestNewRunnerValidation(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		name     string
+		entries  []probes.Entry
+		opts     probes.RunnerOptions
+		wantErrs []string // empty: valid
+	}{
+		{"valid", []probes.Entry{{ok("a"), 10 * s, s}, {ok("b"), 2 * s, s}}, probes.RunnerOptions{}, nil},
+		{"nil probe", []probes.Entry{{nil, 10 * s, s}}, probes.RunnerOptions{}, []string{"probe entry 0: probe is nil"}},
+		{"empty name", []probes.Entry{{ok(""), 10 * s, s}}, probes.RunnerOptions{}, []string{"probe entry 0 (probestest.StaticProbe): name is empty"}},
+		{"duplicate name", []probes.Entry{{ok("a"), 10 * s, s}, {ok("a"), 10 * s, s}}, probes.RunnerOptions{}, []string{`probe "a": name is used by entries 0 and 1`}},
+		{"zero interval", []probes.Entry{{ok("a"), 0, s}}, probes.RunnerOptions{}, []string{`probe "a": interval 0s must be positive`}},
+		{"negative interval", []probes.Entry{{ok("a"), -s, s}}, probes.RunnerOptions{}, []string{`probe "a": interval -1s must be positive`}},
+		{"zero timeout", []probes.Entry{{ok("a"), 10 * s, 0}}, probes.RunnerOptions{}, []string{`probe "a": timeout 0s must be positive`}},
+		{"timeout equals interval", []probes.Entry{{ok("a"), 10 * s, 10 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 10s must be less than interval 10s`}},
+		{"timeout above interval", []probes.Entry{{ok("a"), s, 2 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 2s must be less than interval 1s`}},
+		{"jitter above 1", []probes.Entry{{ok("a"), 10 * s, s}}, probes.RunnerOptions{Jitter: 1.5}, []string{"jitter 1.5 must be at most 1"}},
+		{"all reported", []probes.Entry{{ok("a"), 0, 0}, {nil, s, s}}, probes.RunnerOptions{}, []string{
+			`probe "a": interval 0s must be positive`, `probe "a": timeout 0s must be positive`, "probe entry 1: probe is nil",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := probes.NewRunner(tt.entries, tt.opts)
+			if len(tt.wantErrs) == 0 {
+				if err != nil {
+					t.Fatalf("NewRunner: got error %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("NewRunner: got nil error, want %q", tt.wantErrs)
+			}
+			for _, want := range tt.wantErrs {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("NewRunner: got error %q, want it to contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestRunOnce(t *testing.T) {
+	readings := []probes.Reading{{Name: "x", Value: "1"}}
+	tests := []struct {
+		name        string
+		probe       probes.Probe
+		wantStatus  probes.Status
+		wantReason  string
+		wantMessage string
+	}{
+		{"ok", probestest.StaticProbe{ProbeName: "p", Result: probes.Result{Probe: "wrong", Status: probes.StatusOK, Reason: "Fine", Readings: readings}},
+			probes.StatusOK, "Fine", ""},
+		{"problem", probestest.StaticProbe{ProbeName: "p", Result: probes.Result{Status: probes.StatusProblem, Reason: "Bad", Message: "bad"}},
+			probes.StatusProblem, "Bad", "bad"},
+		{"unknown passes through", probestest.StaticProbe{ProbeName: "p", Result: probes.Result{Status: probes.StatusUnknown, Reason: "ReadError", Message: "no file"}},
+			probes.StatusUnknown, "ReadError", "no file"},
+		{"empty status", probestest.StaticProbe{ProbeName: "p", Result: probes.Result{Reason: "Fine"}},
+			probes.StatusUnknown, probes.ReasonProbeError, `probe "p" returned no status (reason "Fine"`},
+		{"invalid status", probestest.StaticProbe{ProbeName: "p", Result: probes.Result{Status: "True"}},
+			probes.StatusUnknown, probes.ReasonProbeError, `probe "p" returned invalid status "True"`},
+		{"panic", probestest.FuncProbe{ProbeName: "p", Func: func(context.Context) probes.Result { panic(errors.New("kaboom")) }},
+			probes.StatusUnknown, probes.ReasonProbePanic, `probe "p" panicked: kaboom`},
+		{"nil probe", nil, probes.StatusUnknown, probes.ReasonProbeError, "probe is nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := probestest.NewFakeClock(t0)
+			res := probes.RunOnce(context.Background(), tt.probe, time.Second, clock)
+			if res.Status != tt.wantStatus || res.Reason != tt.wantReason {
+				t.Errorf("got %q/%q, want %q/%q (message %q)", res.Status, res.Reason, tt.wantStatus, tt.wantReason, res.Message)
+			}
+			if !strings.Contains(res.Message, tt.wantMessage) {
+				t.Errorf("Message = %q, want it to contain %q", res.Message, tt.wantMessage)
+			}
+			wantName := ""
+			if tt.probe != nil {
+				wantName = tt.probe.Name()
+			}
+			if got, want := res.Probe, wantName; got != want {
+				t.Errorf("Probe = %q, want %q", got, want)
+			}
+			if got, want := res.Time, t0; !got.Equal(want) {
+				t.Errorf("Time = %v, want %v", got, want)
+			}
+			if got, want := clock.WaiterCount(), 0; got != want {
+				t.Errorf("armed timers after RunOnce = %d, want %d (timeout timer not stopped)", got, want)
+			}
+		})
+	}
+}
+
+func TestRunOnceCanceled(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{})
+	p := probestest.FuncProbe{ProbeName: "p", Func: func(context.Context) probes.Result {
+		close(started)
+		<-release
+		return probes.Result{Status: probes.StatusOK}
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan probes.Result, 1)
+	go func() { got <- probes.RunOnce(ctx, p, time.Second, probestest.NewFakeClock(t0)) }()
+	<-started
+	cancel()
+	select {
+	case res := <-got:
+		if res.Status != probes.StatusUnknown || res.Reason != probes.ReasonProbeCanceled {
+			t.Errorf("got %q/%q, want %q/%q", res.Status, res.Reason, probes.StatusUnknown, probes.ReasonProbeCanceled)
+		}
+	case <-time.After(failAfter):
+		t.Fatal("RunOnce did not return after cancel")
+	}
+}
+
+// With the real clock the probe's context carries the deadline, and a probe
+// that gives up because of it is reported as a timeout.
+func TestRunOnceRealClockDeadline(t *testing.T) {
+	hadDeadline := make(chan bool, 1)
+	p := probestest.FuncProbe{ProbeName: "p", Func: func(ctx context.Context) probes.Result {
+		_, ok := ctx.Deadline()
+		hadDeadline <- ok
+		<-ctx.Done()
+		return probes.Result{Status: probes.StatusUnknown, Reason: "ReadError", Message: ctx.Err().Error()}
+	}}
+	res := probes.RunOnce(context.Background(), p, 5*time.Millisecond, nil)
+	if got, want := res.Reason, probes.ReasonProbeTimeout; got != want {
+		t.Errorf("Reason = %q, want %q (message %q)", got, want, res.Message)
+	}
+	select {
+	case ok := <-hadDeadline:
+		if !ok {
+			t.Errorf("probe context had no deadline")
+		}
+	case <-time.After(failAfter):
+		t.Fatal("probe never ran")
+	}
+}

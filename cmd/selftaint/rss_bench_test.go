@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/selftaint/selftaint/agent/testcp"
+)
+
+// BenchmarkAgentSteadyState builds the real binary, runs `selftaint agent`
+// with the default config against a real API server, and after it settles
+// reports its resident memory and how many times the Node changed during a
+// quiet window (the agent must not write between heartbeats).
+//
+//	make deps && KUBE_BIN_DIR=$PWD/bin go test -run '^$' -bench AgentSteadyState -benchtime 1x ./cmd/selftaint/
+func BenchmarkAgentSteadyState(b *testing.B) {
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "selftaint")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	cp := testcp.Start(b, testcp.Options{})
+	const node = "steady"
+	cp.CreateNode(b, node, nil)
+
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(bin, "agent", "--node-name="+node, "--kubeconfig="+cp.KubeconfigPath, "--log-level=warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		// Settle: first probe round (10% jitter of 10s), first writes.
+		time.Sleep(15 * time.Second)
+		n, err := cp.Client().CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(n.Status.Conditions) != 3 {
+			b.Fatalf("agent published %d conditions, want 3", len(n.Status.Conditions))
+		}
+		w, err := cp.Client().CoreV1().Nodes().Watch(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", node).String(), ResourceVersion: n.ResourceVersion,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		const quiet = 45 * time.Second
+		updates := 0
+		timeout := time.After(quiet)
+	loop:
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				if _, ok := ev.Object.(*corev1.Node); ok && ev.Type == watch.Modified {
+					updates++
+				}
+			case <-timeout:
+				break loop
+			}
+		}
+		w.Stop()
+		rss, hwm := procMemKiB(b, cmd.Process.Pid)
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		b.ReportMetric(float64(rss)/1024, "rss-MiB")
+		b.ReportMetric(float64(hwm)/1024, "peak-rss-MiB")
+		b.ReportMetric(float64(updates), "node-updates-in-45s")
+	}
+}
+
+// procMemKiB returns VmRSS and VmHWM of a process.
+func procMemKiB(b *testing.B, pid int) (rss, hwm int) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		switch k {
+		case "VmRSS":
+			rss = n
+		case "VmHWM":
+			hwm = n
+		}
+	}
+	return rss, hwm
+}

@@ -53,7 +53,7 @@ etcd:
 	fi
 
 build:
-	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/selftaint ./cmd/selftaint
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/selftaint ./cmd/selftaint
 
 vet:
 	CGO_ENABLED=1 $(GO) vet ./...

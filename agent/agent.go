@@ -27,10 +27,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -66,8 +66,9 @@ type ProbeSpec struct {
 type Options struct {
 	// NodeName is the Node the agent owns conditions and taints on.
 	NodeName string
-	// Client talks to the API server.
-	Client kubernetes.Interface
+	// Client talks to the API server. Only the core group is needed, which
+	// keeps the agent's binary and memory small.
+	Client typedcorev1.CoreV1Interface
 	// Probes to run; may be empty.
 	Probes []ProbeSpec
 	// Rules map conditions to taints.
@@ -210,14 +211,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	)
 	defer a.queue.ShutDown()
 
-	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
-		}))
-	nodes := factory.Core().V1().Nodes()
-	a.lister = nodes.Lister()
+	// One informer on our own Node only.
+	selector := fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
+	nodeClient := a.opts.Client.Nodes()
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return nodeClient.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return nodeClient.Watch(ctx, o)
+		},
+	}, &corev1.Node{}, 0, cache.Indexers{})
+	a.lister = corelisters.NewNodeLister(informer.GetIndexer())
 	enqueue := func(any) { a.queue.Add(a.opts.NodeName) }
-	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
 		DeleteFunc: enqueue,
@@ -226,7 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.Events("")})
 	defer broadcaster.Shutdown()
 	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint", Host: a.opts.NodeName})
 
@@ -234,11 +243,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() { a.runner.Run(ctx, a.Observe) })
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	wg.Go(func() { informer.RunWithContext(ctx) })
 
 	a.log.Info("agent starting", "probes", len(a.opts.Probes), "rules", len(a.opts.Rules))
-	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return ctx.Err()
 	}
 	wg.Go(func() {
@@ -467,7 +475,7 @@ func (a *Agent) applyConditions(ctx context.Context, old *corev1.Node, states ma
 			WithLastTransitionTime(metav1.NewTime(s.LastTransitionTime)).
 			WithLastHeartbeatTime(metav1.NewTime(now)))
 	}
-	written, err := a.opts.Client.CoreV1().Nodes().ApplyStatus(ctx,
+	written, err := a.opts.Client.Nodes().ApplyStatus(ctx,
 		corev1ac.Node(a.opts.NodeName).WithStatus(status),
 		metav1.ApplyOptions{FieldManager: a.opts.FieldManager, Force: true})
 	if err != nil {
@@ -573,12 +581,12 @@ func (a *Agent) reconcileTaints(ctx context.Context, node *corev1.Node, states m
 		if err != nil {
 			return fmt.Errorf("building taint patch: %w", err)
 		}
-		written, err := a.opts.Client.CoreV1().Nodes().Patch(ctx, a.opts.NodeName, types.MergePatchType, patch,
+		written, err := a.opts.Client.Nodes().Patch(ctx, a.opts.NodeName, types.MergePatchType, patch,
 			metav1.PatchOptions{FieldManager: a.opts.FieldManager})
 		if apierrors.IsConflict(err) && attempt < maxConflicts {
 			a.conflicts.Add(1)
 			a.log.Debug("node changed under us; re-reading", "attempt", attempt+1)
-			if node, err = a.opts.Client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); err != nil {
+			if node, err = a.opts.Client.Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); err != nil {
 				return fmt.Errorf("re-reading node after conflict: %w", err)
 			}
 			continue

@@ -68,7 +68,7 @@ func runAgent(t *testing.T, client kubernetes.Interface, node string, p probes.P
 	}
 	a, err := agent.New(agent.Options{
 		NodeName: node,
-		Client:   client,
+		Client:   client.CoreV1(),
 		Probes: []agent.ProbeSpec{{
 			Entry:     probes.Entry{Probe: p, Interval: o.interval, Timeout: o.interval / 2},
 			Condition: cond,
@@ -483,7 +483,7 @@ func TestNoWritesWhenNothingChanges(t *testing.T) {
 func newBenchAgent(b *testing.B, c kubernetes.Interface, node string, p probes.Probe) *agent.Agent {
 	a, err := agent.New(agent.Options{
 		NodeName: node,
-		Client:   c,
+		Client:   c.CoreV1(),
 		Probes: []agent.ProbeSpec{{
 			Entry:     probes.Entry{Probe: p, Interval: time.Hour, Timeout: time.Minute},
 			Condition: cond,

@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -63,7 +63,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	rc.QPS, rc.Burst = float32(f.qps), f.burst
 	rc.UserAgent = "selftaint/" + f.nodeName
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("building API client: %w", err)
 	}

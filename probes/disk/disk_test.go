@@ -5,12 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/probestest"
 )
 
 const gib = 1 << 30
@@ -188,14 +188,7 @@ func TestProbe(t *testing.T) {
 			var asked []string
 			p.Statfs = fakeStatfs(root, tt.usages, tt.errs, &asked)
 			got := p.Probe(context.Background())
-			if got.Status != tt.wantStatus || got.Reason != tt.wantReason {
-				t.Errorf("got %s/%s, want %s/%s (message %q)", got.Status, got.Reason, tt.wantStatus, tt.wantReason, got.Message)
-			}
-			for _, want := range tt.wantMessage {
-				if !strings.Contains(got.Message, want) {
-					t.Errorf("got message %q, want it to contain %q", got.Message, want)
-				}
-			}
+			probestest.CheckResult(t, got, probestest.Want{Status: tt.wantStatus, Reason: tt.wantReason, Message: tt.wantMessage, Readings: tt.wantReadings})
 			for _, not := range tt.wantNot {
 				if strings.Contains(got.Message, not) {
 					t.Errorf("got message %q, want it not to contain %q", got.Message, not)
@@ -204,23 +197,8 @@ func TestProbe(t *testing.T) {
 			if tt.wantAsked != nil && strings.Join(asked, ",") != strings.Join(tt.wantAsked, ",") {
 				t.Errorf("got statfs calls for %q, want %q", asked, tt.wantAsked)
 			}
-			if tt.wantReadings != nil && !equalReadings(got.Readings, tt.wantReadings) {
-				t.Errorf("got readings %v, want %v", got.Readings, tt.wantReadings)
-			}
 		})
 	}
-}
-
-func equalReadings(a, b []probes.Reading) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // An absolute symlink in the host tree is followed inside the host root.
@@ -264,24 +242,12 @@ func TestNewValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg, probes.Host{})
-		switch {
-		case tt.wantErr == "" && err != nil:
-			t.Errorf("%s: got error %v, want nil", tt.name, err)
-		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-			t.Errorf("%s: got error %v, want one containing %q", tt.name, err, tt.wantErr)
-		}
-	}
-}
-
-func realHost(t *testing.T) {
-	t.Helper()
-	if runtime.GOOS != "linux" && os.Getenv("CI") != "true" {
-		t.Skip("needs Linux statfs")
+		probestest.CheckError(t, tt.name, err, tt.wantErr)
 	}
 }
 
 func TestStatfsReal(t *testing.T) {
-	realHost(t)
+	probestest.SkipUnlessRealHost(t, "needs Linux statfs")
 	dir := t.TempDir()
 	u, err := statfs(dir)
 	if err != nil {
@@ -297,20 +263,9 @@ func TestStatfsReal(t *testing.T) {
 }
 
 func TestProbeRealHost(t *testing.T) {
-	realHost(t)
-	p, err := New(Config{FreeBelow: pct(1), InodesFreeBelow: pct(1)}, probes.Host{Root: "/"})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if got, want := p.Name(), "disk"; got != want {
-		t.Errorf("Name() = %q, want %q", got, want)
-	}
-	got := p.Probe(context.Background())
-	if got.Status != probes.StatusOK && got.Status != probes.StatusProblem {
-		t.Fatalf("got %s/%s %q, want OK or Problem", got.Status, got.Reason, got.Message)
-	}
+	probestest.SkipUnlessRealHost(t, "needs Linux statfs")
+	got := probestest.CheckRealHost(t, New, Config{FreeBelow: pct(1), InodesFreeBelow: pct(1)}, "disk")
 	if len(got.Readings) < 2 {
 		t.Errorf("got readings %v, want free space and inodes of /", got.Readings)
 	}
-	t.Logf("%s %s: %s %v", got.Status, got.Reason, got.Message, got.Readings)
 }

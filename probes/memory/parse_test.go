@@ -1,10 +1,10 @@
 package memory
 
 import (
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/selftaint/selftaint/probes/probestest"
 )
 
 func TestParseMeminfo(t *testing.T) {
@@ -29,16 +29,7 @@ func TestParseMeminfo(t *testing.T) {
 		{"MemTotal: 18014398509481984 kB\nMemAvailable: 1 kB\n", meminfo{}, "too large"},
 	}
 	for _, tt := range tests {
-		got, err := parseMeminfo([]byte(tt.in))
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("parseMeminfo(%q) error = %v, want one containing %q", tt.in, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("parseMeminfo(%q) = %+v, %v, want %+v", tt.in, got, err, tt.want)
-		}
+		probestest.CheckParse(t, "parseMeminfo", parseMeminfo, tt.in, tt.want, tt.wantErr)
 	}
 }
 
@@ -69,36 +60,12 @@ func TestParsePSI(t *testing.T) {
 		{"avg10=0 avg60=0 avg300=0 total=0\n", psi{}, `want "some" or "full"`},
 	}
 	for _, tt := range tests {
-		got, err := parsePSI([]byte(tt.in))
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("parsePSI(%q) error = %v, want one containing %q", tt.in, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("parsePSI(%q) = %+v, %v, want %+v", tt.in, got, err, tt.want)
-		}
-	}
-}
-
-// addFixtures seeds a fuzz corpus with every fixture file named name.
-func addFixtures(f *testing.F, name string) {
-	matches, err := filepath.Glob(filepath.Join("testdata", "*", "proc", name))
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
+		probestest.CheckParse(t, "parsePSI", parsePSI, tt.in, tt.want, tt.wantErr)
 	}
 }
 
 func FuzzParseMeminfo(f *testing.F) {
-	addFixtures(f, "meminfo")
+	probestest.AddProcFixtures(f, "meminfo")
 	f.Add([]byte("MemTotal: 1 kB\nMemAvailable: 1 kB"))
 	f.Add([]byte("MemTotal:: 1 kB\nMemAvailable: 1 kB kB\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -113,7 +80,7 @@ func FuzzParseMeminfo(f *testing.F) {
 }
 
 func FuzzParsePSI(f *testing.F) {
-	addFixtures(f, filepath.Join("pressure", "memory"))
+	probestest.AddProcFixtures(f, filepath.Join("pressure", "memory"))
 	f.Add([]byte("some avg10=1e2 avg60=0x1p-2 avg300=Inf total=0\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := parsePSI(data)

@@ -2,10 +2,9 @@ package pid
 
 import (
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/selftaint/selftaint/probes/probestest"
 )
 
 func TestParseLoadavg(t *testing.T) {
@@ -31,16 +30,7 @@ func TestParseLoadavg(t *testing.T) {
 		{"0.52 0.58 0.59 3/1234 x\n", loadavg{}, "field 5"},
 	}
 	for _, tt := range tests {
-		got, err := parseLoadavg([]byte(tt.in))
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("parseLoadavg(%q) error = %v, want one containing %q", tt.in, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("parseLoadavg(%q) = %+v, %v, want %+v", tt.in, got, err, tt.want)
-		}
+		probestest.CheckParse(t, "parseLoadavg", parseLoadavg, tt.in, tt.want, tt.wantErr)
 	}
 }
 
@@ -60,31 +50,12 @@ func TestParseLimit(t *testing.T) {
 		{"99999999999999999999999\n", 0, "out of range"},
 	}
 	for _, tt := range tests {
-		got, err := parseLimit([]byte(tt.in))
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("parseLimit(%q) error = %v, want one containing %q", tt.in, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("parseLimit(%q) = %d, %v, want %d", tt.in, got, err, tt.want)
-		}
+		probestest.CheckParse(t, "parseLimit", parseLimit, tt.in, tt.want, tt.wantErr)
 	}
 }
 
 func FuzzParseLoadavg(f *testing.F) {
-	matches, err := filepath.Glob(filepath.Join("testdata", "*", "proc", "loadavg"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
+	probestest.AddProcFixtures(f, "loadavg")
 	f.Add([]byte("1e3 0x1p3 +Inf 1/1 1"))
 	f.Add([]byte("0 0 0 /1 1"))
 	f.Fuzz(func(t *testing.T, data []byte) {

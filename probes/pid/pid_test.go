@@ -1,14 +1,11 @@
 package pid
 
 import (
-	"context"
-	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/probestest"
 )
 
 func pct(v float64) probes.Threshold { return probes.Threshold{Value: v, Percent: true} }
@@ -110,29 +107,8 @@ func TestProbeFixtures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(tt.cfg, probes.Host{Root: filepath.Join("testdata", tt.root)})
-			if err != nil {
-				t.Fatalf("New: %v", err)
-			}
-			got := p.Probe(context.Background())
-			if got.Status != tt.wantStatus || got.Reason != tt.wantReason {
-				t.Errorf("got %s/%s, want %s/%s (message %q)", got.Status, got.Reason, tt.wantStatus, tt.wantReason, got.Message)
-			}
-			for _, want := range tt.wantMessage {
-				if !strings.Contains(got.Message, want) {
-					t.Errorf("got message %q, want it to contain %q", got.Message, want)
-				}
-			}
-			if tt.wantReadings != nil {
-				if len(got.Readings) != len(tt.wantReadings) {
-					t.Fatalf("got readings %v, want %v", got.Readings, tt.wantReadings)
-				}
-				for i := range got.Readings {
-					if got.Readings[i] != tt.wantReadings[i] {
-						t.Errorf("got reading %d %v, want %v", i, got.Readings[i], tt.wantReadings[i])
-					}
-				}
-			}
+			got := probestest.RunProbe(t, New, tt.cfg, probes.Host{Root: filepath.Join("testdata", tt.root)})
+			probestest.CheckResult(t, got, probestest.Want{Status: tt.wantStatus, Reason: tt.wantReason, Message: tt.wantMessage, Readings: tt.wantReadings})
 		})
 	}
 }
@@ -151,32 +127,14 @@ func TestNewValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg, probes.Host{})
-		switch {
-		case tt.wantErr == "" && err != nil:
-			t.Errorf("%s: got error %v, want nil", tt.name, err)
-		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-			t.Errorf("%s: got error %v, want one containing %q", tt.name, err, tt.wantErr)
-		}
+		probestest.CheckError(t, tt.name, err, tt.wantErr)
 	}
 }
 
 func TestProbeRealHost(t *testing.T) {
-	if runtime.GOOS != "linux" && os.Getenv("CI") != "true" {
-		t.Skip("needs Linux /proc")
-	}
-	p, err := New(Config{UsedAbove: pct(90)}, probes.Host{Root: "/"})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if got, want := p.Name(), "pid"; got != want {
-		t.Errorf("Name() = %q, want %q", got, want)
-	}
-	got := p.Probe(context.Background())
-	if got.Status != probes.StatusOK && got.Status != probes.StatusProblem {
-		t.Fatalf("got %s/%s %q, want OK or Problem", got.Status, got.Reason, got.Message)
-	}
+	probestest.SkipUnlessRealHost(t, "needs Linux /proc")
+	got := probestest.CheckRealHost(t, New, Config{UsedAbove: pct(90)}, "pid")
 	if len(got.Readings) != 6 {
 		t.Errorf("got readings %v, want 6", got.Readings)
 	}
-	t.Logf("%s %s: %s %v", got.Status, got.Reason, got.Message, got.Readings)
 }

@@ -1,7 +1,8 @@
 // Package probestest provides test doubles for the probes package: a
 // FakeClock that tests step by hand, so runner behaviour (jitter, intervals,
-// timeouts) is checked deterministically without sleeping, and simple Probe
-// implementations.
+// timeouts) is checked deterministically without sleeping, simple Probe
+// implementations, and the checks that the probes' own tests share
+// (CheckResult, CheckRealHost, CheckParse and friends).
 package probestest
 
 import (

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/selftaint/selftaint/taints"
+)
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+// explainPageSize is how many pods one list request asks for.
+const explainPageSize = 500
+
+func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: selftaint explain NODE [--taint key[=value]:Effect ...] [flags]
+
+Lists the pods bound to NODE and says, for the node's current taints plus any
+proposed with --taint, which pods the taint-eviction controller would delete
+and when, and whether new pods like each could still be scheduled there.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	var proposedArgs stringsFlag
+	fs.Var(&proposedArgs, "taint", "a proposed taint, key[=value]:Effect as kubectl taint takes it; repeatable. It replaces a current taint with the same key and effect")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	output := fs.String("output", "table", "table or json")
+	comparison := fs.Bool("comparison-operators", false, "let Lt and Gt tolerations compare values, as with the TaintTolerationComparisonOperators feature gate (alpha and off by default in Kubernetes 1.35)")
+
+	// NODE may come before, between or after the flags.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
+	}
+	if len(positional) > 1 {
+		fmt.Fprintf(stderr, "selftaint explain: one NODE, not %q\n", positional)
+		return errUsage
+	}
+	var node string
+	if len(positional) == 1 {
+		node = positional[0]
+	}
+	if node == "" {
+		fmt.Fprintln(stderr, "selftaint explain: missing NODE")
+		fs.Usage()
+		return errUsage
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("--output must be table or json, not %q", *output)
+	}
+	var proposed []corev1.Taint
+	for _, s := range proposedArgs {
+		t, err := taints.ParseTaint(s)
+		if err != nil {
+			return fmt.Errorf("--taint: %w", err)
+		}
+		proposed = append(proposed, t)
+	}
+
+	client, err := explainClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	n, err := client.Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting node %s: %w", node, err)
+	}
+	pods, err := podsOnNode(ctx, client, node)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	considered, isProposed := withProposed(n.Spec.Taints, proposed, now)
+	rep := taints.ExplainWith(considered, pods, now, taints.ExplainOptions{ComparisonOperators: *comparison})
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printExplain(stdout, node, considered, isProposed, rep, now)
+}
+
+// explainClient builds a core client the way kubectl finds its credentials:
+// --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster.
+func explainClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	rc.UserAgent = "selftaint-explain"
+	client, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("building API client: %w", err)
+	}
+	return client, nil
+}
+
+// podsOnNode lists the pods bound to node in all namespaces, page by page.
+func podsOnNode(ctx context.Context, client typedcorev1.PodsGetter, node string) ([]corev1.Pod, error) {
+	opts := metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+		Limit:         explainPageSize,
+	}
+	var pods []corev1.Pod
+	for {
+		list, err := client.Pods(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
+		}
+		pods = append(pods, list.Items...)
+		if list.Continue == "" {
+			return pods, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// withProposed returns current with proposed added, a proposed taint
+// replacing a current one with the same key and effect (as kubectl taint
+// --overwrite would), and which of the result are proposed. A proposed
+// NoExecute taint gets TimeAdded now, as kubectl and selftaint set it.
+func withProposed(current, proposed []corev1.Taint, now time.Time) ([]corev1.Taint, []bool) {
+	out := make([]corev1.Taint, 0, len(current)+len(proposed))
+	isProposed := make([]bool, 0, cap(out))
+	for _, c := range current {
+		replaced := false
+		for _, p := range proposed {
+			replaced = replaced || taints.IDOf(p) == taints.IDOf(c)
+		}
+		if !replaced {
+			out, isProposed = append(out, c), append(isProposed, false)
+		}
+	}
+	for _, p := range proposed {
+		if p.Effect == corev1.TaintEffectNoExecute && p.TimeAdded == nil {
+			p.TimeAdded = &metav1.Time{Time: now}
+		}
+		out, isProposed = append(out, p), append(isProposed, true)
+	}
+	return out, isProposed
+}
+
+func printExplain(w io.Writer, node string, considered []corev1.Taint, isProposed []bool, rep []taints.Eviction, now time.Time) error {
+	if len(considered) == 0 {
+		fmt.Fprintf(w, "Node %s has no taints.\n", node)
+	} else {
+		parts := make([]string, len(considered))
+		for i, t := range considered {
+			parts[i] = taints.Format(t)
+			if isProposed[i] {
+				parts[i] += " (proposed)"
+			}
+		}
+		fmt.Fprintf(w, "Taints considered on node %s: %s\n", node, strings.Join(parts, ", "))
+	}
+	if len(rep) == 0 {
+		fmt.Fprintln(w, "No pods are bound to it.")
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE/POD\tEVICTION\tBECAUSE\tNEW PODS LIKE IT\tNOTE")
+	for _, e := range rep {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.PodName(), evictionText(e, now), becauseText(e), newPodsText(e), noteText(e))
+	}
+	return tw.Flush()
+}
+
+func evictionText(e taints.Eviction, now time.Time) string {
+	switch e.When {
+	case taints.EvictNever:
+		return "never"
+	case taints.EvictImmediately:
+		if e.At.Before(now.Add(-time.Second)) {
+			return fmt.Sprintf("immediately (due since %s)", clock(e.At))
+		}
+		return "immediately"
+	default:
+		s := fmt.Sprintf("after %s (at %s", e.After, clock(e.At))
+		if e.At.Before(now) {
+			s += ", overdue"
+		}
+		return s + ")"
+	}
+}
+
+// clock writes a time of day in local time, with the date when it is not
+// today.
+func clock(t time.Time) string {
+	t = t.Local()
+	if t.Format(time.DateOnly) != time.Now().Format(time.DateOnly) {
+		return t.Format(time.DateTime)
+	}
+	return t.Format(time.TimeOnly)
+}
+
+func becauseText(e taints.Eviction) string {
+	if len(e.Because) == 0 {
+		return "no NoExecute taint"
+	}
+	s := taintList(e.Because)
+	switch {
+	case e.When == taints.EvictNever:
+		return "tolerates " + s + " without limit"
+	case e.When == taints.EvictAfter:
+		return "tolerates " + s + " for " + e.After.String()
+	default:
+		var untolerated, zero []corev1.Taint
+		for _, t := range e.Because {
+			if containsTaint(e.BlockedBy, t) {
+				untolerated = append(untolerated, t)
+			} else {
+				zero = append(zero, t)
+			}
+		}
+		var parts []string
+		if len(untolerated) > 0 {
+			parts = append(parts, "does not tolerate "+taintList(untolerated))
+		}
+		if len(zero) > 0 {
+			parts = append(parts, "tolerates "+taintList(zero)+" for 0s")
+		}
+		return strings.Join(parts, "; ")
+	}
+}
+
+func containsTaint(ts []corev1.Taint, t corev1.Taint) bool {
+	for _, x := range ts {
+		if taints.IDOf(x) == taints.IDOf(t) && x.Value == t.Value {
+			return true
+		}
+	}
+	return false
+}
+
+func newPodsText(e taints.Eviction) string {
+	switch {
+	case len(e.BlockedBy) > 0:
+		return "blocked: " + taintList(e.BlockedBy)
+	case len(e.AvoidedBy) > 0:
+		return "avoided: " + taintList(e.AvoidedBy)
+	default:
+		return "schedule"
+	}
+}
+
+func noteText(e taints.Eviction) string {
+	var notes []string
+	if e.Finished {
+		notes = append(notes, "finished: only its object is deleted")
+	}
+	if e.Mirror {
+		notes = append(notes, "mirror pod: the static pod keeps running, the kubelet recreates the mirror")
+	}
+	if len(notes) == 0 {
+		return "-"
+	}
+	return strings.Join(notes, "; ")
+}
+
+func taintList(ts []corev1.Taint) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = taints.Format(t)
+	}
+	return strings.Join(parts, ", ")
+}

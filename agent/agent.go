@@ -7,8 +7,11 @@
 // (a field selector on metadata.name), one rate-limited workqueue holding a
 // single key, one sync function that reads the cache, decides with the pure
 // logic in package taints, and writes. Everything that can change the
-// outcome — a probe verdict, a damping deadline, the heartbeat, anyone else
-// editing the Node — just enqueues the key.
+// outcome — a probe verdict, a damping deadline, the heartbeat, a fault's
+// expiry, anyone else editing the Node — just enqueues the key.
+//
+// Faults injected through Node annotations (see faults.go) override a
+// condition's damped state while they last.
 package agent
 
 import (
@@ -87,6 +90,19 @@ type Options struct {
 	// BeforeTaintWrite, if set, runs between reading the Node and writing
 	// its taints. Tests use it to make another writer race the agent.
 	BeforeTaintWrite func(ctx context.Context, read *corev1.Node)
+	// Faults configures fault injection. The zero value enables it with
+	// DefaultFaultMaxDuration.
+	Faults FaultOptions
+}
+
+// FaultOptions configure fault injection through Node annotations.
+type FaultOptions struct {
+	// Disabled makes the agent ignore every fault annotation (each is
+	// reported once as rejected, saying so).
+	Disabled bool
+	// MaxDuration is the longest a fault may last, counted from when the
+	// agent first sees it. Zero means DefaultFaultMaxDuration.
+	MaxDuration time.Duration
 }
 
 // Stats counts the agent's API writes, for tests and benchmarks.
@@ -111,11 +127,33 @@ type Agent struct {
 
 	conditionWrites, taintWrites, conflicts, syncs atomic.Int64
 
+	// faultConds and faultProbes are the fault targets: the conditions the
+	// agent manages and its probes' names. Read-only after New.
+	faultConds  map[corev1.NodeConditionType]bool
+	faultProbes map[string]corev1.NodeConditionType
+
 	mu          sync.Mutex // guards the fields below
 	dampers     map[corev1.NodeConditionType]*taints.Damper
 	adopted     bool         // conditions on the Node were adopted
 	lastWritten *corev1.Node // newest Node returned by our own writes
 	lastForeign string       // the taint conflicts last reported
+	// published is the last state of each condition written to (or adopted
+	// from) the Node; its transition time is carried while the status holds.
+	published map[corev1.NodeConditionType]publishedState
+	// faultsSeen is the verdict on each fault annotation's current value,
+	// by key, so a rejection is reported once and an expiry is told apart
+	// from a fault that was already stale when first seen.
+	faultsSeen map[string]faultVerdict
+	// faultsApplied maps the keys of the faults applied at the last sync to
+	// their values, to tell when a fault starts applying.
+	faultsApplied map[string]string
+}
+
+// publishedState is a condition as last published, and whether a fault
+// decided it.
+type publishedState struct {
+	taints.State
+	fault bool
 }
 
 // New checks the options and builds an Agent; Run starts it.
@@ -138,13 +176,24 @@ func New(opts Options) (*Agent, error) {
 	if opts.FieldManager == "" {
 		opts.FieldManager = DefaultFieldManager
 	}
+	if opts.Faults.MaxDuration < 0 {
+		return nil, fmt.Errorf("agent: maximum fault duration must not be negative, got %s", opts.Faults.MaxDuration)
+	}
+	if opts.Faults.MaxDuration == 0 {
+		opts.Faults.MaxDuration = DefaultFaultMaxDuration
+	}
 	a := &Agent{
-		opts:    opts,
-		log:     opts.Logger.With("node", opts.NodeName),
-		clock:   opts.Clock,
-		byProbe: map[string]ProbeSpec{},
-		ruleFor: map[taints.TaintID][]taints.Rule{},
-		dampers: map[corev1.NodeConditionType]*taints.Damper{},
+		opts:          opts,
+		log:           opts.Logger.With("node", opts.NodeName),
+		clock:         opts.Clock,
+		byProbe:       map[string]ProbeSpec{},
+		ruleFor:       map[taints.TaintID][]taints.Rule{},
+		dampers:       map[corev1.NodeConditionType]*taints.Damper{},
+		faultConds:    map[corev1.NodeConditionType]bool{},
+		faultProbes:   map[string]corev1.NodeConditionType{},
+		published:     map[corev1.NodeConditionType]publishedState{},
+		faultsSeen:    map[string]faultVerdict{},
+		faultsApplied: map[string]string{},
 	}
 	entries := make([]probes.Entry, 0, len(opts.Probes))
 	for _, p := range opts.Probes {
@@ -156,6 +205,8 @@ func New(opts Options) (*Agent, error) {
 		}
 		a.byProbe[p.Entry.Probe.Name()] = p
 		a.dampers[p.Condition] = taints.NewDamper(p.Damping)
+		a.faultConds[p.Condition] = true
+		a.faultProbes[p.Entry.Probe.Name()] = p.Condition
 		entries = append(entries, p.Entry)
 	}
 	runner, err := probes.NewRunner(entries, probes.RunnerOptions{
@@ -378,16 +429,40 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 			next = at
 		}
 	}
+	// A fault in force decides its condition outright: no damping, it is a
+	// statement of fact. The damper keeps observing underneath and takes
+	// over again when the fault ends.
+	faults := a.evalFaultsLocked(node.Annotations, now)
+	fromFault := map[corev1.NodeConditionType]bool{}
+	for t, f := range faults.apply {
+		states[t] = taints.State{Status: f.Status, Reason: f.Reason, Message: f.Message}
+		fromFault[t] = true
+	}
+	if !faults.next.IsZero() && (next.IsZero() || faults.next.Before(next)) {
+		next = faults.next
+	}
+	for t, s := range states {
+		states[t] = a.transitionLocked(t, s, fromFault[t], now)
+	}
 	a.mu.Unlock()
 
-	if a.conditionsNeedWrite(node, states, now) {
+	a.reportFaults(node, faults)
+	if a.conditionsNeedWrite(node, states, fromFault, now) {
 		written, err := a.applyConditions(ctx, node, states, now)
 		if err != nil {
 			return time.Time{}, err
 		}
 		node = written
 	}
+	a.mu.Lock()
+	for t, s := range states {
+		a.published[t] = publishedState{State: s, fault: fromFault[t]}
+	}
+	a.mu.Unlock()
 	if err := a.reconcileTaints(ctx, node, states, now); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.removeExpiredFaults(ctx, node, faults.expired); err != nil {
 		return time.Time{}, err
 	}
 	if hb := a.nextHeartbeat(node, states); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
@@ -396,19 +471,50 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	return next, nil
 }
 
+// transitionLocked sets s's lastTransitionTime: carried from the last
+// published state while the status holds, else now — or, for a flip the
+// damper made on its own, the damper's flip time.
+func (a *Agent) transitionLocked(t corev1.NodeConditionType, s taints.State, fromFault bool, now time.Time) taints.State {
+	p, ok := a.published[t]
+	switch {
+	case ok && p.Status == s.Status:
+		s.LastTransitionTime = p.LastTransitionTime
+	case fromFault || (ok && p.fault) || s.LastTransitionTime.IsZero():
+		// A fault starting or ending flips the condition now, whenever the
+		// damper underneath last changed.
+		s.LastTransitionTime = now
+	case ok && s.LastTransitionTime.Before(p.LastTransitionTime):
+		s.LastTransitionTime = now
+	}
+	return s
+}
+
 // adoptLocked takes over the conditions a previous run left on the Node, so
 // a restart neither drops a taint whose condition still holds nor resets
 // lastTransitionTime.
+//
+// A condition that shows a fault (one whose annotation is still there, or
+// the default fault reason) is not adopted into its damper: it says nothing
+// about the machine, so the probe decides afresh. Its transition time is
+// still carried while the published status holds.
 func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
+	faulted := a.adoptFaultsLocked(node)
 	for t, d := range a.dampers {
 		c := findCondition(node, t)
 		if c == nil {
 			continue
 		}
-		d.Adopt(taints.State{
+		s := taints.State{
 			Status: c.Status, Reason: c.Reason, Message: c.Message,
 			LastTransitionTime: c.LastTransitionTime.Time,
-		}, now)
+		}
+		fault := faulted[t] || c.Reason == DefaultFaultReason
+		a.published[t] = publishedState{State: s, fault: fault}
+		if fault {
+			a.log.Info("condition on node shows an injected fault; the probe decides it afresh", "condition", t, "status", c.Status, "reason", c.Reason)
+			continue
+		}
+		d.Adopt(s, now)
 		a.log.Info("adopted condition from node", "condition", t, "status", c.Status, "reason", c.Reason)
 	}
 	a.adopted = true
@@ -418,11 +524,17 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 // transition time differs from the Node, or a heartbeat is due. A changed
 // message alone waits for the heartbeat: messages carry live readings and
 // would otherwise cause a write on every probe run.
-func (a *Agent) conditionsNeedWrite(node *corev1.Node, states map[corev1.NodeConditionType]taints.State, now time.Time) bool {
+//
+// A fault's message is written at once: it is what the operator asked for,
+// not a live reading.
+func (a *Agent) conditionsNeedWrite(node *corev1.Node, states map[corev1.NodeConditionType]taints.State, fromFault map[corev1.NodeConditionType]bool, now time.Time) bool {
 	for t, s := range states {
 		c := findCondition(node, t)
 		if c == nil || c.Status != s.Status || c.Reason != s.Reason ||
 			!c.LastTransitionTime.Time.Truncate(time.Second).Equal(s.LastTransitionTime.Truncate(time.Second)) {
+			return true
+		}
+		if fromFault[t] && c.Message != truncate(s.Message, maxMessageLen) {
 			return true
 		}
 		if !now.Before(c.LastHeartbeatTime.Add(a.opts.HeartbeatPeriod)) {

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/disk"
@@ -47,4 +49,26 @@ func (c *Config) ProbeSpecs(host probes.Host) ([]agent.ProbeSpec, error) {
 		}
 	}
 	return specs, nil
+}
+
+// FaultOptions returns the agent's fault injection options.
+func (c *Config) FaultOptions() agent.FaultOptions {
+	return agent.FaultOptions{Disabled: !c.Faults.IsEnabled(), MaxDuration: c.Faults.MaxDuration.D}
+}
+
+// FaultTargets returns what a fault may name with this config: the
+// conditions of the enabled probes, and the enabled probes by name.
+func (c *Config) FaultTargets() (conditions map[corev1.NodeConditionType]bool, probeConditions map[string]corev1.NodeConditionType) {
+	conditions = map[corev1.NodeConditionType]bool{}
+	probeConditions = map[string]corev1.NodeConditionType{}
+	for _, p := range []struct {
+		name string
+		c    Common
+	}{{memory.Name, c.Probes.Memory.Common}, {disk.Name, c.Probes.Disk.Common}, {pid.Name, c.Probes.PID.Common}} {
+		if p.c.IsEnabled() {
+			conditions[p.c.Condition] = true
+			probeConditions[p.name] = p.c.Condition
+		}
+	}
+	return conditions, probeConditions
 }

@@ -49,7 +49,27 @@ type Config struct {
 	// Rules map conditions to taints. Absent means DefaultRules; an empty
 	// list means no taints at all.
 	Rules []Rule `json:"rules"`
+	// Faults configures fault injection through Node annotations.
+	Faults Faults `json:"faults"`
 }
+
+// Faults configures fault injection: `selftaint fault inject` writes a
+// fault.selftaint.io/<target> annotation and the agent publishes the
+// condition it names until the fault expires.
+type Faults struct {
+	// Enabled makes the agent apply fault annotations. Default true; who may
+	// inject is decided by RBAC on nodes patch.
+	Enabled *bool `json:"enabled,omitempty"`
+	// DefaultDuration is how long `selftaint fault inject` makes a fault
+	// last when --for is not given. Default 10m.
+	DefaultDuration Duration `json:"defaultDuration"`
+	// MaxDuration is the longest a fault may last; the agent rejects one
+	// expiring later. Default 1h.
+	MaxDuration Duration `json:"maxDuration"`
+}
+
+// IsEnabled reports whether the agent applies faults.
+func (f Faults) IsEnabled() bool { return f.Enabled == nil || *f.Enabled }
 
 // Probes configures each probe.
 type Probes struct {
@@ -299,6 +319,11 @@ func (c *Config) setDefaults() {
 	p := &c.Probes.PID
 	defaultCommon(&p.Common, DefaultPIDCondition)
 	defaultThreshold(&p.UsedAbove, probes.Threshold{Value: 90, Percent: true})
+	if c.Faults.Enabled == nil {
+		c.Faults.Enabled = ptr(true)
+	}
+	defaultDuration(&c.Faults.DefaultDuration, 10*time.Minute)
+	defaultDuration(&c.Faults.MaxDuration, time.Hour)
 	if c.Rules == nil {
 		c.Rules = DefaultRules()
 	}
@@ -374,6 +399,18 @@ func (c *Config) Validate() field.ErrorList {
 	errs = append(errs, p.UsedAbove.validate(pp.Child("pid", "usedAbove"))...)
 
 	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
+	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
+	return errs
+}
+
+func (f Faults) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, f.DefaultDuration.validate(p.Child("defaultDuration"), false)...)
+	errs = append(errs, f.MaxDuration.validate(p.Child("maxDuration"), false)...)
+	if len(errs) == 0 && f.DefaultDuration.D > f.MaxDuration.D {
+		errs = append(errs, field.Invalid(p.Child("defaultDuration"), f.DefaultDuration.D.String(),
+			fmt.Sprintf("must not exceed maxDuration (%s)", f.MaxDuration.D)))
+	}
 	return errs
 }
 

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/probes"
 )
 
@@ -34,6 +36,10 @@ func TestParseDefaults(t *testing.T) {
 		{"rules", len(c.Rules), 3},
 		{"rules[0].effect", c.Rules[0].Taint.Effect, corev1.TaintEffectNoSchedule},
 		{"rules[0].status", c.Rules[0].Status, corev1.ConditionTrue},
+		{"faults.enabled", c.Faults.IsEnabled(), true},
+		{"faults.defaultDuration", c.Faults.DefaultDuration.D, 10 * time.Minute},
+		{"faults.maxDuration", c.Faults.MaxDuration.D, time.Hour},
+		{"FaultOptions", c.FaultOptions(), agent.FaultOptions{MaxDuration: time.Hour}},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -104,6 +110,10 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"relative disk path", "probes:\n  disk:\n    paths: [data]", []string{"probes.disk.paths[0]", "absolute"}},
 		{"rule for unknown condition", "rules:\n- condition: Nope\n  taint: {key: selftaint.io/x, effect: NoSchedule}", []string{"rules[0].condition", "Nope"}},
 		{"not yaml", "probes: [", []string{"decoding"}},
+		{"zero fault duration", "faults:\n  defaultDuration: 0s", []string{"faults.defaultDuration", "greater than zero"}},
+		{"negative max fault duration", "faults:\n  maxDuration: -1h", []string{"faults.maxDuration", "must not be negative"}},
+		{"fault default above max", "faults:\n  defaultDuration: 2h", []string{"faults.defaultDuration", "must not exceed maxDuration (1h0m0s)"}},
+		{"unknown fault field", "faults:\n  maxDurration: 2h", []string{`unknown field "faults.maxDurration"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,6 +127,22 @@ func TestParseErrorsNameTheField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestFaultsConfig(t *testing.T) {
+	c, err := Parse([]byte("faults:\n  enabled: false\n  defaultDuration: 1m\n  maxDuration: 1m\nprobes:\n  pid:\n    enabled: false\n"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if got, want := c.FaultOptions(), (agent.FaultOptions{Disabled: true, MaxDuration: time.Minute}); got != want {
+		t.Errorf("FaultOptions() = %+v, want %+v", got, want)
+	}
+	conds, probeConds := c.FaultTargets()
+	wantConds := map[corev1.NodeConditionType]bool{DefaultMemoryCondition: true, DefaultDiskCondition: true}
+	wantProbes := map[string]corev1.NodeConditionType{"memory": DefaultMemoryCondition, "disk": DefaultDiskCondition}
+	if !maps.Equal(conds, wantConds) || !maps.Equal(probeConds, wantProbes) {
+		t.Errorf("FaultTargets() = %v, %v, want %v, %v (the disabled pid probe is no target)", conds, probeConds, wantConds, wantProbes)
 	}
 }
 

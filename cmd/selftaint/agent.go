@@ -78,6 +78,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		Rules:           cfg.TaintRules(),
 		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
 		Logger:          logger,
+		Faults:          cfg.FaultOptions(),
 	})
 	if err != nil {
 		return err

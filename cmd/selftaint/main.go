@@ -23,6 +23,11 @@ Usage:
   selftaint agent [flags]   run the node agent (the DaemonSet's job)
   selftaint check [flags]   probe this machine once, no cluster needed, and show
                             the conditions and taints that would follow
+  selftaint explain NODE    which pods on NODE its taints (or --taint ones)
+                            would evict, when, and what could still schedule
+  selftaint fault inject|clear|list ...
+                            inject, clear or list faults: Node annotations that
+                            make a node's agent publish a condition until they expire
 
 Run "selftaint <command> -h" for the command's flags.
 `
@@ -49,6 +54,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runAgent(ctx, args[1:], stderr)
 	case "check":
 		err = runCheck(ctx, args[1:], stdout, stderr)
+	case "explain":
+		err = runExplain(ctx, args[1:], stdout, stderr)
+	case "fault":
+		err = runFault(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

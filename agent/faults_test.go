@@ -1,0 +1,635 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+var (
+	faultNow   = time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC)
+	faultKnown = map[corev1.NodeConditionType]bool{"SelftaintMemoryPressure": true, "SelftaintDiskPressure": true}
+	faultProbe = map[string]corev1.NodeConditionType{"memory": "SelftaintMemoryPressure", "disk": "SelftaintDiskPressure"}
+)
+
+func TestParseFaults(t *testing.T) {
+	const max = time.Hour
+	in := func(d time.Duration) string { return faultNow.Add(d).Format(time.RFC3339) }
+	tests := []struct {
+		name  string
+		key   string
+		value string
+		want  *agent.Fault // nil: rejected
+		// problem is a substring of the rejection; expired is its flag.
+		problem string
+		expired bool
+	}{
+		{
+			name:  "full",
+			key:   "fault.selftaint.io/SelftaintMemoryPressure",
+			value: `{"status":"Unknown","reason":"GPUFellOff","message":"chaos day","expiresAt":"2026-11-23T11:30:00Z","injectedBy":"alice"}`,
+			want: &agent.Fault{Target: "SelftaintMemoryPressure", Condition: "SelftaintMemoryPressure", Status: corev1.ConditionUnknown,
+				Reason: "GPUFellOff", Message: "chaos day", ExpiresAt: faultNow.Add(30 * time.Minute), InjectedBy: "alice"},
+		},
+		{
+			name:  "defaults, by probe name",
+			key:   "fault.selftaint.io/disk",
+			value: `{"expiresAt":"2026-11-23T11:10:00Z"}`,
+			want: &agent.Fault{Target: "disk", Condition: "SelftaintDiskPressure", Status: corev1.ConditionTrue,
+				Reason: agent.DefaultFaultReason, Message: agent.DefaultFaultMessage, ExpiresAt: faultNow.Add(10 * time.Minute)},
+		},
+		{
+			name:  "expiry with an offset and fractional seconds",
+			key:   "fault.selftaint.io/memory",
+			value: `{"status":"False","expiresAt":"2026-11-23T12:10:00.5+01:00"}`,
+			want: &agent.Fault{Target: "memory", Condition: "SelftaintMemoryPressure", Status: corev1.ConditionFalse,
+				Reason: agent.DefaultFaultReason, Message: agent.DefaultFaultMessage, ExpiresAt: faultNow.Add(10*time.Minute + 500*time.Millisecond)},
+		},
+		{
+			name:  "max duration plus the slack is fine",
+			key:   "fault.selftaint.io/memory",
+			value: `{"expiresAt":"` + in(max+agent.FaultExpirySlack) + `"}`,
+			want: &agent.Fault{Target: "memory", Condition: "SelftaintMemoryPressure", Status: corev1.ConditionTrue,
+				Reason: agent.DefaultFaultReason, Message: agent.DefaultFaultMessage, ExpiresAt: faultNow.Add(max + agent.FaultExpirySlack)},
+		},
+		{name: "bad JSON", key: "fault.selftaint.io/memory", value: `{"status":"True",`, problem: "not a valid fault"},
+		{name: "not an object", key: "fault.selftaint.io/memory", value: `null`, problem: "not a JSON object"},
+		{name: "a string", key: "fault.selftaint.io/memory", value: `True`, problem: "not a JSON object"},
+		{name: "unknown field", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:10:00Z","duration":"5m"}`, problem: `unknown field "duration"`},
+		{name: "field with the wrong case", key: "fault.selftaint.io/memory", value: `{"ExpiresAt":"2026-11-23T11:10:00Z"}`, problem: `unknown field "ExpiresAt"`},
+		{name: "wrong type", key: "fault.selftaint.io/memory", value: `{"expiresAt":1234}`, problem: "expiresAt"},
+		{name: "data after the object", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:10:00Z"} {}`, problem: "data after the JSON object"},
+		{name: "unknown condition", key: "fault.selftaint.io/SelftaintGPUFailure", value: `{"expiresAt":"2026-11-23T11:10:00Z"}`,
+			problem: `unknown target "SelftaintGPUFailure": this agent manages the conditions [SelftaintDiskPressure, SelftaintMemoryPressure] and the probes [disk, memory]`},
+		{name: "empty target", key: "fault.selftaint.io/", value: `{"expiresAt":"2026-11-23T11:10:00Z"}`, problem: `unknown target ""`},
+		{name: "bad status", key: "fault.selftaint.io/memory", value: `{"status":"true","expiresAt":"2026-11-23T11:10:00Z"}`, problem: `status "true" is not True, False or Unknown`},
+		{name: "reason with spaces", key: "fault.selftaint.io/memory", value: `{"reason":"it broke","expiresAt":"2026-11-23T11:10:00Z"}`, problem: `reason "it broke" must be CamelCase`},
+		{name: "injectedBy too long", key: "fault.selftaint.io/memory", value: `{"injectedBy":"` + strings.Repeat("x", 300) + `","expiresAt":"2026-11-23T11:10:00Z"}`, problem: "injectedBy is longer than"},
+		{name: "expiresAt missing", key: "fault.selftaint.io/memory", value: `{"status":"True"}`, problem: "expiresAt is required"},
+		{name: "expiresAt unparseable", key: "fault.selftaint.io/memory", value: `{"expiresAt":"in 5 minutes"}`, problem: `expiresAt "in 5 minutes" is not an RFC 3339 time`},
+		{name: "expiresAt without a zone", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:10:00"}`, problem: "not an RFC 3339 time"},
+		{name: "expiresAt in the past", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T10:59:00Z"}`, problem: "expiresAt 2026-11-23T10:59:00Z is in the past", expired: true},
+		{name: "expiresAt now", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:00:00Z"}`, problem: "in the past", expired: true},
+		{name: "absurd duration", key: "fault.selftaint.io/memory", value: `{"expiresAt":"` + in(100*time.Hour) + `"}`, problem: "is 100h0m0s away, beyond the maximum fault duration 1h0m0s"},
+		{name: "just beyond max plus slack", key: "fault.selftaint.io/memory", value: `{"expiresAt":"` + in(max+agent.FaultExpirySlack+time.Second) + `"}`, problem: "beyond the maximum fault duration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ann := map[string]string{tt.key: tt.value, "example.com/other": "not a fault", "fault.example.com/x": "{"}
+			valid, rejected := agent.ParseFaults(ann, faultKnown, faultProbe, faultNow, max)
+			if tt.want != nil {
+				want := *tt.want
+				want.Key, want.Value = tt.key, tt.value
+				if len(rejected) != 0 || len(valid) != 1 {
+					t.Fatalf("got valid %+v, rejected %+v; want one valid fault", valid, rejected)
+				}
+				got := valid[0]
+				if !got.ExpiresAt.Equal(want.ExpiresAt) {
+					t.Errorf("ExpiresAt = %s, want %s", got.ExpiresAt, want.ExpiresAt)
+				}
+				got.ExpiresAt = want.ExpiresAt
+				if got != want {
+					t.Errorf("got %+v\nwant %+v", got, want)
+				}
+				return
+			}
+			if len(valid) != 0 || len(rejected) != 1 {
+				t.Fatalf("got valid %+v, rejected %+v; want one rejection", valid, rejected)
+			}
+			r := rejected[0]
+			if r.Key != tt.key || r.Value != tt.value || !strings.Contains(r.Problem, tt.problem) || r.Expired != tt.expired {
+				t.Errorf("got %+v, want key %s, problem containing %q, expired %v", r, tt.key, tt.problem, tt.expired)
+			}
+		})
+	}
+}
+
+func TestParseFaultsSortsAndIgnoresOthers(t *testing.T) {
+	ann := map[string]string{
+		"fault.selftaint.io/memory":                `{"expiresAt":"2026-11-23T11:05:00Z"}`,
+		"fault.selftaint.io/SelftaintDiskPressure": `{"expiresAt":"2026-11-23T11:06:00Z"}`,
+		"fault.selftaint.io/zzz":                   `{}`,
+		"fault.selftaint.io/aaa":                   `{}`,
+		"selftaint.io/owned-taints":                "x:NoSchedule",
+	}
+	valid, rejected := agent.ParseFaults(ann, faultKnown, faultProbe, faultNow, time.Hour)
+	var gotValid, gotRejected []string
+	for _, f := range valid {
+		gotValid = append(gotValid, f.Key)
+	}
+	for _, r := range rejected {
+		gotRejected = append(gotRejected, r.Key)
+	}
+	if want := []string{"fault.selftaint.io/SelftaintDiskPressure", "fault.selftaint.io/memory"}; !slices.Equal(gotValid, want) {
+		t.Errorf("valid = %v, want %v", gotValid, want)
+	}
+	if want := []string{"fault.selftaint.io/aaa", "fault.selftaint.io/zzz"}; !slices.Equal(gotRejected, want) {
+		t.Errorf("rejected = %v, want %v", gotRejected, want)
+	}
+	if v, r := agent.ParseFaults(nil, faultKnown, faultProbe, faultNow, time.Hour); v != nil || r != nil {
+		t.Errorf("no annotations: got %v, %v, want nothing", v, r)
+	}
+}
+
+func TestEffectiveFaults(t *testing.T) {
+	mk := func(key string, cond corev1.NodeConditionType, exp time.Duration) agent.Fault {
+		return agent.Fault{Key: key, Condition: cond, ExpiresAt: faultNow.Add(exp)}
+	}
+	tests := []struct {
+		name   string
+		faults []agent.Fault
+		want   map[corev1.NodeConditionType]string
+	}{
+		{"none", nil, map[corev1.NodeConditionType]string{}},
+		{"one per condition", []agent.Fault{mk("a", "M", time.Minute), mk("b", "D", time.Minute)}, map[corev1.NodeConditionType]string{"M": "a", "D": "b"}},
+		{"latest expiry wins", []agent.Fault{mk("a", "M", time.Minute), mk("b", "M", 2*time.Minute)}, map[corev1.NodeConditionType]string{"M": "b"}},
+		{"tie goes to the smaller key", []agent.Fault{mk("b", "M", time.Minute), mk("a", "M", time.Minute)}, map[corev1.NodeConditionType]string{"M": "a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := map[corev1.NodeConditionType]string{}
+			for c, f := range agent.EffectiveFaults(tt.faults) {
+				got[c] = f.Key
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFaultSpecRoundTrip(t *testing.T) {
+	spec := agent.FaultSpec{Status: corev1.ConditionFalse, Reason: "Drill", Message: `quotes " and \ slashes`, ExpiresAt: "2026-11-23T11:20:00Z", InjectedBy: "bob"}
+	v, err := spec.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := agent.ParseFault(agent.FaultAnnotationKey("memory"), v, faultKnown, faultProbe)
+	if err != nil {
+		t.Fatalf("ParseFault(%s): %v", v, err)
+	}
+	if f.Status != spec.Status || f.Reason != spec.Reason || f.Message != spec.Message || f.InjectedBy != spec.InjectedBy || !f.ExpiresAt.Equal(faultNow.Add(20*time.Minute)) {
+		t.Errorf("round trip: got %+v from %s", f, v)
+	}
+	if p, _ := agent.CheckFaultTime(f, faultNow, time.Hour); p != "" {
+		t.Errorf("CheckFaultTime: %s, want valid", p)
+	}
+}
+
+func TestValidFaultTarget(t *testing.T) {
+	for target, ok := range map[string]bool{"memory": true, "SelftaintMemoryPressure": true, "example.com/GPUHealthy": false, "": false, strings.Repeat("x", 64): false} {
+		if err := agent.ValidFaultTarget(target); (err == nil) != ok {
+			t.Errorf("ValidFaultTarget(%q) = %v, want ok=%v", target, err, ok)
+		}
+	}
+}
+
+// Integration tests against a real kube-apiserver.
+
+const (
+	otherCond  corev1.NodeConditionType = "SelftaintOtherPressure"
+	thirdCond  corev1.NodeConditionType = "SelftaintThirdPressure"
+	otherProbe                          = "other"
+	thirdProbe                          = "third"
+)
+
+// namedProbe is a switchProbe under another name.
+type namedProbe struct {
+	*switchProbe
+	name string
+}
+
+func (p namedProbe) Name() string { return p.name }
+
+// startAgent runs an agent with opts (defaults as in runAgent) and returns a
+// stop function, also registered as a cleanup.
+func startAgent(t *testing.T, opts agent.Options) func() {
+	t.Helper()
+	if opts.HeartbeatPeriod == 0 {
+		opts.HeartbeatPeriod = time.Hour
+	}
+	opts.Jitter = -1
+	a, err := agent.New(opts)
+	if err != nil {
+		t.Fatalf("agent.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("agent.Run returned %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("agent.Run did not return within 30s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func probeSpec(p probes.Probe, c corev1.NodeConditionType, d taints.Damping) agent.ProbeSpec {
+	return agent.ProbeSpec{Entry: probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}, Condition: c, Damping: d}
+}
+
+const foreignAnnotation = "example.com/owner"
+
+func withForeignAnnotation(n *corev1.Node) {
+	withForeign(n)
+	n.Annotations = map[string]string{foreignAnnotation: "team-a"}
+}
+
+// setAnnotations merge-patches annotations onto the Node (a nil value
+// removes one), as kubectl annotate does.
+func setAnnotations(t *testing.T, c kubernetes.Interface, node string, ann map[string]any) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotating node %s: %v", node, err)
+	}
+}
+
+func faultValue(t *testing.T, spec agent.FaultSpec) string {
+	t.Helper()
+	v, err := spec.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// nodeEvents returns the Events on node with reason.
+func nodeEvents(t *testing.T, c kubernetes.Interface, node, reason string) []corev1.Event {
+	t.Helper()
+	evs, err := c.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.name": node, "reason": reason}.String(),
+	})
+	if err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	return evs.Items
+}
+
+// waitEvent waits for an Event on node with reason whose message contains
+// every string in want, and returns it.
+func waitEvent(t *testing.T, c kubernetes.Interface, node, reason string, timeout time.Duration, want ...string) corev1.Event {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var msgs []string
+		for _, e := range nodeEvents(t, c, node, reason) {
+			ok := true
+			for _, w := range want {
+				ok = ok && strings.Contains(e.Message, w)
+			}
+			if ok {
+				return e
+			}
+			msgs = append(msgs, e.Message)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event on %s mentioning %q within %s; saw %q", reason, node, want, timeout, msgs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFaultInjectAndExpire injects a fault on a healthy node whose probe is
+// damped by 30 s: the condition and taint follow at once, with a new
+// lastTransitionTime; when the fault expires the condition and taint clear
+// and the annotation goes, with nobody acting. Another writer's annotation,
+// taint and condition survive every update.
+func TestFaultInjectAndExpire(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "faulted"
+	created := cp.CreateNode(t, node, withForeignAnnotation)
+	w := startWatch(t, c, node, created.ResourceVersion)
+
+	p := newSwitchProbe(probes.StatusOK)
+	damping := taints.Damping{For: 30 * time.Second, ClearAfter: 30 * time.Second}
+	runAgent(t, c, node, p, agentOpts{damping: damping})
+	n := waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+	ltt0 := condition(n, cond).LastTransitionTime.Time
+	// lastTransitionTime has second precision: make the flip land in a later second.
+	time.Sleep(time.Until(ltt0.Add(time.Second)) + 100*time.Millisecond)
+
+	const ttl = 4 * time.Second
+	key := agent.FaultAnnotationKey(string(cond))
+	expiry := time.Now().Add(ttl).Truncate(time.Second)
+	value := faultValue(t, agent.FaultSpec{
+		Message:    "drill: pretend memory is short",
+		ExpiresAt:  expiry.UTC().Format(time.RFC3339),
+		InjectedBy: "TestFaultInjectAndExpire",
+	})
+	injected := time.Now()
+	setAnnotations(t, c, node, map[string]any{key: value})
+	n = waitNode(t, c, node, 10*time.Second, "condition True and our taint", func(n *corev1.Node) bool {
+		return conditionIs(corev1.ConditionTrue)(n) && hasTaint(n, ourTaint)
+	})
+	took := time.Since(injected)
+	t.Logf("condition True and taint %s after the injection", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("the fault took %s to apply, want under 3s (damping For=%s must not apply to faults)", took, damping.For)
+	}
+	cc := condition(n, cond)
+	if cc.Reason != agent.DefaultFaultReason || cc.Message != "drill: pretend memory is short" {
+		t.Errorf("condition = %s/%s %q, want the fault's reason and message", cc.Status, cc.Reason, cc.Message)
+	}
+	ltt1 := cc.LastTransitionTime.Time
+	if !ltt1.After(ltt0) || ltt1.Before(injected.Truncate(time.Second)) {
+		t.Errorf("lastTransitionTime %s, want moved from %s to the injection (%s)", ltt1, ltt0, injected)
+	}
+	waitEvent(t, c, node, "FaultActive", 5*time.Second, key, "injected by TestFaultInjectAndExpire", string(cond)+" is True")
+
+	// Nobody acts: the fault expires, the agent lifts it and removes it.
+	n = waitNode(t, c, node, ttl+10*time.Second, "condition False, no taint and no fault annotation", func(n *corev1.Node) bool {
+		_, annotated := n.Annotations[key]
+		return conditionIs(corev1.ConditionFalse)(n) && !hasTaint(n, ourTaint) && !annotated
+	})
+	cleared := time.Now()
+	t.Logf("cleared %s after the expiry", cleared.Sub(expiry).Round(time.Millisecond))
+	if cleared.Before(expiry) {
+		t.Errorf("the fault was lifted at %s, before its expiry %s", cleared, expiry)
+	}
+	cc = condition(n, cond)
+	if cc.Reason != "Fine" {
+		t.Errorf("condition reason after the fault = %q, want the probe's (Fine)", cc.Reason)
+	}
+	if ltt2 := cc.LastTransitionTime.Time; !ltt2.After(ltt1) {
+		t.Errorf("lastTransitionTime %s did not move when the fault ended (was %s)", ltt2, ltt1)
+	}
+	if n.Annotations[foreignAnnotation] != "team-a" {
+		t.Errorf("foreign annotation lost: %v", n.Annotations)
+	}
+	waitEvent(t, c, node, "FaultExpired", 5*time.Second, key)
+	if evs := nodeEvents(t, c, node, "FaultRejected"); len(evs) != 0 {
+		t.Errorf("unexpected FaultRejected event: %s", evs[0].Message)
+	}
+	checkForeignSurvived(t, w)
+	for i, n := range w.seen() {
+		if n.Annotations[foreignAnnotation] != "team-a" {
+			t.Errorf("update %d (rv %s) lost the foreign annotation: %v", i, n.ResourceVersion, n.Annotations)
+		}
+	}
+}
+
+// TestFaultRejections writes malformed fault annotations next to a valid
+// one: each is ignored with one FaultRejected Event naming the annotation
+// and the problem, left in place, and the valid fault still applies. An
+// agent with faults disabled rejects every fault and applies none.
+func TestFaultRejections(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "rejecting"
+	cp.CreateNode(t, node, withForeignAnnotation)
+
+	main, other, third := newSwitchProbe(probes.StatusOK), newSwitchProbe(probes.StatusOK), newSwitchProbe(probes.StatusOK)
+	damping := taints.Damping{For: 30 * time.Second, ClearAfter: 30 * time.Second}
+	startAgent(t, agent.Options{
+		NodeName: node,
+		Client:   c.CoreV1(),
+		Probes: []agent.ProbeSpec{
+			probeSpec(main, cond, damping),
+			probeSpec(namedProbe{other, otherProbe}, otherCond, damping),
+			probeSpec(namedProbe{third, thirdProbe}, thirdCond, damping),
+		},
+		Rules:  rules,
+		Faults: agent.FaultOptions{MaxDuration: time.Hour},
+	})
+	waitNode(t, c, node, 20*time.Second, "conditions False", func(n *corev1.Node) bool {
+		for _, t := range []corev1.NodeConditionType{cond, otherCond, thirdCond} {
+			if c := condition(n, t); c == nil || c.Status != corev1.ConditionFalse {
+				return false
+			}
+		}
+		return true
+	})
+
+	in := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339) }
+	bad := map[string]struct{ value, problem string }{
+		"fault.selftaint.io/switch":                 {`{"status":"True","expiresAt":`, "not a valid fault"},
+		"fault.selftaint.io/SelftaintGPUFailure":    {`{"expiresAt":"` + in(5*time.Minute) + `"}`, `unknown target "SelftaintGPUFailure"`},
+		"fault.selftaint.io/SelftaintOtherPressure": {`{"expiresAt":"` + in(-time.Minute) + `"}`, "is in the past already when the agent first saw it"},
+		"fault.selftaint.io/other":                  {`{"expiresAt":"` + in(100*time.Hour) + `"}`, "beyond the maximum fault duration 1h0m0s"},
+		"fault.selftaint.io/SelftaintThirdPressure": {`{"expiresAt":"` + in(5*time.Minute) + `","severity":"high"}`, `unknown field "severity"`},
+		"fault.selftaint.io/third":                  {`{"status":"Maybe","expiresAt":"` + in(5*time.Minute) + `"}`, `status "Maybe" is not True, False or Unknown`},
+	}
+	validKey := agent.FaultAnnotationKey(string(cond))
+	ann := map[string]any{validKey: faultValue(t, agent.FaultSpec{ExpiresAt: in(5 * time.Minute)})}
+	for k, b := range bad {
+		ann[k] = b.value
+	}
+	setAnnotations(t, c, node, ann)
+
+	n := waitNode(t, c, node, 10*time.Second, "the valid fault applied", func(n *corev1.Node) bool {
+		return conditionIs(corev1.ConditionTrue)(n) && hasTaint(n, ourTaint)
+	})
+	for _, oc := range []corev1.NodeConditionType{otherCond, thirdCond} {
+		if cc := condition(n, oc); cc == nil || cc.Status != corev1.ConditionFalse || cc.Reason != "Fine" {
+			t.Errorf("%s = %+v, want False/Fine: its faults were all malformed", oc, cc)
+		}
+	}
+	for k, b := range bad {
+		e := waitEvent(t, c, node, "FaultRejected", 10*time.Second, k+":", b.problem)
+		t.Logf("%s", e.Message)
+	}
+
+	// More syncs (another writer's edits) must not repeat the reports.
+	for i := range 3 {
+		setAnnotations(t, c, node, map[string]any{foreignAnnotation: fmt.Sprintf("team-%d", i)})
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	count := map[string]int32{}
+	for _, e := range nodeEvents(t, c, node, "FaultRejected") {
+		for k := range bad {
+			if strings.Contains(e.Message, k+":") {
+				count[k] += max(e.Count, 1)
+			}
+		}
+	}
+	for k := range bad {
+		if count[k] != 1 {
+			t.Errorf("%s reported %d times, want once", k, count[k])
+		}
+	}
+	n = getNode(t, c, node)
+	for k, b := range bad {
+		if n.Annotations[k] != b.value {
+			t.Errorf("rejected annotation %s = %q, want it left in place as %q", k, n.Annotations[k], b.value)
+		}
+	}
+	if !conditionIs(corev1.ConditionTrue)(n) || !hasTaint(n, ourTaint) || !hasTaint(n, foreignTaint) {
+		t.Errorf("after the rejections: %s, want the valid fault still applied and the foreign taint kept", describe(n))
+	}
+	if evs := nodeEvents(t, c, node, "FaultActive"); len(evs) != 1 || !strings.Contains(evs[0].Message, validKey) || evs[0].Count > 1 {
+		t.Errorf("FaultActive events = %v, want one for %s", evs, validKey)
+	}
+
+	// The agent keeps going: a corrected annotation is judged afresh and applies.
+	thirdKey := agent.FaultAnnotationKey(thirdProbe)
+	setAnnotations(t, c, node, map[string]any{thirdKey: faultValue(t, agent.FaultSpec{Reason: "Corrected", ExpiresAt: in(5 * time.Minute)})})
+	waitNode(t, c, node, 5*time.Second, "the corrected fault applied", func(n *corev1.Node) bool {
+		cc := condition(n, thirdCond)
+		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Reason == "Corrected"
+	})
+	waitEvent(t, c, node, "FaultActive", 5*time.Second, thirdKey)
+
+	// A disabled agent on another node ignores a well-formed fault.
+	const off = "faults-off"
+	cp.CreateNode(t, off, withForeign)
+	startAgent(t, agent.Options{
+		NodeName: off,
+		Client:   c.CoreV1(),
+		Probes:   []agent.ProbeSpec{probeSpec(newSwitchProbe(probes.StatusOK), cond, damping)},
+		Rules:    rules,
+		Faults:   agent.FaultOptions{Disabled: true},
+	})
+	waitNode(t, c, off, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+	setAnnotations(t, c, off, map[string]any{validKey: faultValue(t, agent.FaultSpec{ExpiresAt: in(5 * time.Minute)})})
+	waitEvent(t, c, off, "FaultRejected", 10*time.Second, validKey, "fault injection is disabled")
+	if n := getNode(t, c, off); !conditionIs(corev1.ConditionFalse)(n) || hasTaint(n, ourTaint) {
+		t.Errorf("a disabled agent applied a fault: %s", describe(n))
+	}
+}
+
+// TestFaultReinjectedBeforeRemovalIsKept re-injects a fault just as the
+// agent is about to remove the expired one: the removal's JSON patch tests
+// the old value, fails, and the new fault stays and applies.
+func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "reinjected"
+	cp.CreateNode(t, node, withForeignAnnotation)
+	key := agent.FaultAnnotationKey(probeName)
+	// The fault values are set once the agent runs; the hook reads them.
+	var firstV, secondV atomic.Value
+	firstV.Store("")
+	secondV.Store("")
+
+	var reinjected atomic.Bool
+	hook := func(ctx context.Context, read *corev1.Node) {
+		// The agent is lifting the first fault's taint; it removes the
+		// annotation next. Someone injects again in between.
+		if read.Annotations[key] != firstV.Load().(string) || conditionIs(corev1.ConditionTrue)(read) || reinjected.Swap(true) {
+			return
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: secondV.Load().(string)}}})
+		if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Errorf("re-injecting: %v", err)
+		}
+	}
+	p := newSwitchProbe(probes.StatusOK)
+	runAgent(t, c, node, p, agentOpts{damping: taints.Damping{For: time.Minute, ClearAfter: time.Minute}, hook: hook})
+	waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+	first := faultValue(t, agent.FaultSpec{Message: "first", ExpiresAt: time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)})
+	second := faultValue(t, agent.FaultSpec{Message: "second", ExpiresAt: time.Now().Add(5 * time.Minute).UTC().Format(time.RFC3339)})
+	firstV.Store(first)
+	secondV.Store(second)
+	setAnnotations(t, c, node, map[string]any{key: first})
+	waitNode(t, c, node, 5*time.Second, "the first fault applied", func(n *corev1.Node) bool {
+		cc := condition(n, cond)
+		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "first" && hasTaint(n, ourTaint)
+	})
+	n := waitNode(t, c, node, 15*time.Second, "the second fault applied", func(n *corev1.Node) bool {
+		cc := condition(n, cond)
+		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "second" && hasTaint(n, ourTaint)
+	})
+	if !reinjected.Load() {
+		t.Fatalf("the hook never re-injected; the race was not exercised")
+	}
+	time.Sleep(time.Second)
+	n = getNode(t, c, node)
+	if n.Annotations[key] != second {
+		t.Errorf("annotation = %q, want the re-injected fault kept", n.Annotations[key])
+	}
+	if evs := nodeEvents(t, c, node, "FaultExpired"); len(evs) != 0 {
+		t.Errorf("FaultExpired event although the fault was re-injected: %s", evs[0].Message)
+	}
+	if n.Annotations[foreignAnnotation] != "team-a" || !hasTaint(n, foreignTaint) {
+		t.Errorf("foreign annotation or taint lost: %s %v", describe(n), n.Annotations)
+	}
+}
+
+// TestFaultSurvivesRestartAndExpiresWhileDown restarts the agent while a
+// fault applies (nothing changes, lastTransitionTime included), then stops
+// it until the fault has expired: the next agent recognises the fault it
+// applied, removes it instead of rejecting it, and the condition clears.
+func TestFaultSurvivesRestartAndExpiresWhileDown(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "restarted"
+	cp.CreateNode(t, node, withForeignAnnotation)
+	damping := taints.Damping{For: time.Minute, ClearAfter: time.Minute}
+	p := newSwitchProbe(probes.StatusOK)
+	_, stop := runAgent(t, c, node, p, agentOpts{damping: damping, heartbeat: time.Second})
+	waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+
+	key := agent.FaultAnnotationKey(string(cond))
+	expiry := time.Now().Add(8 * time.Second).Truncate(time.Second)
+	setAnnotations(t, c, node, map[string]any{key: faultValue(t, agent.FaultSpec{ExpiresAt: expiry.UTC().Format(time.RFC3339)})})
+	n := waitNode(t, c, node, 5*time.Second, "the fault applied", func(n *corev1.Node) bool {
+		return conditionIs(corev1.ConditionTrue)(n) && hasTaint(n, ourTaint)
+	})
+	ltt := condition(n, cond).LastTransitionTime
+	stop()
+
+	// Restart while the fault holds: the heartbeat writes, nothing changes.
+	w := startWatch(t, c, node, getNode(t, c, node).ResourceVersion)
+	_, stop = runAgent(t, c, node, p, agentOpts{damping: damping, heartbeat: time.Second})
+	time.Sleep(1500 * time.Millisecond)
+	stop()
+	evs := w.seen()
+	if len(evs) == 0 {
+		t.Fatalf("the restarted agent wrote nothing despite a 1s heartbeat")
+	}
+	for i, n := range evs {
+		cc := condition(n, cond)
+		if cc == nil || cc.Status != corev1.ConditionTrue || !cc.LastTransitionTime.Equal(&ltt) || !hasTaint(n, ourTaint) {
+			t.Errorf("update %d after restart changed the fault's condition or taint: %s, ltt %v want %v", i, describe(n), cc, ltt)
+		}
+	}
+	if time.Now().After(expiry) {
+		t.Fatalf("the fault expired during the restart check; the test is too slow to prove anything")
+	}
+
+	// Down past the expiry, then up again.
+	time.Sleep(time.Until(expiry) + time.Second)
+	runAgent(t, c, node, p, agentOpts{damping: damping})
+	waitNode(t, c, node, 10*time.Second, "condition False, no taint, no fault annotation", func(n *corev1.Node) bool {
+		_, annotated := n.Annotations[key]
+		return conditionIs(corev1.ConditionFalse)(n) && !hasTaint(n, ourTaint) && !annotated
+	})
+	waitEvent(t, c, node, "FaultExpired", 5*time.Second, key)
+	if evs := nodeEvents(t, c, node, "FaultRejected"); len(evs) != 0 {
+		t.Errorf("the restarted agent rejected the fault it had applied: %s", evs[0].Message)
+	}
+}

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/config"
+)
+
+const faultUsage = `Usage:
+  selftaint fault inject NODE --condition C [--status True] [--for 10m] [--reason R] [--message M]
+  selftaint fault clear NODE (--condition C | --all)
+  selftaint fault list [NODE]
+
+A fault is the annotation fault.selftaint.io/<C> on the Node: the agent there
+publishes condition C (a condition type or a probe name such as memory) with
+the fault's status, without damping, until it expires, then removes it.
+Every command takes --kubeconfig (default $KUBECONFIG, else ~/.kube/config)
+and --config (the agent's config file, for the known conditions, the default
+duration and the maximum; default the built-in one).
+`
+
+// faultFlags are the flags every fault subcommand has.
+type faultFlags struct {
+	kubeconfig string
+	configPath string
+}
+
+func (f *faultFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+	fs.StringVar(&f.configPath, "config", "", "the agents' config file, for the fault targets, default duration and maximum; empty means the built-in defaults")
+}
+
+// faultEnv is what a fault subcommand works with.
+type faultEnv struct {
+	cfg             *config.Config
+	known           map[corev1.NodeConditionType]bool
+	probeConditions map[string]corev1.NodeConditionType
+	kubeconfig      string
+}
+
+// env loads the config; connect makes the client.
+func (f *faultFlags) env() (*faultEnv, error) {
+	cfg, err := config.Load(f.configPath)
+	if err != nil {
+		return nil, err
+	}
+	known, probeConditions := cfg.FaultTargets()
+	return &faultEnv{cfg: cfg, known: known, probeConditions: probeConditions, kubeconfig: f.kubeconfig}, nil
+}
+
+func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
+	rc, err := faultRESTConfig(e.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = "selftaint-fault"
+	client, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("building API client: %w", err)
+	}
+	return client.Nodes(), nil
+}
+
+// faultRESTConfig is restConfig, trying ~/.kube/config before in-cluster:
+// the fault commands run on an operator's machine more often than in a pod.
+func faultRESTConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			if p := filepath.Join(home, ".kube", "config"); fileExists(p) {
+				path = p
+			}
+		}
+	}
+	return restConfig(path)
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, faultUsage)
+		return errUsage
+	}
+	switch args[0] {
+	case "inject":
+		return runFaultInject(ctx, args[1:], stdout, stderr)
+	case "clear":
+		return runFaultClear(ctx, args[1:], stdout, stderr)
+	case "list":
+		return runFaultList(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, faultUsage)
+		return flag.ErrHelp
+	default:
+		fmt.Fprintf(stderr, "selftaint fault: unknown command %q\n\n%s", args[0], faultUsage)
+		return errUsage
+	}
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments (`inject NODE --condition C`), which the flag
+// package alone stops at, and returns the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// oneNode checks that exactly one positional argument, the node, was given.
+func oneNode(fs *flag.FlagSet, pos []string) (string, error) {
+	if len(pos) != 1 {
+		fmt.Fprintf(fs.Output(), "%s: want exactly one NODE, got %d arguments %v\n", fs.Name(), len(pos), pos)
+		return "", errUsage
+	}
+	return pos[0], nil
+}
+
+func defaultInjectedBy() string {
+	who := os.Getenv("USER")
+	if who == "" {
+		who = "unknown user"
+	}
+	if host, err := os.Hostname(); err == nil {
+		who += "@" + host
+	}
+	return who + " via selftaint fault inject"
+}
+
+func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint fault inject", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ff faultFlags
+	ff.register(fs)
+	target := fs.String("condition", "", "the condition type to fault, or a probe name (memory, disk, pid) meaning its condition (required)")
+	status := fs.String("status", "True", "the status the condition takes: True, False or Unknown")
+	dur := fs.Duration("for", 0, "how long the fault lasts (default the config's faults.defaultDuration, 10m; at most faults.maxDuration)")
+	reason := fs.String("reason", agent.DefaultFaultReason, "the condition's reason (CamelCase)")
+	message := fs.String("message", agent.DefaultFaultMessage, "the condition's message")
+	injectedBy := fs.String("injected-by", defaultInjectedBy(), "free text recorded in the fault: who or what injected it")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	node, err := oneNode(fs, pos)
+	if err != nil {
+		return err
+	}
+	if *target == "" {
+		return errors.New("--condition is required")
+	}
+	forSet := false
+	fs.Visit(func(f *flag.Flag) { forSet = forSet || f.Name == "for" })
+	if forSet && *dur <= 0 {
+		return fmt.Errorf("--for must be greater than zero, got %s", *dur)
+	}
+	env, err := ff.env()
+	if err != nil {
+		return err
+	}
+	if !forSet {
+		*dur = env.cfg.Faults.DefaultDuration.D
+	}
+	if max := env.cfg.Faults.MaxDuration.D; *dur > max {
+		return fmt.Errorf("--for %s is longer than the maximum fault duration %s (faults.maxDuration); the agent would reject it", *dur, max)
+	}
+	if err := agent.ValidFaultTarget(*target); err != nil {
+		return fmt.Errorf("--condition %s: %w", *target, err)
+	}
+	// Whole seconds, rounded up, so the fault lasts at least --for.
+	now := time.Now()
+	expires := now.Add(*dur).Add(time.Second - 1).Truncate(time.Second).UTC()
+	spec := agent.FaultSpec{
+		Status:     corev1.ConditionStatus(*status),
+		Reason:     *reason,
+		Message:    *message,
+		ExpiresAt:  expires.Format(time.RFC3339),
+		InjectedBy: *injectedBy,
+	}
+	value, err := spec.Encode()
+	if err != nil {
+		return err
+	}
+	key := agent.FaultAnnotationKey(*target)
+	// Check it as the agent will, so a fault is never written only to be
+	// rejected on the node.
+	f, err := agent.ParseFault(key, value, env.known, env.probeConditions)
+	if err != nil {
+		return fmt.Errorf("the agent would reject this fault: %w (the known targets come from --config)", err)
+	}
+	if problem, _ := agent.CheckFaultTime(f, now, env.cfg.Faults.MaxDuration.D); problem != "" {
+		return fmt.Errorf("the agent would reject this fault: %s", problem)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	if err != nil {
+		return err
+	}
+	nodes, err := env.connect()
+	if err != nil {
+		return err
+	}
+	if _, err := nodes.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "selftaint-fault"}); err != nil {
+		return fmt.Errorf("writing the fault on node %s: %w", node, err)
+	}
+	fmt.Fprintf(stdout, "injected fault on node %s: %s is %s (%s) until %s (in %s)\n",
+		node, f.Condition, f.Status, f.Reason, expires.Format(time.RFC3339), expires.Sub(now).Truncate(time.Second))
+	fmt.Fprintf(stdout, "annotation %s=%s\n", key, value)
+	return nil
+}
+
+func runFaultClear(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint fault clear", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ff faultFlags
+	ff.register(fs)
+	target := fs.String("condition", "", "clear the faults on this condition type or probe name (by either name)")
+	all := fs.Bool("all", false, "clear every fault on the node")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	node, err := oneNode(fs, pos)
+	if err != nil {
+		return err
+	}
+	if (*target == "") == !*all {
+		return errors.New("give exactly one of --condition or --all")
+	}
+	env, err := ff.env()
+	if err != nil {
+		return err
+	}
+	nodes, err := env.connect()
+	if err != nil {
+		return err
+	}
+	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
+	// --condition matches the target by either of its names.
+	cond, resolveErr := agent.ResolveFaultTarget(*target, env.known, env.probeConditions)
+	var keys []string
+	for k := range n.Annotations {
+		if !agent.IsFaultAnnotation(k) {
+			continue
+		}
+		t := strings.TrimPrefix(k, agent.FaultAnnotationPrefix)
+		match := *all || t == *target
+		if !match && resolveErr == nil {
+			c, err := agent.ResolveFaultTarget(t, env.known, env.probeConditions)
+			match = err == nil && c == cond
+		}
+		if match {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	if len(keys) == 0 {
+		fmt.Fprintf(stdout, "no fault to clear on node %s\n", node)
+		return nil
+	}
+	// A merge patch with null values removes exactly these keys.
+	nulls := map[string]any{}
+	for _, k := range keys {
+		nulls[k] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": nulls}})
+	if err != nil {
+		return err
+	}
+	if _, err := nodes.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "selftaint-fault"}); err != nil {
+		return fmt.Errorf("clearing faults on node %s: %w", node, err)
+	}
+	for _, k := range keys {
+		fmt.Fprintf(stdout, "cleared %s on node %s\n", k, node)
+	}
+	return nil
+}
+
+// faultRow is one line of selftaint fault list.
+type faultRow struct {
+	node, target, status, reason, expires, valid string
+}
+
+// faultRows judges every fault annotation on n as an agent with env's config
+// would at now.
+func faultRows(env *faultEnv, n *corev1.Node, now time.Time) []faultRow {
+	max := env.cfg.Faults.MaxDuration.D
+	valid, rejected := agent.ParseFaults(n.Annotations, env.known, env.probeConditions, now, max)
+	effective := agent.EffectiveFaults(valid)
+	byKey := map[string]faultRow{}
+	for _, f := range valid {
+		v := "yes"
+		if e := effective[f.Condition]; e.Key != f.Key {
+			v = "yes (shadowed by " + e.Key + ")"
+		}
+		byKey[f.Key] = faultRow{n.Name, f.Target, string(f.Status), f.Reason, expiresIn(f.ExpiresAt, now), v}
+	}
+	for _, r := range rejected {
+		row := faultRow{n.Name, r.Target, "-", "-", "-", "no: " + r.Problem}
+		if f, err := agent.ParseFault(r.Key, r.Value, env.known, env.probeConditions); err == nil {
+			row.status, row.reason, row.expires = string(f.Status), f.Reason, expiresIn(f.ExpiresAt, now)
+			if r.Expired {
+				row.valid = "no: expired (the agent removes a fault it applied)"
+			}
+		}
+		byKey[r.Key] = row
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	rows := make([]faultRow, 0, len(keys))
+	for _, k := range keys {
+		rows = append(rows, byKey[k])
+	}
+	return rows
+}
+
+func expiresIn(at, now time.Time) string {
+	s := at.UTC().Format(time.RFC3339)
+	if at.After(now) {
+		return s + " (in " + at.Sub(now).Truncate(time.Second).String() + ")"
+	}
+	return s + " (" + now.Sub(at).Truncate(time.Second).String() + " ago)"
+}
+
+func runFaultList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint fault list", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ff faultFlags
+	ff.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		fmt.Fprintf(stderr, "%s: want at most one NODE, got %v\n", fs.Name(), pos)
+		return errUsage
+	}
+	env, err := ff.env()
+	if err != nil {
+		return err
+	}
+	client, err := env.connect()
+	if err != nil {
+		return err
+	}
+	var nodes []corev1.Node
+	if len(pos) == 1 {
+		n, err := client.Get(ctx, pos[0], metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading node %s: %w", pos[0], err)
+		}
+		nodes = []corev1.Node{*n}
+	} else {
+		l, err := client.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("listing nodes: %w", err)
+		}
+		nodes = l.Items
+	}
+	slices.SortFunc(nodes, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	now := time.Now()
+	var rows []faultRow
+	for i := range nodes {
+		rows = append(rows, faultRows(env, &nodes[i], now)...)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(stdout, "no faults")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tTARGET\tSTATUS\tREASON\tEXPIRES\tVALID")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.node, r.target, r.status, r.reason, r.expires, r.valid)
+	}
+	return tw.Flush()
+}

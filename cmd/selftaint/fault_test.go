@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"maps"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/testcp"
+)
+
+var cliForeignTaint = corev1.Taint{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}
+
+func withForeignBits(n *corev1.Node) {
+	n.Annotations = map[string]string{"example.com/owner": "team-a"}
+	n.Spec.Taints = []corev1.Taint{cliForeignTaint}
+}
+
+// runCLI runs one selftaint command line in-process.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func nodeNow(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// withoutFaults returns n's annotations other than faults.
+func withoutFaults(n *corev1.Node) map[string]string {
+	out := maps.Clone(n.Annotations)
+	maps.DeleteFunc(out, func(k, _ string) bool { return agent.IsFaultAnnotation(k) })
+	return out
+}
+
+// TestFaultCLIRoundTrip injects, lists and clears faults against a real API
+// server and checks each command touches only fault annotations.
+func TestFaultCLIRoundTrip(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	kc := "--kubeconfig=" + cp.KubeconfigPath
+	cp.CreateNode(t, "n1", withForeignBits)
+	cp.CreateNode(t, "n2", withForeignBits)
+	before, before2 := nodeNow(t, c, "n1"), nodeNow(t, c, "n2")
+
+	// inject, flags after the node as in the docs.
+	began := time.Now()
+	code, out, errs := runCLI(t, "fault", "inject", "n1", "--condition", "memory", "--for", "5m", "--message", "drill", "--injected-by", "ci", kc)
+	if code != 0 {
+		t.Fatalf("inject: exit %d: %s", code, errs)
+	}
+	for _, w := range []string{"injected fault on node n1: SelftaintMemoryPressure is True (InjectedFault) until ", "(in 5m", "annotation fault.selftaint.io/memory="} {
+		if !strings.Contains(out, w) {
+			t.Errorf("inject output %q does not contain %q", out, w)
+		}
+	}
+	n1 := nodeNow(t, c, "n1")
+	key := agent.FaultAnnotationKey("memory")
+	f, err := agent.ParseFault(key, n1.Annotations[key], nil, map[string]corev1.NodeConditionType{"memory": "SelftaintMemoryPressure"})
+	if err != nil {
+		t.Fatalf("the injected annotation %q does not parse: %v", n1.Annotations[key], err)
+	}
+	if f.Status != corev1.ConditionTrue || f.Reason != agent.DefaultFaultReason || f.Message != "drill" || f.InjectedBy != "ci" {
+		t.Errorf("injected fault = %+v", f)
+	}
+	if lo, hi := began.Add(5*time.Minute).Truncate(time.Second), time.Now().Add(5*time.Minute+time.Second); f.ExpiresAt.Before(lo) || f.ExpiresAt.After(hi) {
+		t.Errorf("expiresAt %s not within [%s, %s]", f.ExpiresAt, lo, hi)
+	}
+	if !reflect.DeepEqual(withoutFaults(n1), before.Annotations) || !reflect.DeepEqual(n1.Spec, before.Spec) || !reflect.DeepEqual(n1.Status, before.Status) {
+		t.Errorf("inject touched more than its annotation:\nbefore %+v %+v\nafter  %+v %+v", before.Annotations, before.Spec, n1.Annotations, n1.Spec)
+	}
+
+	// Flags before the node work too.
+	if code, _, errs := runCLI(t, "fault", "inject", kc, "--condition=SelftaintDiskPressure", "--status=Unknown", "--reason=DiskGone", "--for=3s", "n2"); code != 0 {
+		t.Fatalf("inject n2: exit %d: %s", code, errs)
+	}
+	// A malformed fault someone wrote by hand.
+	if _, err := c.CoreV1().Nodes().Patch(context.Background(), "n2", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"fault.selftaint.io/pid":"{bad"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errs = runCLI(t, "fault", "list", "n1", kc)
+	if code != 0 {
+		t.Fatalf("list n1: exit %d: %s", code, errs)
+	}
+	t.Logf("list n1:\n%s", out)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 ||
+		!strings.Contains(lines[0], "NODE") || !strings.Contains(lines[0], "TARGET") || !strings.Contains(lines[0], "EXPIRES") || !strings.Contains(lines[0], "VALID") ||
+		!fieldsAre(lines[1], "n1", "memory", "True", "InjectedFault") || !strings.Contains(lines[1], "(in 4m") && !strings.Contains(lines[1], "(in 5m") ||
+		!strings.HasSuffix(lines[1], "yes") {
+		t.Errorf("list n1 output unexpected:\n%s", out)
+	}
+
+	code, out, errs = runCLI(t, "fault", "list", kc)
+	if code != 0 {
+		t.Fatalf("list: exit %d: %s", code, errs)
+	}
+	t.Logf("list:\n%s", out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("list: got %d lines, want a header and 3 faults:\n%s", len(lines), out)
+	}
+	if !fieldsAre(lines[1], "n1", "memory") || !fieldsAre(lines[2], "n2", "SelftaintDiskPressure", "Unknown", "DiskGone") || !strings.HasSuffix(lines[2], "yes") ||
+		!fieldsAre(lines[3], "n2", "pid", "-", "-", "-", "no:") || !strings.Contains(lines[3], "not a valid fault") {
+		t.Errorf("list output unexpected:\n%s", out)
+	}
+
+	// The 3 s fault expires: list says so (no agent runs here to remove it).
+	time.Sleep(time.Until(began.Add(4 * time.Second)))
+	_, out, _ = runCLI(t, "fault", "list", "n2", kc)
+	if !strings.Contains(out, "ago)") || !strings.Contains(out, "no: expired") {
+		t.Errorf("list after the expiry does not show it expired:\n%s", out)
+	}
+
+	// clear by the other name of the same condition.
+	code, out, errs = runCLI(t, "fault", "clear", "n1", "--condition", "SelftaintMemoryPressure", kc)
+	if code != 0 || !strings.Contains(out, "cleared fault.selftaint.io/memory on node n1") {
+		t.Fatalf("clear n1: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if n := nodeNow(t, c, "n1"); !reflect.DeepEqual(n.Annotations, before.Annotations) || !reflect.DeepEqual(n.Spec, before.Spec) {
+		t.Errorf("after clear n1: annotations %v spec %+v, want as before %v %+v", n.Annotations, n.Spec, before.Annotations, before.Spec)
+	}
+	code, out, _ = runCLI(t, "fault", "clear", "n1", "--condition", "memory", kc)
+	if code != 0 || !strings.Contains(out, "no fault to clear") {
+		t.Errorf("clearing again: exit %d, %q", code, out)
+	}
+	code, out, errs = runCLI(t, "fault", "clear", "n2", "--all", kc)
+	if code != 0 || !strings.Contains(out, "fault.selftaint.io/SelftaintDiskPressure") || !strings.Contains(out, "fault.selftaint.io/pid") {
+		t.Fatalf("clear --all: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if n := nodeNow(t, c, "n2"); !reflect.DeepEqual(n.Annotations, map[string]string{"example.com/owner": "team-a"}) || !reflect.DeepEqual(n.Spec, before2.Spec) {
+		t.Errorf("after clear --all: annotations %v spec %+v, want only the foreign annotation and the spec as before (%+v)", n.Annotations, n.Spec, before2.Spec)
+	}
+	if _, out, _ = runCLI(t, "fault", "list", kc); strings.TrimSpace(out) != "no faults" {
+		t.Errorf("list after clearing: %q, want no faults", out)
+	}
+
+	// --config supplies the default duration, the maximum and the targets.
+	cfg := writeFile(t, "faults:\n  defaultDuration: 1m\n  maxDuration: 2m\nprobes:\n  pid:\n    condition: ExampleThreads\nrules: []\n")
+	code, out, errs = runCLI(t, "fault", "inject", "n1", "--condition=ExampleThreads", "--config="+cfg, kc)
+	if code != 0 || !strings.Contains(out, "ExampleThreads is True") || !strings.Contains(out, "(in 1m") {
+		t.Errorf("inject with --config: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, _, errs = runCLI(t, "fault", "inject", "n1", "--condition=pid", "--for=5m", "--config="+cfg, kc)
+	if code != 1 || !strings.Contains(errs, "longer than the maximum fault duration 2m0s") {
+		t.Errorf("inject --for beyond the configured maximum: exit %d, stderr %q", code, errs)
+	}
+}
+
+// fieldsAre reports whether line's leading whitespace-separated fields are
+// want.
+func fieldsAre(line string, want ...string) bool {
+	f := strings.Fields(line)
+	if len(f) < len(want) {
+		return false
+	}
+	for i, w := range want {
+		if f[i] != w {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFaultCLIErrors checks the fault commands' argument errors, and their
+// API errors against a real API server: each exits non-zero with the
+// problem on stderr and writes nothing.
+func TestFaultCLIErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"no subcommand", []string{"fault"}, 2, "selftaint fault inject NODE"},
+		{"unknown subcommand", []string{"fault", "frob"}, 2, `unknown command "frob"`},
+		{"inject without node", []string{"fault", "inject", "--condition=memory"}, 2, "want exactly one NODE"},
+		{"inject two nodes", []string{"fault", "inject", "a", "b", "--condition=memory"}, 2, "want exactly one NODE"},
+		{"inject without condition", []string{"fault", "inject", "n1"}, 1, "--condition is required"},
+		{"inject for zero", []string{"fault", "inject", "n1", "--condition=memory", "--for=0s"}, 1, "--for must be greater than zero"},
+		{"inject for negative", []string{"fault", "inject", "n1", "--condition=memory", "--for=-1m"}, 1, "--for must be greater than zero"},
+		{"inject for too long", []string{"fault", "inject", "n1", "--condition=memory", "--for=2h"}, 1, "longer than the maximum fault duration 1h0m0s"},
+		{"inject unknown condition", []string{"fault", "inject", "n1", "--condition=SelftaintGPUFailure"}, 1, `unknown target "SelftaintGPUFailure"`},
+		{"inject bad status", []string{"fault", "inject", "n1", "--condition=memory", "--status=true"}, 1, `status "true" is not True, False or Unknown`},
+		{"inject bad reason", []string{"fault", "inject", "n1", "--condition=memory", "--reason=two words"}, 1, "must be CamelCase"},
+		{"inject bad flag", []string{"fault", "inject", "n1", "--condtion=memory"}, 2, "flag provided but not defined: -condtion"},
+		{"clear without what", []string{"fault", "clear", "n1"}, 1, "give exactly one of --condition or --all"},
+		{"clear with both", []string{"fault", "clear", "n1", "--all", "--condition=memory"}, 1, "give exactly one of --condition or --all"},
+		{"list two nodes", []string{"fault", "list", "a", "b"}, 2, "want at most one NODE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append(tt.args, "--kubeconfig=/nonexistent/kubeconfig")...)
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q does not mention %q", stderr, tt.want)
+			}
+		})
+	}
+
+	cp := testcp.Start(t, testcp.Options{})
+	kc := "--kubeconfig=" + cp.KubeconfigPath
+	for _, args := range [][]string{
+		{"fault", "inject", "missing", "--condition=memory", kc},
+		{"fault", "clear", "missing", "--all", kc},
+		{"fault", "list", "missing", kc},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		if code != 1 || !strings.Contains(stderr, `"missing" not found`) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and the node named as not found", args, code, stderr)
+		}
+	}
+	if l, err := cp.Client().CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
+		t.Errorf("nodes after failed commands: %v (err %v), want none", l, err)
+	}
+}
+
+// TestFaultCLIWithAgent runs the agent command against a fixture host and
+// drives it with the fault commands: a fault injected by the CLI taints the
+// node within seconds although its probe is healthy and damped by 30 s, and
+// clearing it lifts the taint.
+func TestFaultCLIWithAgent(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	kc := "--kubeconfig=" + cp.KubeconfigPath
+	const node = "with-agent"
+	cp.CreateNode(t, node, withForeignBits)
+	cfg := writeFile(t, "probes:\n  disk:\n    enabled: false\n  pid:\n    interval: 1s\n    timeout: 500ms\n    for: 30s\n    clearAfter: 30s\n")
+
+	// The agent runs as its own process (this test binary running main),
+	// as in production; in-process it would set klog's global logger under
+	// the test's clients.
+	var agentErr bytes.Buffer
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1",
+		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=" + node, kc, "--host-root=testdata/lowmem", "--config=" + cfg, "--log-level=warn"}, " "))
+	cmd.Stderr = &agentErr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the agent: %v", err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("agent exited with %v; stderr:\n%s", err, agentErr.String())
+		} else if strings.Contains(agentErr.String(), "level=ERROR") {
+			t.Errorf("agent logged errors:\n%s", agentErr.String())
+		}
+	}()
+
+	pid := corev1.NodeConditionType("SelftaintPIDPressure")
+	pidTaint := "selftaint.io/pid-pressure"
+	cond := func(n *corev1.Node) *corev1.NodeCondition {
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == pid {
+				return &n.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	tainted := func(n *corev1.Node) bool {
+		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == pidTaint })
+	}
+	wait := func(what string, timeout time.Duration, ok func(*corev1.Node) bool) *corev1.Node {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for {
+			n := nodeNow(t, c, node)
+			if ok(n) {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %s waiting for %s: conditions %+v taints %v", timeout, what, n.Status.Conditions, n.Spec.Taints)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wait("the pid condition False", 30*time.Second, func(n *corev1.Node) bool { c := cond(n); return c != nil && c.Status == corev1.ConditionFalse })
+
+	injected := time.Now()
+	if code, out, errs := runCLI(t, "fault", "inject", node, "--condition=pid", "--for=1m", "--message=drill", kc, "--config="+cfg); code != 0 {
+		t.Fatalf("inject: exit %d: %s %s", code, out, errs)
+	}
+	wait("the fault's condition and taint", 5*time.Second, func(n *corev1.Node) bool {
+		c := cond(n)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Message == "drill" && tainted(n)
+	})
+	if took := time.Since(injected); took > 3*time.Second {
+		t.Errorf("the fault took %s to apply, want under 3s", took)
+	}
+	if code, out, _ := runCLI(t, "fault", "list", node, kc, "--config="+cfg); code != 0 || !strings.Contains(out, "pid") || !strings.Contains(out, "yes") {
+		t.Errorf("list: exit %d:\n%s", code, out)
+	}
+	if code, out, errs := runCLI(t, "fault", "clear", node, "--condition=SelftaintPIDPressure", kc, "--config="+cfg); code != 0 {
+		t.Fatalf("clear: exit %d: %s %s", code, out, errs)
+	}
+	n := wait("the condition False and no taint", 5*time.Second, func(n *corev1.Node) bool {
+		c := cond(n)
+		return c != nil && c.Status == corev1.ConditionFalse && !tainted(n)
+	})
+	if n.Annotations["example.com/owner"] != "team-a" || !slices.Contains(n.Spec.Taints, cliForeignTaint) {
+		t.Errorf("foreign annotation or taint lost: %v %v", n.Annotations, n.Spec.Taints)
+	}
+}

@@ -106,3 +106,16 @@ func restConfig(path string) (*rest.Config, error) {
 	}
 	return rc, nil
 }
+
+// operatorRESTConfig finds credentials the way kubectl does, for commands an
+// operator runs (explain, fault): --kubeconfig, else $KUBECONFIG, else
+// ~/.kube/config, else the in-cluster config.
+func operatorRESTConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return rc, nil
+}

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/selftaint/selftaint/taints"
 )
@@ -119,11 +118,9 @@ Flags:
 // explainClient builds a core client the way kubectl finds its credentials:
 // --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster.
 func explainClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	rc, err := operatorRESTConfig(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+		return nil, err
 	}
 	rc.UserAgent = "selftaint-explain"
 	client, err := typedcorev1.NewForConfig(rc)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -18,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
@@ -67,7 +65,7 @@ func (f *faultFlags) env() (*faultEnv, error) {
 }
 
 func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
-	rc, err := faultRESTConfig(e.kubeconfig)
+	rc, err := operatorRESTConfig(e.kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -77,24 +75,6 @@ func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
 		return nil, fmt.Errorf("building API client: %w", err)
 	}
 	return client.Nodes(), nil
-}
-
-// faultRESTConfig is restConfig, trying ~/.kube/config before in-cluster:
-// the fault commands run on an operator's machine more often than in a pod.
-func faultRESTConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		if home, err := os.UserHomeDir(); err == nil {
-			if p := filepath.Join(home, ".kube", "config"); fileExists(p) {
-				path = p
-			}
-		}
-	}
-	return restConfig(path)
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
 }
 
 func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) error {

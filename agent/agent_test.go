@@ -60,13 +60,10 @@ type agentOpts struct {
 // cancels it and waits for Run to return (also registered as a cleanup).
 func runAgent(t *testing.T, client kubernetes.Interface, node string, p probes.Probe, o agentOpts) (*agent.Agent, func()) {
 	t.Helper()
-	if o.heartbeat == 0 {
-		o.heartbeat = time.Hour
-	}
 	if o.interval == 0 {
 		o.interval = 100 * time.Millisecond
 	}
-	a, err := agent.New(agent.Options{
+	return startAgent(t, agent.Options{
 		NodeName: node,
 		Client:   client.CoreV1(),
 		Probes: []agent.ProbeSpec{{
@@ -76,9 +73,20 @@ func runAgent(t *testing.T, client kubernetes.Interface, node string, p probes.P
 		}},
 		Rules:            rules,
 		HeartbeatPeriod:  o.heartbeat,
-		Jitter:           -1,
 		BeforeTaintWrite: o.hook,
 	})
+}
+
+// startAgent runs an agent with opts (heartbeat 1h unless set, no start
+// jitter) and returns it with a stop function that cancels it and waits for
+// Run to return (also registered as a cleanup).
+func startAgent(t testing.TB, opts agent.Options) (*agent.Agent, func()) {
+	t.Helper()
+	if opts.HeartbeatPeriod == 0 {
+		opts.HeartbeatPeriod = time.Hour
+	}
+	opts.Jitter = -1
+	a, err := agent.New(opts)
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}
@@ -233,6 +241,27 @@ func withForeign(n *corev1.Node) {
 	n.Status.Conditions = []corev1.NodeCondition{c}
 }
 
+// flipAndCheck sets the probe to verdict, waits for the condition to reach
+// want, and checks the flip took at least hold and that its
+// lastTransitionTime (stored with second precision) lies between the
+// earliest allowed flip and when the flip was seen. It returns the Node and
+// that transition time.
+func flipAndCheck(t *testing.T, c kubernetes.Interface, node string, p *switchProbe, verdict probes.Status, want corev1.ConditionStatus, hold time.Duration) (*corev1.Node, time.Time) {
+	t.Helper()
+	start := time.Now()
+	p.set(verdict)
+	n := waitNode(t, c, node, 20*time.Second, "condition "+string(want), conditionIs(want))
+	seen := time.Now()
+	if got := seen.Sub(start); got < hold {
+		t.Errorf("condition turned %s %s after the probe said %s, before the %s it must hold", want, got, verdict, hold)
+	}
+	ltt := condition(n, cond).LastTransitionTime.Time
+	if earliest := start.Add(hold).Truncate(time.Second); ltt.Before(earliest) || ltt.After(seen) {
+		t.Errorf("lastTransitionTime %s not within [%s, %s]", ltt, earliest, seen)
+	}
+	return n, ltt
+}
+
 // TestDampedFlipAndForeignSurvival walks a condition through False -> True
 // -> False with damping and checks the taint follows, lastTransitionTime
 // moves only on flips, and another writer's taint and condition survive
@@ -255,18 +284,7 @@ func TestDampedFlipAndForeignSurvival(t *testing.T) {
 	}
 
 	// A problem must hold for `for` before the condition turns True.
-	bad := time.Now()
-	p.set(probes.StatusProblem)
-	n = waitNode(t, c, node, 20*time.Second, "condition True", conditionIs(corev1.ConditionTrue))
-	seenTrue := time.Now()
-	if got := seenTrue.Sub(bad); got < forD {
-		t.Errorf("condition turned True %s after the problem started, before for=%s", got, forD)
-	}
-	ltt1 := condition(n, cond).LastTransitionTime.Time
-	// lastTransitionTime is stored with second precision.
-	if ltt1.Before(bad.Add(forD).Truncate(time.Second)) || ltt1.After(seenTrue) {
-		t.Errorf("lastTransitionTime %s not within [%s, %s]", ltt1, bad.Add(forD).Truncate(time.Second), seenTrue)
-	}
+	_, ltt1 := flipAndCheck(t, c, node, p, probes.StatusProblem, corev1.ConditionTrue, forD)
 	if !ltt1.After(ltt0) {
 		t.Errorf("lastTransitionTime %s did not move on the flip (was %s)", ltt1, ltt0)
 	}
@@ -276,17 +294,7 @@ func TestDampedFlipAndForeignSurvival(t *testing.T) {
 	}
 
 	// Recovery must hold for clearAfter before the condition clears.
-	good := time.Now()
-	p.set(probes.StatusOK)
-	n = waitNode(t, c, node, 20*time.Second, "condition False again", conditionIs(corev1.ConditionFalse))
-	seenFalse := time.Now()
-	if got := seenFalse.Sub(good); got < clearD {
-		t.Errorf("condition cleared %s after recovery, before clearAfter=%s", got, clearD)
-	}
-	ltt2 := condition(n, cond).LastTransitionTime.Time
-	if ltt2.Before(good.Add(clearD).Truncate(time.Second)) || ltt2.After(seenFalse) {
-		t.Errorf("lastTransitionTime %s not within [%s, %s]", ltt2, good.Add(clearD).Truncate(time.Second), seenFalse)
-	}
+	_, ltt2 := flipAndCheck(t, c, node, p, probes.StatusOK, corev1.ConditionFalse, clearD)
 	n = waitNode(t, c, node, 10*time.Second, "our taint removed", func(n *corev1.Node) bool { return !hasTaint(n, ourTaint) })
 	if _, ok := n.Annotations[taints.OwnedTaintsAnnotation]; ok {
 		t.Errorf("ownership annotation still present with nothing owned: %q", n.Annotations[taints.OwnedTaintsAnnotation])
@@ -420,9 +428,7 @@ func TestRestartKeepsTaint(t *testing.T) {
 // turns bad, and expects the agent to converge once it is back, without a
 // restart.
 func TestAPIServerOutage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("takes over 20 s")
-	}
+	testcp.SkipIfShort(t, "takes over 20 s")
 	cp := testcp.Start(t, testcp.Options{})
 	const node = "outage"
 	cp.CreateNode(t, node, withForeign)
@@ -481,24 +487,15 @@ func TestNoWritesWhenNothingChanges(t *testing.T) {
 // newBenchAgent runs an agent whose probe runs once at start and then only
 // every hour, so the benchmark drives verdicts through Observe.
 func newBenchAgent(b *testing.B, c kubernetes.Interface, node string, p probes.Probe) *agent.Agent {
-	a, err := agent.New(agent.Options{
+	a, _ := startAgent(b, agent.Options{
 		NodeName: node,
 		Client:   c.CoreV1(),
 		Probes: []agent.ProbeSpec{{
 			Entry:     probes.Entry{Probe: p, Interval: time.Hour, Timeout: time.Minute},
 			Condition: cond,
 		}},
-		Rules:           rules,
-		HeartbeatPeriod: time.Hour,
-		Jitter:          -1,
-		Logger:          slog.New(slog.DiscardHandler),
+		Rules:  rules,
+		Logger: slog.New(slog.DiscardHandler),
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
 	return a
 }

@@ -3,11 +3,9 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -218,39 +216,6 @@ type namedProbe struct {
 }
 
 func (p namedProbe) Name() string { return p.name }
-
-// startAgent runs an agent with opts (defaults as in runAgent) and returns a
-// stop function, also registered as a cleanup.
-func startAgent(t *testing.T, opts agent.Options) func() {
-	t.Helper()
-	if opts.HeartbeatPeriod == 0 {
-		opts.HeartbeatPeriod = time.Hour
-	}
-	opts.Jitter = -1
-	a, err := agent.New(opts)
-	if err != nil {
-		t.Fatalf("agent.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("agent.Run returned %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("agent.Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
 
 func probeSpec(p probes.Probe, c corev1.NodeConditionType, d taints.Damping) agent.ProbeSpec {
 	return agent.ProbeSpec{Entry: probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}, Condition: c, Damping: d}

@@ -150,12 +150,28 @@ type Rule struct {
 	AllowReservedKey bool `json:"allowReservedKey,omitempty"`
 }
 
-// Duration is a Go duration string ("30s", "5m"). A value that does not
-// parse is kept with its error so Validate can report it with its field path.
-type Duration struct {
-	D   time.Duration
+// rawValue is the text a field was written with and the error parsing it
+// met, kept so Validate can report the error with the field's path.
+type rawValue struct {
 	raw string
 	err error
+}
+
+// set reports whether the field was written at all.
+func (r rawValue) set() bool { return r.raw != "" }
+
+// parseError is the parse error as a field error, or nil.
+func (r rawValue) parseError(p *field.Path) field.ErrorList {
+	if r.err == nil {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, r.raw, r.err.Error())}
+}
+
+// Duration is a Go duration string ("30s", "5m").
+type Duration struct {
+	D time.Duration
+	rawValue
 }
 
 // UnmarshalJSON implements json.Unmarshaler.
@@ -176,12 +192,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // MarshalJSON implements json.Marshaler.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.D.String()) }
 
-func (d Duration) set() bool { return d.raw != "" }
-
 func (d Duration) validate(p *field.Path, allowZero bool) field.ErrorList {
 	switch {
 	case d.err != nil:
-		return field.ErrorList{field.Invalid(p, d.raw, d.err.Error())}
+		return d.parseError(p)
 	case d.D < 0:
 		return field.ErrorList{field.Invalid(p, d.raw, "must not be negative")}
 	case d.D == 0 && !allowZero && d.set():
@@ -191,11 +205,10 @@ func (d Duration) validate(p *field.Path, allowZero bool) field.ErrorList {
 }
 
 // Threshold is an amount ("512Mi", "1000") or a percent ("5%"); see
-// probes.ParseThreshold. Like Duration it keeps a parse error for Validate.
+// probes.ParseThreshold.
 type Threshold struct {
-	T   probes.Threshold
-	raw string
-	err error
+	T probes.Threshold
+	rawValue
 }
 
 // UnmarshalJSON implements json.Unmarshaler; bare numbers are accepted.
@@ -219,14 +232,6 @@ func (t *Threshold) UnmarshalJSON(b []byte) error {
 // MarshalJSON implements json.Marshaler.
 func (t Threshold) MarshalJSON() ([]byte, error) { return json.Marshal(t.T.String()) }
 
-func (t Threshold) set() bool { return t.raw != "" }
-
-func (t Threshold) validate(p *field.Path) field.ErrorList {
-	if t.err != nil {
-		return field.ErrorList{field.Invalid(p, t.raw, t.err.Error())}
-	}
-	return nil
-}
 
 // Load reads, decodes, defaults and validates the file at path. An empty
 // path means the built-in defaults.
@@ -379,7 +384,7 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	m := c.Probes.Memory
 	common("memory", m.Common)
-	errs = append(errs, m.AvailableBelow.validate(pp.Child("memory", "availableBelow"))...)
+	errs = append(errs, m.AvailableBelow.parseError(pp.Child("memory", "availableBelow"))...)
 	for name, v := range map[string]*float64{"psiSomeAvg10Above": m.PSISomeAvg10Above, "psiFullAvg10Above": m.PSIFullAvg10Above} {
 		if v != nil && (*v < 0 || *v > 100) {
 			errs = append(errs, field.Invalid(pp.Child("memory", name), *v, "must be a percentage between 0 and 100 (0 turns the check off)"))
@@ -387,8 +392,8 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	d := c.Probes.Disk
 	common("disk", d.Common)
-	errs = append(errs, d.FreeBelow.validate(pp.Child("disk", "freeBelow"))...)
-	errs = append(errs, d.InodesFreeBelow.validate(pp.Child("disk", "inodesFreeBelow"))...)
+	errs = append(errs, d.FreeBelow.parseError(pp.Child("disk", "freeBelow"))...)
+	errs = append(errs, d.InodesFreeBelow.parseError(pp.Child("disk", "inodesFreeBelow"))...)
 	for i, path := range d.Paths {
 		if !strings.HasPrefix(path, "/") {
 			errs = append(errs, field.Invalid(pp.Child("disk", "paths").Index(i), path, "must be an absolute path on the host"))
@@ -396,7 +401,7 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	p := c.Probes.PID
 	common("pid", p.Common)
-	errs = append(errs, p.UsedAbove.validate(pp.Child("pid", "usedAbove"))...)
+	errs = append(errs, p.UsedAbove.parseError(pp.Child("pid", "usedAbove"))...)
 
 	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
 	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)

@@ -116,3 +116,12 @@ func isRootModule(gomod string) bool {
 	}
 	return false
 }
+
+// SkipIfShort skips a slow test under go test -short, saying why, except
+// when $CI is "true": CI always runs every test, whatever flags it is given.
+func SkipIfShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skipf("-short: %s (with CI=true this runs anyway)", why)
+	}
+}

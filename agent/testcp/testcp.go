@@ -171,37 +171,18 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	}
 
 	if opts.ControllerManager {
-		cp.controllerManager = cp.newComponent("kube-controller-manager", kcmBin, os.Environ(), mergeArgs([]string{
-			"--kubeconfig=" + cp.KubeconfigPath,
-			"--authentication-kubeconfig=" + cp.KubeconfigPath,
-			"--authorization-kubeconfig=" + cp.KubeconfigPath,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(kcmPort),
-			"--tls-cert-file=" + cp.pki.certFile,
-			"--tls-private-key-file=" + cp.pki.keyFile,
-			"--service-account-private-key-file=" + cp.pki.saKeyFile,
+		cp.controllerManager = cp.newComponent("kube-controller-manager", kcmBin, os.Environ(), mergeArgs(append(cp.clientComponentArgs(kcmPort),
+			"--service-account-private-key-file="+cp.pki.saKeyFile,
 			"--use-service-account-credentials=true",
-			"--root-ca-file=" + cp.pki.caFile,
+			"--root-ca-file="+cp.pki.caFile,
 			"--controllers=*",
-			"--leader-elect=false",
-			"--profiling=false",
-		}, opts.ControllerManagerArgs))
+		), opts.ControllerManagerArgs))
 		cp.run(t, cp.controllerManager, func() error {
 			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), "", "")
 		})
 	}
 	if opts.Scheduler {
-		cp.scheduler = cp.newComponent("kube-scheduler", schedBin, os.Environ(), []string{
-			"--kubeconfig=" + cp.KubeconfigPath,
-			"--authentication-kubeconfig=" + cp.KubeconfigPath,
-			"--authorization-kubeconfig=" + cp.KubeconfigPath,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(schedPort),
-			"--tls-cert-file=" + cp.pki.certFile,
-			"--tls-private-key-file=" + cp.pki.keyFile,
-			"--leader-elect=false",
-			"--profiling=false",
-		})
+		cp.scheduler = cp.newComponent("kube-scheduler", schedBin, os.Environ(), cp.clientComponentArgs(schedPort))
 		cp.run(t, cp.scheduler, func() error {
 			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), "", "")
 		})
@@ -268,6 +249,23 @@ func (cp *ControlPlane) CreateNode(t testing.TB, name string, mutate func(*corev
 		t.Fatalf("testcp: creating node %s: %v", name, err)
 	}
 	return got
+}
+
+// clientComponentArgs are the flags kube-controller-manager and
+// kube-scheduler share: the admin kubeconfig for everything, serving on
+// 127.0.0.1:port with the shared certificate, no leader election.
+func (cp *ControlPlane) clientComponentArgs(port int) []string {
+	return []string{
+		"--kubeconfig=" + cp.KubeconfigPath,
+		"--authentication-kubeconfig=" + cp.KubeconfigPath,
+		"--authorization-kubeconfig=" + cp.KubeconfigPath,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + cp.pki.certFile,
+		"--tls-private-key-file=" + cp.pki.keyFile,
+		"--leader-elect=false",
+		"--profiling=false",
+	}
 }
 
 // apiServerArgs returns kube-apiserver's flags, extra replacing defaults of

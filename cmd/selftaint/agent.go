@@ -119,3 +119,18 @@ func operatorRESTConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	return rc, nil
 }
+
+// operatorClient is a core client for an operator command, credentials found
+// as operatorRESTConfig finds them.
+func operatorClient(kubeconfig, userAgent string) (*typedcorev1.CoreV1Client, error) {
+	rc, err := operatorRESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = userAgent
+	client, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("building API client: %w", err)
+	}
+	return client, nil
+}

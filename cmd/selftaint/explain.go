@@ -92,7 +92,7 @@ Flags:
 		proposed = append(proposed, t)
 	}
 
-	client, err := explainClient(*kubeconfig)
+	client, err := operatorClient(*kubeconfig, "selftaint-explain")
 	if err != nil {
 		return err
 	}
@@ -113,21 +113,6 @@ Flags:
 		return enc.Encode(rep)
 	}
 	return printExplain(stdout, node, considered, isProposed, rep, now)
-}
-
-// explainClient builds a core client the way kubectl finds its credentials:
-// --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster.
-func explainClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
-	rc, err := operatorRESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	rc.UserAgent = "selftaint-explain"
-	client, err := typedcorev1.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("building API client: %w", err)
-	}
-	return client, nil
 }
 
 // podsOnNode lists the pods bound to node in all namespaces, page by page.

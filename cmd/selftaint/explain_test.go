@@ -307,9 +307,7 @@ func TestWithProposed(t *testing.T) {
 // against the real taint-eviction controller: a NoExecute taint lands on a
 // node, and each pod is deleted when explain said it would be, within 2s.
 func TestExplainMatchesTaintEvictionController(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs kube-controller-manager and waits for evictions")
-	}
+	testcp.SkipIfShort(t, "runs kube-controller-manager and waits for evictions")
 	cp := testcp.Start(t, testcp.Options{ControllerManager: true})
 	c := cp.Client()
 	ctx := t.Context()

@@ -65,16 +65,21 @@ func (f *faultFlags) env() (*faultEnv, error) {
 }
 
 func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
-	rc, err := operatorRESTConfig(e.kubeconfig)
+	client, err := operatorClient(e.kubeconfig, "selftaint-fault")
 	if err != nil {
 		return nil, err
 	}
-	rc.UserAgent = "selftaint-fault"
-	client, err := typedcorev1.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("building API client: %w", err)
-	}
 	return client.Nodes(), nil
+}
+
+// newFaultFlagSet is the flag set of "selftaint fault <sub>" with the flags
+// every fault command shares.
+func newFaultFlagSet(sub string, stderr io.Writer) (*flag.FlagSet, *faultFlags) {
+	fs := flag.NewFlagSet("selftaint fault "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ff := &faultFlags{}
+	ff.register(fs)
+	return fs, ff
 }
 
 func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -139,10 +144,7 @@ func defaultInjectedBy() string {
 }
 
 func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("selftaint fault inject", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var ff faultFlags
-	ff.register(fs)
+	fs, ff := newFaultFlagSet("inject", stderr)
 	target := fs.String("condition", "", "the condition type to fault, or a probe name (memory, disk, pid) meaning its condition (required)")
 	status := fs.String("status", "True", "the status the condition takes: True, False or Unknown")
 	dur := fs.Duration("for", 0, "how long the fault lasts (default the config's faults.defaultDuration, 10m; at most faults.maxDuration)")
@@ -220,10 +222,7 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func runFaultClear(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("selftaint fault clear", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var ff faultFlags
-	ff.register(fs)
+	fs, ff := newFaultFlagSet("clear", stderr)
 	target := fs.String("condition", "", "clear the faults on this condition type or probe name (by either name)")
 	all := fs.Bool("all", false, "clear every fault on the node")
 	pos, err := parseInterspersed(fs, args)
@@ -339,10 +338,7 @@ func expiresIn(at, now time.Time) string {
 }
 
 func runFaultList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("selftaint fault list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var ff faultFlags
-	ff.register(fs)
+	fs, ff := newFaultFlagSet("list", stderr)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

@@ -232,7 +232,6 @@ func (t *Threshold) UnmarshalJSON(b []byte) error {
 // MarshalJSON implements json.Marshaler.
 func (t Threshold) MarshalJSON() ([]byte, error) { return json.Marshal(t.T.String()) }
 
-
 // Load reads, decodes, defaults and validates the file at path. An empty
 // path means the built-in defaults.
 func Load(path string) (*Config, error) {

@@ -63,6 +63,19 @@ type ProbeSpec struct {
 	Entry     probes.Entry
 	Condition corev1.NodeConditionType
 	Damping   taints.Damping
+	// Healthy is the condition's status when the probe finds no problem.
+	// Empty means False: selftaint's own conditions, like the kubelet's
+	// pressure conditions, say "there is a problem". A virtual node's Ready
+	// condition is the one that says True when all is well.
+	Healthy corev1.ConditionStatus
+}
+
+// HealthyStatus is the status the spec's condition has when all is well.
+func (p ProbeSpec) HealthyStatus() corev1.ConditionStatus {
+	if p.Healthy == "" {
+		return corev1.ConditionFalse
+	}
+	return p.Healthy
 }
 
 // Options configure an Agent.
@@ -131,6 +144,9 @@ type Agent struct {
 	// agent manages and its probes' names. Read-only after New.
 	faultConds  map[corev1.NodeConditionType]bool
 	faultProbes map[string]corev1.NodeConditionType
+	// healthy is each condition's status when all is well. Read-only after
+	// New.
+	healthy map[corev1.NodeConditionType]corev1.ConditionStatus
 
 	mu          sync.Mutex // guards the fields below
 	dampers     map[corev1.NodeConditionType]*taints.Damper
@@ -191,6 +207,7 @@ func New(opts Options) (*Agent, error) {
 		dampers:       map[corev1.NodeConditionType]*taints.Damper{},
 		faultConds:    map[corev1.NodeConditionType]bool{},
 		faultProbes:   map[string]corev1.NodeConditionType{},
+		healthy:       map[corev1.NodeConditionType]corev1.ConditionStatus{},
 		published:     map[corev1.NodeConditionType]publishedState{},
 		faultsSeen:    map[string]faultVerdict{},
 		faultsApplied: map[string]string{},
@@ -207,6 +224,12 @@ func New(opts Options) (*Agent, error) {
 		a.dampers[p.Condition] = taints.NewDamper(p.Damping)
 		a.faultConds[p.Condition] = true
 		a.faultProbes[p.Entry.Probe.Name()] = p.Condition
+		switch h := p.HealthyStatus(); h {
+		case corev1.ConditionTrue, corev1.ConditionFalse:
+			a.healthy[p.Condition] = h
+		default:
+			return nil, fmt.Errorf("agent: condition %s: healthy status must be True or False, got %q", p.Condition, h)
+		}
 		entries = append(entries, p.Entry)
 	}
 	runner, err := probes.NewRunner(entries, probes.RunnerOptions{
@@ -332,13 +355,17 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	return true
 }
 
-// ConditionStatus maps a probe verdict to the condition it feeds: the
-// conditions say "there is a problem", so a problem is True.
-func ConditionStatus(s probes.Status) corev1.ConditionStatus {
-	switch s {
-	case probes.StatusOK:
+// ConditionStatus maps a probe verdict to the status of a condition whose
+// healthy status is healthy (False for conditions that say "there is a
+// problem", True for Ready): OK is healthy, a problem the opposite, anything
+// else Unknown.
+func ConditionStatus(s probes.Status, healthy corev1.ConditionStatus) corev1.ConditionStatus {
+	switch {
+	case s == probes.StatusOK:
+		return healthy
+	case s == probes.StatusProblem && healthy == corev1.ConditionTrue:
 		return corev1.ConditionFalse
-	case probes.StatusProblem:
+	case s == probes.StatusProblem:
 		return corev1.ConditionTrue
 	default:
 		return corev1.ConditionUnknown
@@ -358,7 +385,7 @@ func (a *Agent) Observe(r probes.Result) {
 	a.mu.Lock()
 	d := a.dampers[spec.Condition]
 	before, hadBefore := d.State()
-	d.Observe(ConditionStatus(r.Status), r.Reason, r.Message, now)
+	d.Observe(ConditionStatus(r.Status, spec.HealthyStatus()), r.Reason, r.Message, now)
 	after, hasAfter := d.State()
 	next, pending := d.NextChange()
 	a.mu.Unlock()
@@ -599,7 +626,7 @@ func (a *Agent) applyConditions(ctx context.Context, old *corev1.Node, states ma
 		s := states[t]
 		if c := findCondition(old, t); c == nil || c.Status != s.Status {
 			etype := corev1.EventTypeNormal
-			if s.Status != corev1.ConditionFalse {
+			if s.Status != a.healthy[t] {
 				etype = corev1.EventTypeWarning
 			}
 			a.recorder.Eventf(written, etype, "ConditionChanged", "%s is now %s (%s): %s", t, s.Status, s.Reason, truncate(s.Message, 256))

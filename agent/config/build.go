@@ -56,15 +56,42 @@ func (c *Config) FaultOptions() agent.FaultOptions {
 	return agent.FaultOptions{Disabled: !c.Faults.IsEnabled(), MaxDuration: c.Faults.MaxDuration.D}
 }
 
+// namedProbe is an enabled or disabled probe's name and common settings.
+type namedProbe struct {
+	name string
+	c    Common
+}
+
+// probeList is every probe with its common settings, in a stable order.
+func (c *Config) probeList() []namedProbe {
+	return []namedProbe{{memory.Name, c.Probes.Memory.Common}, {disk.Name, c.Probes.Disk.Common}, {pid.Name, c.Probes.PID.Common}}
+}
+
+// SimulatedProbeSpecs builds, for each enabled probe, a spec with the same
+// name, condition, schedule and damping whose probe newProbe makes instead
+// of one that reads the host. Virtual nodes use it: their conditions and
+// taints follow the same config, their machine is imaginary.
+func (c *Config) SimulatedProbeSpecs(newProbe func(name string) probes.Probe) []agent.ProbeSpec {
+	var specs []agent.ProbeSpec
+	for _, p := range c.probeList() {
+		if !p.c.IsEnabled() {
+			continue
+		}
+		specs = append(specs, agent.ProbeSpec{
+			Entry:     probes.Entry{Probe: newProbe(p.name), Interval: p.c.Interval.D, Timeout: p.c.Timeout.D},
+			Condition: p.c.Condition,
+			Damping:   p.c.Damping(),
+		})
+	}
+	return specs
+}
+
 // FaultTargets returns what a fault may name with this config: the
 // conditions of the enabled probes, and the enabled probes by name.
 func (c *Config) FaultTargets() (conditions map[corev1.NodeConditionType]bool, probeConditions map[string]corev1.NodeConditionType) {
 	conditions = map[corev1.NodeConditionType]bool{}
 	probeConditions = map[string]corev1.NodeConditionType{}
-	for _, p := range []struct {
-		name string
-		c    Common
-	}{{memory.Name, c.Probes.Memory.Common}, {disk.Name, c.Probes.Disk.Common}, {pid.Name, c.Probes.PID.Common}} {
+	for _, p := range c.probeList() {
 		if p.c.IsEnabled() {
 			conditions[p.c.Condition] = true
 			probeConditions[p.name] = p.c.Condition

@@ -68,7 +68,7 @@ func check(ctx context.Context, specs []agent.ProbeSpec, rules []taints.Rule) ch
 	for i, s := range specs {
 		wg.Go(func() {
 			res := probes.RunOnce(ctx, s.Entry.Probe, s.Entry.Timeout, probes.RealClock{})
-			rows[i] = checkRow{Result: res, Condition: s.Condition, ConditionStatus: agent.ConditionStatus(res.Status)}
+			rows[i] = checkRow{Result: res, Condition: s.Condition, ConditionStatus: agent.ConditionStatus(res.Status, s.HealthyStatus())}
 		})
 	}
 	wg.Wait()

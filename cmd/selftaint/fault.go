@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/agent/virtual"
 )
 
 const faultUsage = `Usage:
@@ -62,6 +64,20 @@ func (f *faultFlags) env() (*faultEnv, error) {
 	}
 	known, probeConditions := cfg.FaultTargets()
 	return &faultEnv{cfg: cfg, known: known, probeConditions: probeConditions, kubeconfig: f.kubeconfig}, nil
+}
+
+// knownFor is the conditions a fault on node n may name: the config's, and
+// on a virtual node also the kubelet's standard conditions, which it
+// reports and takes faults on.
+func (e *faultEnv) knownFor(n *corev1.Node) map[corev1.NodeConditionType]bool {
+	if n.Labels[virtual.LabelVirtual] != "true" {
+		return e.known
+	}
+	known := maps.Clone(e.known)
+	for _, c := range virtual.KubeletConditions() {
+		known[c] = true
+	}
+	return known
 }
 
 func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
@@ -194,10 +210,18 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	nodes, err := env.connect()
+	if err != nil {
+		return err
+	}
+	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
 	key := agent.FaultAnnotationKey(*target)
 	// Check it as the agent will, so a fault is never written only to be
 	// rejected on the node.
-	f, err := agent.ParseFault(key, value, env.known, env.probeConditions)
+	f, err := agent.ParseFault(key, value, env.knownFor(n), env.probeConditions)
 	if err != nil {
 		return fmt.Errorf("the agent would reject this fault: %w (the known targets come from --config)", err)
 	}
@@ -205,10 +229,6 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("the agent would reject this fault: %s", problem)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
-	if err != nil {
-		return err
-	}
-	nodes, err := env.connect()
 	if err != nil {
 		return err
 	}
@@ -249,7 +269,8 @@ func runFaultClear(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("reading node %s: %w", node, err)
 	}
 	// --condition matches the target by either of its names.
-	cond, resolveErr := agent.ResolveFaultTarget(*target, env.known, env.probeConditions)
+	known := env.knownFor(n)
+	cond, resolveErr := agent.ResolveFaultTarget(*target, known, env.probeConditions)
 	var keys []string
 	for k := range n.Annotations {
 		if !agent.IsFaultAnnotation(k) {
@@ -258,7 +279,7 @@ func runFaultClear(ctx context.Context, args []string, stdout, stderr io.Writer)
 		t := strings.TrimPrefix(k, agent.FaultAnnotationPrefix)
 		match := *all || t == *target
 		if !match && resolveErr == nil {
-			c, err := agent.ResolveFaultTarget(t, env.known, env.probeConditions)
+			c, err := agent.ResolveFaultTarget(t, known, env.probeConditions)
 			match = err == nil && c == cond
 		}
 		if match {
@@ -297,7 +318,8 @@ type faultRow struct {
 // would at now.
 func faultRows(env *faultEnv, n *corev1.Node, now time.Time) []faultRow {
 	max := env.cfg.Faults.MaxDuration.D
-	valid, rejected := agent.ParseFaults(n.Annotations, env.known, env.probeConditions, now, max)
+	known := env.knownFor(n)
+	valid, rejected := agent.ParseFaults(n.Annotations, known, env.probeConditions, now, max)
 	effective := agent.EffectiveFaults(valid)
 	byKey := map[string]faultRow{}
 	for _, f := range valid {
@@ -309,7 +331,7 @@ func faultRows(env *faultEnv, n *corev1.Node, now time.Time) []faultRow {
 	}
 	for _, r := range rejected {
 		row := faultRow{n.Name, r.Target, "-", "-", "-", "no: " + r.Problem}
-		if f, err := agent.ParseFault(r.Key, r.Value, env.known, env.probeConditions); err == nil {
+		if f, err := agent.ParseFault(r.Key, r.Value, known, env.probeConditions); err == nil {
 			row.status, row.reason, row.expires = string(f.Status), f.Reason, expiresIn(f.ExpiresAt, now)
 			if r.Expired {
 				row.valid = "no: expired (the agent removes a fault it applied)"

@@ -23,6 +23,8 @@ Usage:
   selftaint agent [flags]   run the node agent (the DaemonSet's job)
   selftaint check [flags]   probe this machine once, no cluster needed, and show
                             the conditions and taints that would follow
+  selftaint virtual [flags] run simulated nodes (virtual-kubelet) with the same
+                            pipeline, healthy unless a fault is injected
   selftaint explain NODE    which pods on NODE its taints (or --taint ones)
                             would evict, when, and what could still schedule
   selftaint fault inject|clear|list ...
@@ -52,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "agent":
 		err = runAgent(ctx, args[1:], stderr)
+	case "virtual":
+		err = runVirtual(ctx, args[1:], stderr)
 	case "check":
 		err = runCheck(ctx, args[1:], stdout, stderr)
 	case "explain":

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -87,22 +85,10 @@ func BenchmarkAgentSteadyState(b *testing.B) {
 
 // procMemKiB returns the kB fields of a process's /proc/PID/status
 // (VmRSS, RssAnon, RssFile, VmHWM, ...).
-func procMemKiB(b *testing.B, pid int) map[string]int {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+func procMemKiB(b testing.TB, pid int) map[string]int64 {
+	st, err := procStatusKiB("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
-	out := map[string]int{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB")); err == nil {
-			out[k] = n
-		}
-	}
-	return out
+	return st
 }

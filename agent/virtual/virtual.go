@@ -1,0 +1,352 @@
+// Package virtual runs simulated Nodes so users can see, on a real control
+// plane and without sick hardware, how their workloads react when a node is
+// tainted. selftaint is each virtual node's kubelet (through
+// virtual-kubelet): it registers the Node, renews its Lease in
+// kube-node-lease, runs the pods bound to it as far as the API can tell, and
+// reports the standard conditions (Ready, MemoryPressure, DiskPressure,
+// PIDPressure), so the control plane's node lifecycle controller treats it
+// as it would a real node. Each virtual node also runs selftaint's own
+// pipeline (probes -> conditions -> taints) with probes that are healthy
+// unless a fault is injected through a Node annotation.
+package virtual
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
+	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
+	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// Defaults, the kubelet's where it has one.
+const (
+	// DefaultLeaseDuration is the kubelet's nodeLeaseDurationSeconds; the
+	// lease is renewed every quarter of it.
+	DefaultLeaseDuration = 40 * time.Second
+	// DefaultStatusUpdateInterval is how often virtual-kubelet re-sends the
+	// node's status (capacity, addresses, node info) besides the lease.
+	DefaultStatusUpdateInterval = time.Minute
+	// kubeletProbeInterval is how often the standard conditions' probes
+	// run. They never change on their own; a fault overrides them at once.
+	kubeletProbeInterval = 10 * time.Second
+)
+
+// Options configure a set of virtual nodes run by one process.
+type Options struct {
+	// Names of the nodes to run, one virtual node each.
+	Names []string
+	// Core and Leases talk to the API server.
+	Core   typedcorev1.CoreV1Interface
+	Leases typedcoordv1.LeasesGetter
+	// Template is what each node registers with.
+	Template NodeTemplate
+	// Probes builds one node's selftaint probes (see SimulatedProbe); the
+	// standard kubelet conditions are added to them.
+	Probes func(node string) []agent.ProbeSpec
+	// Rules, HeartbeatPeriod and Faults are passed to each node's agent.
+	Rules           []taints.Rule
+	HeartbeatPeriod time.Duration
+	Faults          agent.FaultOptions
+	// LeaseDuration defaults to DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// StatusUpdateInterval defaults to DefaultStatusUpdateInterval.
+	StatusUpdateInterval time.Duration
+	// PodSyncWorkers per node; default 2.
+	PodSyncWorkers int
+	// DeleteOnExit deletes the Nodes when Run returns, so the pods on them
+	// are cleaned up by the control plane instead of staying on an
+	// unreachable node.
+	DeleteOnExit bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Clock is the agents' clock; defaults to the real clock.
+	// virtual-kubelet's controllers always use the real clock.
+	Clock clock.WithTicker
+}
+
+// Names returns n node names: prefix1 ... prefixN.
+func Names(prefix string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%d", prefix, i+1)
+	}
+	return names
+}
+
+// KubeletConditionSpecs are the standard conditions a kubelet reports, with
+// the kubelet's own reasons, healthy unless a fault says otherwise. The
+// node lifecycle controller taints from them (node.kubernetes.io/not-ready,
+// memory-pressure, ...), so selftaint's rules do not.
+func KubeletConditionSpecs() []agent.ProbeSpec {
+	spec := func(name string, cond corev1.NodeConditionType, healthy corev1.ConditionStatus, reason, message string) agent.ProbeSpec {
+		return agent.ProbeSpec{
+			Entry: probes.Entry{
+				Probe:    SimulatedProbe{ProbeName: name, Reason: reason, Message: message},
+				Interval: kubeletProbeInterval,
+				Timeout:  time.Second,
+			},
+			Condition: cond,
+			Healthy:   healthy,
+		}
+	}
+	return []agent.ProbeSpec{
+		spec("kubelet-ready", corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "virtual kubelet is posting ready status"),
+		spec("kubelet-memory", corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "virtual kubelet has sufficient memory available"),
+		spec("kubelet-disk", corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "virtual kubelet has no disk pressure"),
+		spec("kubelet-pid", corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "virtual kubelet has sufficient PID available"),
+	}
+}
+
+// KubeletConditions are the condition types KubeletConditionSpecs reports:
+// on a virtual node they are fault targets too.
+func KubeletConditions() []corev1.NodeConditionType {
+	specs := KubeletConditionSpecs()
+	out := make([]corev1.NodeConditionType, len(specs))
+	for i, s := range specs {
+		out[i] = s.Condition
+	}
+	return out
+}
+
+// SimulatedProbe is a probe of an imaginary machine: it always finds it
+// healthy. On a virtual node only an injected fault makes a problem.
+type SimulatedProbe struct {
+	ProbeName string
+	// Reason and Message of the healthy verdict; defaults say it is a
+	// virtual node.
+	Reason, Message string
+}
+
+// Name is the probe's name.
+func (p SimulatedProbe) Name() string { return p.ProbeName }
+
+// Probe reports OK.
+func (p SimulatedProbe) Probe(context.Context) probes.Result {
+	r := probes.Result{Status: probes.StatusOK, Reason: p.Reason, Message: p.Message}
+	if r.Reason == "" {
+		r.Reason = "VirtualNodeHealthy"
+	}
+	if r.Message == "" {
+		r.Message = "virtual node: healthy unless a fault is injected"
+	}
+	return r
+}
+
+// Run registers the virtual nodes and runs them until ctx is cancelled or
+// one of them fails; it returns the first failure.
+func Run(ctx context.Context, opts Options) error {
+	if len(opts.Names) == 0 {
+		return errors.New("virtual: no nodes to run")
+	}
+	if opts.Core == nil || opts.Leases == nil {
+		return errors.New("virtual: clients are required")
+	}
+	seen := map[string]bool{}
+	for _, n := range opts.Names {
+		if seen[n] {
+			return fmt.Errorf("virtual: node %s named twice", n)
+		}
+		seen[n] = true
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
+	if opts.StatusUpdateInterval <= 0 {
+		opts.StatusUpdateInterval = DefaultStatusUpdateInterval
+	}
+	if opts.PodSyncWorkers <= 0 {
+		opts.PodSyncWorkers = 2
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	// The pod controllers' events share one broadcaster.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: opts.Core.Events("")})
+	defer broadcaster.Shutdown()
+
+	// Pods' environment is not resolved (nothing runs), so the config map,
+	// secret and service informers virtual-kubelet asks for are never
+	// started and selftaint needs no access to secrets.
+	unused := unusedInformers{
+		configMaps: newInformer[corelisters.ConfigMapLister](&corev1.ConfigMap{}, corelisters.NewConfigMapLister),
+		secrets:    newInformer[corelisters.SecretLister](&corev1.Secret{}, corelisters.NewSecretLister),
+		services:   newInformer[corelisters.ServiceLister](&corev1.Service{}, corelisters.NewServiceLister),
+	}
+
+	nodes := make([]*virtualNode, len(opts.Names))
+	for i, name := range opts.Names {
+		n, err := newVirtualNode(opts, name, i, broadcaster, unused)
+		if err != nil {
+			return err
+		}
+		nodes[i] = n
+	}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		n.start(ctx, &wg, cancel)
+	}
+	opts.Logger.Info("virtual nodes starting", "nodes", len(nodes))
+	<-ctx.Done()
+	wg.Wait()
+	if opts.DeleteOnExit {
+		deleteNodes(opts)
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// deleteNodes removes the Nodes after the process stops serving them.
+func deleteNodes(opts Options) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range opts.Names {
+		err := opts.Core.Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			opts.Logger.Warn("deleting virtual node on exit", "node", name, "err", err)
+			continue
+		}
+		opts.Logger.Info("virtual node deleted", "node", name)
+	}
+}
+
+// virtualNode is one node: its virtual-kubelet node and pod controllers,
+// its pod informer and its selftaint agent.
+type virtualNode struct {
+	name    string
+	log     *slog.Logger
+	nodes   *vknode.NodeController
+	pods    *vknode.PodController
+	podInf  cache.SharedIndexInformer
+	agent   *agent.Agent
+	workers int
+}
+
+func newVirtualNode(opts Options, name string, index int, broadcaster record.EventBroadcaster, unused unusedInformers) (*virtualNode, error) {
+	log := opts.Logger.With("node", name)
+	template := opts.Template.newNode(name, index)
+	nodeClient := opts.Core.Nodes()
+	nc, err := vknode.NewNodeController(nodeStatus{}, template, nodeClient,
+		vknode.WithNodeEnableLeaseV1(opts.Leases.Leases(corev1.NamespaceNodeLease), int32(opts.LeaseDuration/time.Second)),
+		vknode.WithNodeStatusUpdateInterval(opts.StatusUpdateInterval),
+		// Someone deleted the Node: register it again, as a kubelet does.
+		vknode.WithNodeStatusUpdateErrorHandler(func(ctx context.Context, err error) error {
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+			log.Warn("virtual node was deleted; registering it again")
+			_, err = nodeClient.Create(ctx, template.DeepCopy(), metav1.CreateOptions{})
+			return err
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("virtual node %s: %w", name, err)
+	}
+
+	podClient := opts.Core
+	selector := fields.OneTermEqualSelector("spec.nodeName", name).String()
+	podInf := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return podClient.Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return podClient.Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	pc, err := vknode.NewPodController(vknode.PodControllerConfig{
+		PodClient:                 podClient,
+		PodInformer:               informer[corelisters.PodLister]{podInf, corelisters.NewPodLister},
+		EventRecorder:             broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint-virtual", Host: name}),
+		Provider:                  newPods(name, template.Status.Addresses[0].Address, podIPs(index), removeWith(podClient), opts.Clock),
+		ConfigMapInformer:         unused.configMaps,
+		SecretInformer:            unused.secrets,
+		ServiceInformer:           unused.services,
+		SkipDownwardAPIResolution: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("virtual node %s: %w", name, err)
+	}
+
+	var specs []agent.ProbeSpec
+	if opts.Probes != nil {
+		specs = opts.Probes(name)
+	}
+	specs = append(specs, KubeletConditionSpecs()...)
+	a, err := agent.New(agent.Options{
+		NodeName:        name,
+		Client:          opts.Core,
+		Probes:          specs,
+		Rules:           opts.Rules,
+		HeartbeatPeriod: opts.HeartbeatPeriod,
+		Clock:           opts.Clock,
+		Logger:          opts.Logger,
+		Faults:          opts.Faults,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("virtual node %s: %w", name, err)
+	}
+	return &virtualNode{name: name, log: log, nodes: nc, pods: pc, podInf: podInf, agent: a, workers: opts.PodSyncWorkers}, nil
+}
+
+// start runs the node's parts; the first to fail cancels the whole set.
+func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail context.CancelCauseFunc) {
+	vctx := vklog.WithLogger(ctx, vkslog.FromSlog(n.log.With("component", "virtual-kubelet")))
+	run := func(what string, f func(context.Context) error) {
+		wg.Go(func() {
+			err := f(vctx)
+			if err != nil && ctx.Err() == nil {
+				fail(fmt.Errorf("virtual node %s: %s: %w", n.name, what, err))
+			}
+		})
+	}
+	run("node controller", n.nodes.Run)
+	run("pod informer", func(ctx context.Context) error { n.podInf.RunWithContext(ctx); return nil })
+	run("pod controller", func(ctx context.Context) error {
+		// Pods are run once the node is registered.
+		select {
+		case <-n.nodes.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+		return n.pods.Run(ctx, n.workers)
+	})
+	run("agent", func(ctx context.Context) error {
+		if err := n.agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/agent/virtual"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// virtualFlags are the virtual subcommand's flags.
+type virtualFlags struct {
+	nodes         int
+	namePrefix    string
+	kubeconfig    string
+	configPath    string
+	logLevel      string
+	cpu, memory   string
+	pods          string
+	labels        string
+	taints        string
+	internalIP    string
+	deleteOnExit  bool
+	qps           float64
+	burst         int
+	leaseDuration time.Duration
+	statsInterval time.Duration
+}
+
+func (f *virtualFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.nodes, "nodes", 1, "how many virtual nodes to run")
+	fs.StringVar(&f.namePrefix, "name-prefix", "vnode-", "node names are this prefix followed by 1..N")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+	fs.StringVar(&f.configPath, "config", "", "config file (YAML): the rules, damping and fault settings the virtual nodes follow; empty means the built-in defaults")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.cpu, "cpu", "8", "each node's CPU capacity")
+	fs.StringVar(&f.memory, "memory", "32Gi", "each node's memory capacity")
+	fs.StringVar(&f.pods, "pods", "110", "how many pods each node takes")
+	fs.StringVar(&f.labels, "labels", "", "extra node labels, key=value,...")
+	fs.StringVar(&f.taints, "register-with-taints", "", "taints the nodes register with, key[=value]:Effect,... (as the kubelet's flag); in a shared cluster, a NoSchedule taint keeps other workloads off")
+	fs.StringVar(&f.internalIP, "internal-ip", "127.0.0.1", "the nodes' InternalIP address")
+	fs.BoolVar(&f.deleteOnExit, "delete-on-exit", false, "delete the Nodes when stopped (their pods are then removed by the control plane)")
+	fs.DurationVar(&f.leaseDuration, "lease-duration", virtual.DefaultLeaseDuration, "the nodes' Lease duration in kube-node-lease (the kubelet's nodeLeaseDurationSeconds); renewed every quarter of it")
+	fs.DurationVar(&f.statsInterval, "stats-interval", time.Minute, "how often to log the process's API request rate and memory; 0 turns it off")
+	fs.Float64Var(&f.qps, "kube-api-qps", 0, "client-side limit on API requests per second for the whole process; 0 means 2 per node, at least 20")
+	fs.IntVar(&f.burst, "kube-api-burst", 0, "client-side burst of API requests; 0 means twice the QPS")
+}
+
+// template turns the node flags into a NodeTemplate.
+func (f *virtualFlags) template() (virtual.NodeTemplate, error) {
+	t := virtual.NodeTemplate{Capacity: virtual.DefaultCapacity(), InternalIP: f.internalIP}
+	for name, v := range map[corev1.ResourceName]string{corev1.ResourceCPU: f.cpu, corev1.ResourceMemory: f.memory, corev1.ResourcePods: f.pods} {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return t, fmt.Errorf("--%s %q: %w", name, v, err)
+		}
+		t.Capacity[name] = q
+	}
+	labels, err := parseLabels(f.labels)
+	if err != nil {
+		return t, err
+	}
+	t.Labels = labels
+	for _, s := range splitList(f.taints) {
+		taint, err := taints.ParseTaint(s)
+		if err != nil {
+			return t, fmt.Errorf("--register-with-taints: %w", err)
+		}
+		t.Taints = append(t.Taints, taint)
+	}
+	return t, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseLabels reads key=value,... and checks keys and values as the API
+// server would.
+func parseLabels(s string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range splitList(s) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--labels: %q is not key=value", kv)
+		}
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			return nil, fmt.Errorf("--labels: key %q: %s", k, strings.Join(msgs, "; "))
+		}
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			return nil, fmt.Errorf("--labels: value %q of %s: %s", v, k, strings.Join(msgs, "; "))
+		}
+		labels[k] = v
+	}
+	return labels, nil
+}
+
+func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint virtual", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f virtualFlags
+	f.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if f.nodes < 1 {
+		return fmt.Errorf("--nodes must be at least 1, got %d", f.nodes)
+	}
+	names := virtual.Names(f.namePrefix, f.nodes)
+	for _, n := range names {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			return fmt.Errorf("--name-prefix %q: node name %q: %s", f.namePrefix, n, strings.Join(msgs, "; "))
+		}
+	}
+	template, err := f.template()
+	if err != nil {
+		return err
+	}
+	logger, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(f.configPath)
+	if err != nil {
+		return err
+	}
+	rc, err := operatorRESTConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.QPS, rc.Burst = float32(f.qps), f.burst
+	if rc.QPS <= 0 {
+		rc.QPS = float32(max(20, 2*f.nodes))
+	}
+	if rc.Burst <= 0 {
+		rc.Burst = int(2 * rc.QPS)
+	}
+	rc.UserAgent = "selftaint-virtual"
+	var requests atomic.Int64
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, &requests} })
+	if f.leaseDuration < 4*time.Second {
+		return fmt.Errorf("--lease-duration must be at least 4s, got %s", f.leaseDuration)
+	}
+	core, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	leases, err := typedcoordv1.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	if f.statsInterval > 0 {
+		go logStats(ctx, logger, f.statsInterval, f.nodes, &requests)
+	}
+	err = virtual.Run(ctx, virtual.Options{
+		Names:    names,
+		Core:     core,
+		Leases:   leases,
+		Template: template,
+		Probes: func(string) []agent.ProbeSpec {
+			return cfg.SimulatedProbeSpecs(func(name string) probes.Probe { return virtual.SimulatedProbe{ProbeName: name} })
+		},
+		Rules:           cfg.TaintRules(),
+		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
+		Faults:          cfg.FaultOptions(),
+		DeleteOnExit:    f.deleteOnExit,
+		LeaseDuration:   f.leaseDuration,
+		Logger:          logger,
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	logger.Info("virtual nodes stopped")
+	return nil
+}
+
+// countingTransport counts the requests a client sends.
+type countingTransport struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// logStats logs, every interval, the API requests the process made and its
+// memory, so the cost of simulating a fleet is visible.
+func logStats(ctx context.Context, logger *slog.Logger, interval time.Duration, nodes int, requests *atomic.Int64) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last, lastAt := requests.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n := requests.Load()
+			rate := float64(n-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = n, now
+			attrs := []any{"nodes", nodes, "apiRequests", n, "apiRequestsPerSecond", fmt.Sprintf("%.2f", rate)}
+			if rss, err := selfRSS(); err == nil {
+				attrs = append(attrs, "rssMiB", fmt.Sprintf("%.1f", float64(rss)/(1<<20)))
+			}
+			logger.Info("virtual nodes running", attrs...)
+		}
+	}
+}
+
+// selfRSS is this process's resident set size in bytes.
+func selfRSS() (int64, error) {
+	st, err := procStatusKiB("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	kb, ok := st["VmRSS"]
+	if !ok {
+		return 0, errors.New("no VmRSS line in /proc/self/status")
+	}
+	return kb << 10, nil
+}
+
+// procStatusKiB reads the numeric fields of a /proc/<pid>/status file
+// (VmRSS, RssAnon, RssFile, VmHWM, ..., in kB).
+func procStatusKiB(path string) (map[string]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,528 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/virtual"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// syncBuffer is a bytes.Buffer safe to read while a child process writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startVirtual runs `selftaint virtual args...` as its own process (this
+// test binary running main), as a user would. It is interrupted at the end
+// of the test unless the test killed it.
+func startVirtual(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	var stderr syncBuffer
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1", "SELFTAINT_TEST_ARGS="+strings.Join(append([]string{"virtual"}, args...), " "))
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting selftaint virtual: %v", err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(os.Interrupt)
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("selftaint virtual exited with %v", err)
+			}
+		}
+		if t.Failed() {
+			t.Logf("selftaint virtual stderr (last 8 KiB):\n%s", lastBytes(stderr.String(), 8<<10))
+		}
+	})
+	return cmd, &stderr
+}
+
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// pollNode polls node every 20ms until ok holds or timeout passes, and
+// returns the node and when ok first held.
+func pollNode(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) (*corev1.Node, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		if err == nil && ok(n) {
+			return n, time.Now()
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("timed out after %s waiting for %s on %s: %v", timeout, what, name, err)
+			}
+			t.Fatalf("timed out after %s waiting for %s on %s: conditions %+v taints %v", timeout, what, name, n.Status.Conditions, n.Spec.Taints)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func nodeCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func conditionStatus(n *corev1.Node, t corev1.NodeConditionType) corev1.ConditionStatus {
+	if c := nodeCondition(n, t); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+func hasTaintKey(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key && t.Effect == effect })
+}
+
+// readyForPods: Ready True and the registration not-ready taint lifted by
+// the node lifecycle controller.
+func readyForPods(n *corev1.Node) bool {
+	return conditionStatus(n, corev1.NodeReady) == corev1.ConditionTrue &&
+		!hasTaintKey(n, corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule)
+}
+
+// createScheduledPod creates a pod the scheduler must place on node (by its
+// hostname label), with these tolerations.
+func createScheduledPod(t *testing.T, c kubernetes.Interface, ns, name, node string, tols ...corev1.Toleration) {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node},
+			Containers:   []corev1.Container{{Name: "c", Image: "example.invalid/app"}},
+			Tolerations:  tols,
+		},
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s/%s: %v", ns, name, err)
+	}
+}
+
+func podRunning(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+const virtualNS = "drill"
+
+// TestVirtualNodeNoExecuteFault is the whole drill on a real control plane
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with three
+// virtual nodes: pods are scheduled and run; a fault whose rule maps to
+// NoExecute taints the node within about a second; the taint-eviction
+// controller deletes each pod when explain said it would and the virtual
+// kubelet completes the deletions; the fault expires and everything clears
+// with nobody acting. Malformed faults are rejected, and a Ready fault makes
+// the node lifecycle controller taint the node as it would a real one.
+func TestVirtualNodeNoExecuteFault(t *testing.T) {
+	testcp.SkipIfShort(t, "runs a full control plane and waits for evictions")
+	cp := testcp.Start(t, testcp.Options{ControllerManager: true, Scheduler: true})
+	c := cp.Client()
+	ctx := t.Context()
+	kc := "--kubeconfig=" + cp.KubeconfigPath
+	createNamespace(t, c, virtualNS)
+	createNamespace(t, c, explainNS)
+	waitForTaintEviction(t, cp)
+
+	const memTaint = "selftaint.io/memory-pressure"
+	cfg := writeFile(t, `rules:
+- condition: SelftaintMemoryPressure
+  taint: {key: `+memTaint+`, effect: NoExecute}
+`)
+	startVirtual(t, "--nodes=3", "--name-prefix=vnode-", kc, "--config="+cfg, "--log-level=warn", "--stats-interval=0")
+	healthy := []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, "SelftaintMemoryPressure", "SelftaintDiskPressure", "SelftaintPIDPressure"}
+	for _, n := range virtual.Names("vnode-", 3) {
+		node, _ := pollNode(t, c, n, time.Minute, "Ready, schedulable and every condition reported", func(n *corev1.Node) bool {
+			return readyForPods(n) && !slices.ContainsFunc(healthy, func(t corev1.NodeConditionType) bool { return nodeCondition(n, t) == nil })
+		})
+		if node.Labels[virtual.LabelVirtual] != "true" {
+			t.Errorf("%s: labels %v, want %s=true", n, node.Labels, virtual.LabelVirtual)
+		}
+		for _, cond := range healthy {
+			if got := conditionStatus(node, cond); got != corev1.ConditionFalse {
+				t.Errorf("%s: condition %s = %q, want False", n, cond, got)
+			}
+		}
+	}
+	if _, err := c.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "vnode-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("vnode-1 has no Lease in %s: %v", corev1.NamespaceNodeLease, err)
+	}
+
+	tolerate20 := corev1.Toleration{Key: memTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](20)}
+	tolerateAll := corev1.Toleration{Key: memTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
+	createScheduledPod(t, c, virtualNS, "plain", "vnode-1")
+	createScheduledPod(t, c, virtualNS, "twenty", "vnode-1", tolerate20)
+	createScheduledPod(t, c, virtualNS, "forever", "vnode-1", tolerateAll)
+	createScheduledPod(t, c, virtualNS, "elsewhere", "vnode-2")
+	names := []string{"plain", "twenty", "forever", "elsewhere"}
+	for _, name := range names {
+		waitPod(t, c, name, 30*time.Second, "scheduled and Running", podRunning)
+	}
+
+	kcArgs := []string{kc}
+	proposed := explainJSON(t, append(kcArgs, "vnode-1", "--taint="+memTaint+":NoExecute")...)
+	if code, out, errs := runCLI(t, "fault", "inject", "vnode-1", "--condition=memory", "--for=40s", "--message=drill", kc, "--config="+cfg); code != 0 {
+		t.Fatalf("fault inject: exit %d: %s %s", code, out, errs)
+	}
+	injected := time.Now()
+	node, tainted := pollNode(t, c, "vnode-1", 10*time.Second, "the NoExecute taint", func(n *corev1.Node) bool {
+		return hasTaintKey(n, memTaint, corev1.TaintEffectNoExecute)
+	})
+	t.Logf("taint on vnode-1 %s after the fault was written", tainted.Sub(injected).Round(time.Millisecond))
+	if d := tainted.Sub(injected); d > 2*time.Second {
+		t.Errorf("the taint took %s to appear, want about a second", d)
+	}
+	if c := nodeCondition(node, "SelftaintMemoryPressure"); c == nil || c.Status != corev1.ConditionTrue || c.Message != "drill" {
+		t.Errorf("SelftaintMemoryPressure = %+v, want True with the fault's message", c)
+	}
+	current := explainJSON(t, append(kcArgs, "vnode-1")...)
+	for _, name := range []string{"plain", "twenty", "forever"} {
+		key := virtualNS + "/" + name
+		if p, c := verdictOf(proposed[key]), verdictOf(current[key]); p.when != c.when || p.after != c.after {
+			t.Errorf("%s: explain of the proposed taint said %v after %v, of the applied one %v after %v", key, p.when, p.after, c.when, c.after)
+		}
+	}
+
+	// Malformed faults while the good one holds: each rejected with an
+	// Event, the node's other faults and conditions unaffected.
+	bad := map[string]string{
+		agent.FaultAnnotationKey("Ready"):        "{not json",
+		agent.FaultAnnotationKey("NoSuchThing"):  `{"status":"True"}`,
+		agent.FaultAnnotationKey("DiskPressure"): fmt.Sprintf(`{"status":"True","expiresAt":%q}`, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)),
+		agent.FaultAnnotationKey("disk"):         fmt.Sprintf(`{"status":"True","expiresAt":%q}`, time.Now().Add(100*24*time.Hour).UTC().Format(time.RFC3339)),
+	}
+	patchAnnotations(t, c, "vnode-1", bad)
+
+	// Watch the pods until well past the last eviction due.
+	deleting, gone := map[string]time.Time{}, map[string]time.Time{}
+	for end := time.Now().Add(27 * time.Second); time.Now().Before(end); {
+		for _, name := range names {
+			if _, ok := gone[name]; ok {
+				continue
+			}
+			p, err := c.CoreV1().Pods(virtualNS).Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				gone[name] = time.Now()
+				if _, ok := deleting[name]; !ok {
+					deleting[name] = gone[name]
+				}
+			case err != nil:
+				t.Fatalf("getting pod %s: %v", name, err)
+			case p.DeletionTimestamp != nil:
+				if _, ok := deleting[name]; !ok {
+					deleting[name] = time.Now()
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, name := range []string{"plain", "twenty", "forever"} {
+		key := virtualNS + "/" + name
+		pred := current[key]
+		at, evicted := deleting[name]
+		switch {
+		case pred.When == taints.EvictNever && evicted:
+			t.Errorf("%s: explain said never, but it was deleted at %s", key, at.Format(time.StampMilli))
+		case pred.When != taints.EvictNever && !evicted:
+			t.Errorf("%s: explain said %v at %s, but it was not deleted", key, pred.When, pred.At.Format(time.StampMilli))
+		case evicted && (at.Sub(pred.At) > 2*time.Second || pred.At.Sub(at) > 2*time.Second):
+			t.Errorf("%s: deleted at %s, explain said %s (%v)", key, at.Format(time.StampMilli), pred.At.Format(time.StampMilli), pred.When)
+		case evicted:
+			t.Logf("%s: eviction began %s after the taint, explain predicted %s", key, at.Sub(tainted).Round(time.Millisecond), pred.At.Sub(tainted).Round(time.Millisecond))
+		}
+		if evicted {
+			// The virtual kubelet finishes the deletion: nothing hangs in
+			// Terminating.
+			if g, ok := gone[name]; !ok {
+				t.Errorf("%s: still Terminating %s after its deletion began", key, time.Since(at).Round(time.Second))
+			} else if g.Sub(at) > 5*time.Second {
+				t.Errorf("%s: took %s from deletion to gone", key, g.Sub(at))
+			}
+		}
+	}
+	if _, ok := deleting["elsewhere"]; ok {
+		t.Errorf("the pod on vnode-2 was deleted; only vnode-1 was tainted")
+	}
+	if got, want := current[virtualNS+"/plain"].When, taints.EvictImmediately; got != want {
+		t.Errorf("plain: explain said %v, want %v", got, want)
+	}
+	if got := current[virtualNS+"/twenty"].After; got != 20*time.Second {
+		t.Errorf("twenty: explain said after %s, want 20s", got)
+	}
+
+	rejected := faultRejections(t, c, "vnode-1")
+	for key := range bad {
+		if !slices.ContainsFunc(rejected, func(msg string) bool { return strings.Contains(msg, key) }) {
+			t.Errorf("no FaultRejected event names %s; got %q", key, rejected)
+		}
+	}
+	n := nodeNow(t, c, "vnode-1")
+	if got := conditionStatus(n, corev1.NodeReady); got != corev1.ConditionTrue {
+		t.Errorf("vnode-1 Ready = %q after a malformed Ready fault, want True", got)
+	}
+
+	// The fault expires (40s after injection) and clears by itself.
+	expiry := injected.Add(40 * time.Second)
+	cleared, at := pollNode(t, c, "vnode-1", time.Until(expiry)+10*time.Second, "the fault to expire", func(n *corev1.Node) bool {
+		_, still := n.Annotations[agent.FaultAnnotationKey("memory")]
+		return conditionStatus(n, "SelftaintMemoryPressure") == corev1.ConditionFalse && !hasTaintKey(n, memTaint, corev1.TaintEffectNoExecute) && !still
+	})
+	t.Logf("fault expired and cleared %s after its expiry time", at.Sub(expiry).Round(time.Millisecond))
+	if at.Before(expiry.Add(-time.Second)) {
+		t.Errorf("cleared at %s, before the fault's expiry %s", at.Format(time.StampMilli), expiry.Format(time.StampMilli))
+	}
+	for key := range bad {
+		if _, ok := cleared.Annotations[key]; !ok && !strings.HasSuffix(key, "DiskPressure") {
+			t.Errorf("malformed fault %s was removed; only expired faults are removed", key)
+		}
+	}
+
+	// A Ready fault on vnode-3: the node lifecycle controller sees a
+	// not-ready node and taints it, as it would a real one.
+	if code, out, errs := runCLI(t, "fault", "inject", "vnode-3", "--condition=Ready", "--status=False", "--for=1m", kc, "--config="+cfg); code != 0 {
+		t.Fatalf("fault inject Ready: exit %d: %s %s", code, out, errs)
+	}
+	readyFault := time.Now()
+	_, at = pollNode(t, c, "vnode-3", 30*time.Second, "node.kubernetes.io/not-ready:NoExecute", func(n *corev1.Node) bool {
+		return conditionStatus(n, corev1.NodeReady) == corev1.ConditionFalse && hasTaintKey(n, corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute)
+	})
+	t.Logf("node lifecycle controller tainted vnode-3 not-ready %s after the Ready fault", at.Sub(readyFault).Round(time.Millisecond))
+	if code, out, errs := runCLI(t, "fault", "clear", "vnode-3", "--all", kc, "--config="+cfg); code != 0 {
+		t.Fatalf("fault clear: exit %d: %s %s", code, out, errs)
+	}
+	pollNode(t, c, "vnode-3", 30*time.Second, "Ready again and the not-ready taint lifted", func(n *corev1.Node) bool {
+		return conditionStatus(n, corev1.NodeReady) == corev1.ConditionTrue && !hasTaintKey(n, corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute)
+	})
+}
+
+func waitPod(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		p, err := c.CoreV1().Pods(virtualNS).Get(t.Context(), name, metav1.GetOptions{})
+		if err == nil && ok(p) {
+			return
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("timed out waiting for pod %s to be %s: %v", name, what, err)
+			}
+			t.Fatalf("timed out waiting for pod %s to be %s: node %q status %+v", name, what, p.Spec.NodeName, p.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func patchAnnotations(t *testing.T, c kubernetes.Interface, node string, annotations map[string]string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"metadata":{"annotations":{`)
+	i := 0
+	for k, v := range annotations {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "%s:%s", strconv.Quote(k), strconv.Quote(v))
+		i++
+	}
+	b.WriteString("}}}")
+	if _, err := c.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, []byte(b.String()), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotating %s: %v", node, err)
+	}
+}
+
+// faultRejections returns the messages of FaultRejected events on node,
+// waiting a few seconds for them to arrive.
+func faultRejections(t *testing.T, c kubernetes.Interface, node string) []string {
+	t.Helper()
+	sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node, "reason": "FaultRejected"}.AsSelector().String()
+	var msgs []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		evs, err := c.CoreV1().Events(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			t.Fatalf("listing events: %v", err)
+		}
+		msgs = msgs[:0]
+		for _, e := range evs.Items {
+			msgs = append(msgs, e.Message)
+		}
+		if len(msgs) >= 4 {
+			break
+		}
+	}
+	return msgs
+}
+
+// TestVirtualNodeHeartbeats runs one virtual node under the real node
+// lifecycle controller (node-monitor-grace-period 20s) for two minutes: it
+// must stay Ready with its Lease renewed. Then the virtual process is
+// killed and the controller must mark the node unreachable: proof that the
+// heartbeats are real.
+func TestVirtualNodeHeartbeats(t *testing.T) {
+	testcp.SkipIfShort(t, "watches a virtual node for minutes")
+	t.Parallel()
+	const grace = 20 * time.Second
+	cp := testcp.Start(t, testcp.Options{ControllerManager: true, ControllerManagerArgs: []string{"--node-monitor-grace-period=" + grace.String()}})
+	c := cp.Client()
+	cmd, _ := startVirtual(t, "--nodes=1", "--name-prefix=beat-", "--kubeconfig="+cp.KubeconfigPath, "--lease-duration=20s", "--log-level=warn", "--stats-interval=0")
+	pollNode(t, c, "beat-1", time.Minute, "Ready and schedulable", readyForPods)
+
+	const hold = 2 * time.Minute
+	var renewals []time.Time
+	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(time.Second) {
+		n := nodeNow(t, c, "beat-1")
+		if !readyForPods(n) || hasTaintKey(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule) {
+			t.Fatalf("beat-1 stopped being Ready while its process ran: conditions %+v taints %v", n.Status.Conditions, n.Spec.Taints)
+		}
+		l, err := c.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), "beat-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("reading beat-1's lease: %v", err)
+		}
+		if rt := renewTime(l); len(renewals) == 0 || !rt.Equal(renewals[len(renewals)-1]) {
+			renewals = append(renewals, rt)
+		}
+	}
+	// Renewed every quarter of the 20s lease: about 24 in two minutes.
+	if len(renewals) < 15 {
+		t.Errorf("the lease was renewed %d times in %s, want about one every 5s", len(renewals), hold)
+	}
+	t.Logf("beat-1 stayed Ready for %s; lease renewed %d times", hold, len(renewals))
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatalf("killing selftaint virtual: %v", err)
+	}
+	_ = cmd.Wait()
+	killed := time.Now()
+	_, at := pollNode(t, c, "beat-1", grace+30*time.Second, "Ready Unknown and the unreachable taint", func(n *corev1.Node) bool {
+		return conditionStatus(n, corev1.NodeReady) == corev1.ConditionUnknown &&
+			hasTaintKey(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule)
+	})
+	t.Logf("node lifecycle controller marked beat-1 unreachable %s after the kill", at.Sub(killed).Round(time.Millisecond))
+}
+
+func renewTime(l *coordv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+var statsLine = regexp.MustCompile(`msg="virtual nodes running".*apiRequestsPerSecond=([0-9.]+) rssMiB=([0-9.]+)`)
+
+// TestHundredVirtualNodes runs 100 virtual nodes in one process under the
+// real node lifecycle controller: all register and stay Ready. The log
+// reports the process's memory and the API request rate it causes.
+func TestHundredVirtualNodes(t *testing.T) {
+	testcp.SkipIfShort(t, "runs 100 virtual nodes")
+	t.Parallel()
+	const nodes = 100
+	cp := testcp.Start(t, testcp.Options{ControllerManager: true})
+	c := cp.Client()
+	began := time.Now()
+	cmd, stderr := startVirtual(t, fmt.Sprintf("--nodes=%d", nodes), "--name-prefix=fleet-", "--kubeconfig="+cp.KubeconfigPath, "--log-level=info", "--stats-interval=10s")
+
+	readyCount := func() (ready int, notReady []string) {
+		list, err := c.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: virtual.LabelVirtual + "=true"})
+		if err != nil {
+			t.Fatalf("listing nodes: %v", err)
+		}
+		for i := range list.Items {
+			if readyForPods(&list.Items[i]) {
+				ready++
+			} else {
+				notReady = append(notReady, list.Items[i].Name)
+			}
+		}
+		return ready, notReady
+	}
+	for {
+		ready, _ := readyCount()
+		if ready == nodes {
+			break
+		}
+		if time.Since(began) > 2*time.Minute {
+			t.Fatalf("only %d of %d virtual nodes Ready after %s", ready, nodes, time.Since(began))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("%d virtual nodes registered and Ready %s after start", nodes, time.Since(began).Round(time.Millisecond))
+
+	// Stay Ready past the default node-monitor-grace-period (50s).
+	const hold = 70 * time.Second
+	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(5 * time.Second) {
+		if ready, notReady := readyCount(); ready != nodes {
+			t.Fatalf("%d of %d nodes Ready; not: %v", ready, nodes, notReady)
+		}
+	}
+	mem := procMemKiB(t, cmd.Process.Pid)
+	var rate, loggedRSS string
+	sc := bufio.NewScanner(strings.NewReader(stderr.String()))
+	for sc.Scan() {
+		if m := statsLine.FindStringSubmatch(sc.Text()); m != nil {
+			rate, loggedRSS = m[1], m[2]
+		}
+	}
+	if rate == "" {
+		t.Fatalf("no stats line in the log")
+	}
+	t.Logf("100 virtual nodes, steady state after %s: RSS %.1f MiB (peak %.1f MiB; logged %s MiB), API requests %s/s over the last 10s",
+		hold, float64(mem["VmRSS"])/1024, float64(mem["VmHWM"])/1024, loggedRSS, rate)
+	if errs := strings.Count(stderr.String(), "level=ERROR"); errs > 0 {
+		t.Errorf("the virtual process logged %d errors", errs)
+	}
+}

@@ -19,7 +19,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS))
 
-.PHONY: all deps etcd kube-binaries build vet fmt-check test check clean
+.PHONY: all deps etcd kube-binaries build vet fmt-check test check demo demo-intro clean
 
 all: build
 
@@ -31,7 +31,7 @@ kube-binaries: $(KUBE_BINARIES)
 # first so an interrupted build never leaves a binary that looks up to date.
 $(KUBE_BINARIES): $(BIN)/%: hack/kube/go.mod hack/kube/go.sum
 	@mkdir -p $(BIN)
-	@echo "building $* $(KUBE_VERSION) (first run only, a few minutes)..."
+	@echo "building $* $(KUBE_VERSION) into bin/ (first run only, a few minutes)..."
 	cd hack/kube && $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/$*
 	@mv -f $@.tmp $@
 
@@ -69,6 +69,19 @@ test: deps fmt-check vet
 
 check:
 	$(GO) run ./cmd/selftaint check
+
+# The drill on a local control plane: three virtual nodes, pods with
+# different tolerations, a NoExecute fault, evictions shown live against
+# what `selftaint explain` predicted; then everything is cleaned up.
+demo: demo-intro deps build
+	@$(GO) build -o $(BIN)/selftaint-demo ./cmd/selftaint-demo
+	@$(BIN)/selftaint-demo --selftaint $(BIN)/selftaint $(DEMO_FLAGS)
+
+demo-intro:
+	@if [ ! -x $(BIN)/kube-apiserver ] || [ ! -x $(BIN)/kube-controller-manager ] || [ ! -x $(BIN)/kube-scheduler ]; then \
+		echo "make demo: first run: building kube-apiserver, kube-controller-manager and kube-scheduler $(KUBE_VERSION) from source into bin/"; \
+		echo "           (about 5-8 minutes on 2 cores, and etcd from apt-get if missing); later runs start in seconds."; \
+	fi
 
 clean:
 	rm -rf $(BIN)

@@ -25,7 +25,7 @@ const (
 // executable file. When the binary is missing the test fails if $CI is "true"
 // (CI must never silently skip what it is meant to test) and is skipped
 // otherwise; either way the message names the binary and repeats howToGet.
-func RequireBinary(t testing.TB, name, path, howToGet string) string {
+func RequireBinary(t T, name, path, howToGet string) string {
 	t.Helper()
 	got, err := findBinary(name, path)
 	if err == nil {
@@ -60,7 +60,7 @@ func findBinary(name, path string) (string, error) {
 
 // EtcdPath returns the etcd binary to use ($ETCD_BIN, else etcd on $PATH),
 // failing or skipping the test as RequireBinary does when there is none.
-func EtcdPath(t testing.TB) string {
+func EtcdPath(t T) string {
 	t.Helper()
 	return RequireBinary(t, "etcd", os.Getenv("ETCD_BIN"), etcdHint)
 }
@@ -68,7 +68,7 @@ func EtcdPath(t testing.TB) string {
 // KubePath returns the path of a Kubernetes control-plane binary (for example
 // "kube-apiserver") in $KUBE_BIN_DIR, else in <repo root>/bin, failing or
 // skipping the test as RequireBinary does when it is missing.
-func KubePath(t testing.TB, name string) string {
+func KubePath(t T, name string) string {
 	t.Helper()
 	dir := os.Getenv("KUBE_BIN_DIR")
 	if dir == "" {

@@ -1,4 +1,5 @@
-// Package testcp starts a real Kubernetes control plane on loopback for tests.
+// Package testcp starts a real Kubernetes control plane on loopback for tests
+// (and for `make demo`, which shows selftaint at work on one).
 //
 // It exists because the fake clientset cannot prove that our writes to the API
 // are safe: it never returns 409 conflicts, ignores field selectors, does not
@@ -59,6 +60,21 @@ const (
 	logTailLines = 40
 )
 
+// T is what Start needs from its caller. *testing.T and *testing.B satisfy
+// it; a program such as the demo provides its own, whose Fatalf ends the
+// start-up with an error.
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
+
+var _ T = testing.TB(nil)
+
 // Options selects the components Start runs beyond etcd and kube-apiserver,
 // and extra flags for them.
 type Options struct {
@@ -86,7 +102,7 @@ type ControlPlane struct {
 	// KubeconfigPath is a kubeconfig file for the admin user.
 	KubeconfigPath string
 
-	t          testing.TB
+	t          T
 	pki        *pki
 	restConfig *rest.Config
 	client     kubernetes.Interface
@@ -101,7 +117,7 @@ type ControlPlane struct {
 // registers their teardown with t.Cleanup. It skips the test (fails it under
 // CI=true) when a binary is missing, and fails it when a component does not
 // become healthy within a minute, quoting the end of that component's log.
-func Start(t testing.TB, opts Options) *ControlPlane {
+func Start(t T, opts Options) *ControlPlane {
 	t.Helper()
 	etcdBin := EtcdPath(t)
 	apiBin := KubePath(t, "kube-apiserver")
@@ -236,7 +252,7 @@ func (cp *ControlPlane) StartAPIServer() {
 // CreateNode creates a Node called name, after passing it to mutate (when not
 // nil) to set labels, spec or status; status set here is stored, as when a
 // kubelet registers. It fails t on error and returns the created Node.
-func (cp *ControlPlane) CreateNode(t testing.TB, name string, mutate func(*corev1.Node)) *corev1.Node {
+func (cp *ControlPlane) CreateNode(t T, name string, mutate func(*corev1.Node)) *corev1.Node {
 	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if mutate != nil {
@@ -368,7 +384,7 @@ func (cp *ControlPlane) apiServerReady() error {
 	return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/readyz", cp.apiPort), cp.pki.adminToken, "")
 }
 
-func (cp *ControlPlane) mkdir(t testing.TB, name string) string {
+func (cp *ControlPlane) mkdir(t T, name string) string {
 	t.Helper()
 	d := filepath.Join(cp.Dir, name)
 	if err := os.MkdirAll(d, 0o700); err != nil {
@@ -383,7 +399,7 @@ func (cp *ControlPlane) newComponent(name, path string, env, args []string) *com
 
 // run starts c, registers its teardown and waits for ready to succeed,
 // failing t otherwise.
-func (cp *ControlPlane) run(t testing.TB, c *component, ready func() error) {
+func (cp *ControlPlane) run(t T, c *component, ready func() error) {
 	t.Helper()
 	if err := c.start(); err != nil {
 		t.Fatalf("testcp: starting %s: %v", c.name, err)

@@ -1,0 +1,73 @@
+// Command selftaint-demo is `make demo`: it shows a newcomer, in one run on
+// their own machine, what selftaint does and why they can trust it. It starts
+// a real control plane on loopback (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler), three virtual nodes run by
+// `selftaint virtual`, and pods with different tolerations; asks `selftaint
+// explain` what a NoExecute taint would do; injects the fault with
+// `selftaint fault inject`; and prints, live, the conditions, taints and
+// evictions as they happen next to what explain predicted. Then it waits for
+// the fault to expire by itself and cleans everything up.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "selftaint-demo: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// options are the demo's flags.
+type options struct {
+	selftaint   string
+	faultFor    time.Duration
+	tolerateFor time.Duration
+	keep        bool
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("selftaint-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.selftaint, "selftaint", "bin/selftaint", "the selftaint binary to run (make demo builds it)")
+	fs.DurationVar(&o.faultFor, "fault-for", 45*time.Second, "how long the injected fault lasts before it expires by itself")
+	fs.DurationVar(&o.tolerateFor, "tolerate-for", 20*time.Second, "tolerationSeconds of the pod that tolerates the taint for a while")
+	fs.BoolVar(&o.keep, "keep", false, "after the drill, keep everything running until Ctrl-C (to look around with kubectl)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if o.faultFor <= o.tolerateFor+5*time.Second {
+		return fmt.Errorf("--fault-for (%s) must be at least 5s longer than --tolerate-for (%s), or the drill ends before the eviction it shows", o.faultFor, o.tolerateFor)
+	}
+	bin, err := filepath.Abs(o.selftaint)
+	if err != nil {
+		return err
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return fmt.Errorf("selftaint binary %s: %w (make demo builds it; or pass --selftaint)", bin, err)
+	}
+	o.selftaint = bin
+	d := &demo{opts: o, out: stdout, start: time.Now()}
+	return d.run(ctx)
+}

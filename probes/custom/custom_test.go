@@ -1,0 +1,752 @@
+package custom
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/probestest"
+)
+
+// requireLinux skips the plugin tests off Linux, where custom checks do not
+// run; under CI=true it fails instead.
+func requireLinux(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS == "linux" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("custom checks run on Linux only (CI=true, so this is a failure, not a skip)")
+	}
+	t.Skip("custom checks run on Linux only")
+}
+
+// writeScript writes an executable shell script and returns its path.
+func writeScript(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testRule is a rule that runs path with a long interval and timeout.
+func testRule(path string, args ...string) Rule {
+	return Rule{Reason: "ThingIsDown", Path: path, Args: args, Interval: time.Minute, Timeout: 20 * time.Second}
+}
+
+func newTestProbe(t *testing.T, opts Options, c Condition) *Probe {
+	t.Helper()
+	g, err := NewGroup(opts)
+	if err != nil {
+		t.Fatalf("NewGroup: %v", err)
+	}
+	p, err := g.NewProbe(c)
+	if err != nil {
+		t.Fatalf("NewProbe: %v", err)
+	}
+	return p
+}
+
+// runRule runs a condition with the single rule r once.
+func runRule(t *testing.T, r Rule) probes.Result {
+	t.Helper()
+	p := newTestProbe(t, Options{}, Condition{Type: "ThingProblem", Reason: "ThingIsUp", Rules: []Rule{r}})
+	res := p.Probe(context.Background())
+	t.Logf("%s %s: %q %v", res.Status, res.Reason, res.Message, res.Readings)
+	return res
+}
+
+func TestPluginVerdicts(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	long := strings.Repeat("x", 200)
+	tests := []struct {
+		name        string
+		body        string
+		want        probestest.Want
+		wantReading string
+	}{
+		{
+			name: "ok with message", body: "echo 'thing is fine'\nexit 0\n",
+			want: probestest.Want{Status: probes.StatusOK, Reason: "ThingIsUp", Message: []string{"thing is fine"}}, wantReading: "OK: thing is fine",
+		},
+		{
+			name: "ok without output", body: "exit 0\n",
+			want: probestest.Want{Status: probes.StatusOK, Reason: "ThingIsUp", Message: []string{"passed"}}, wantReading: "OK",
+		},
+		{
+			name: "problem: first line is the message", body: "echo 'thing is down'\necho 'details nobody reads'\nexit 1\n",
+			want: probestest.Want{Status: probes.StatusProblem, Reason: "ThingIsDown", Message: []string{"thing is down"}}, wantReading: "Problem: thing is down",
+		},
+		{
+			name: "problem without output", body: "exit 1\n",
+			want: probestest.Want{Status: probes.StatusProblem, Reason: "ThingIsDown", Message: []string{"reported a problem without a message"}},
+		},
+		{
+			name: "leading blank lines and spaces skipped", body: "printf '\\n  \\n\\t thing is down  \\r\\nmore'\nexit 1\n",
+			want: probestest.Want{Status: probes.StatusProblem, Reason: "ThingIsDown", Message: []string{"thing is down"}},
+		},
+		{
+			name: "unknown: exit 2", body: "echo 'cannot reach ntpd'\nexit 2\n",
+			want: probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginUnknown, Message: []string{"could not tell (exit status 2): cannot reach ntpd"}}, wantReading: "Unknown: exit status 2",
+		},
+		{
+			name: "unknown: exit 3", body: "echo 'strange'\nexit 3\n",
+			want: probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginUnknown, Message: []string{"could not tell (exit status 3): strange"}},
+		},
+		{
+			name: "unknown: stderr says why", body: "echo 'sh: ntpq: not found' >&2\nexit 127\n",
+			want: probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginUnknown, Message: []string{"(exit status 127): sh: ntpq: not found"}},
+		},
+		{
+			name: "killed by a signal", body: "echo 'about to die'\nkill -TERM $$\nsleep 5\n",
+			want: probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginError, Message: []string{"was killed (signal: terminated): about to die"}},
+		},
+		{
+			name: "long line cut at 80 bytes", body: "echo " + long + "\nexit 1\n",
+			want: probestest.Want{Status: probes.StatusProblem, Reason: "ThingIsDown", Message: []string{long[:80]}}, wantReading: "Problem: " + long[:80],
+		},
+		{
+			name: "megabytes of output", body: "yes | head -c 5000000\nexit 1\n",
+			want: probestest.Want{Status: probes.StatusProblem, Reason: "ThingIsDown", Message: []string{"y"}},
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runRule(t, testRule(writeScript(t, dir, fmt.Sprintf("plugin-%d.sh", i), tt.body)))
+			probestest.CheckResult(t, got, tt.want)
+			if tt.wantReading != "" && got.Readings[0].Value != tt.wantReading {
+				t.Errorf("got reading %q, want %q", got.Readings[0].Value, tt.wantReading)
+			}
+		})
+	}
+}
+
+func TestGarbageOutput(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	for _, tt := range []struct{ name, body string }{
+		{"binary bytes without newline", `printf '\377\376\000\001\033[31mred\200\300 tab\there'` + "\nexit 1\n"},
+		{"megabytes of zeros without newline", "head -c 5000000 /dev/zero\nexit 1\n"},
+		{"long multibyte line", "i=0; while [ $i -lt 100 ]; do printf 'é'; i=$((i+1)); done\nexit 1\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runRule(t, testRule(writeScript(t, dir, strings.ReplaceAll(tt.name, " ", "-")+".sh", tt.body)))
+			probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusProblem, Reason: "ThingIsDown"})
+			if !utf8.ValidString(got.Message) || got.Message == "" || len(got.Message) > DefaultMaxOutputLength {
+				t.Errorf("got message %q (%d bytes), want valid UTF-8 of 1 to %d bytes", got.Message, len(got.Message), DefaultMaxOutputLength)
+			}
+			for _, r := range got.Message {
+				if r < ' ' || r == 0x7f {
+					t.Errorf("got message %q with control character %U", got.Message, r)
+				}
+			}
+		})
+	}
+}
+
+func TestMegabytesOfOutputStayBounded(t *testing.T) {
+	requireLinux(t)
+	path := writeScript(t, t.TempDir(), "chatty.sh", "head -c 20000000 /dev/zero\necho >&2\nhead -c 20000000 /dev/zero >&2\nexit 0\n")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got := runRule(t, testRule(path))
+	runtime.ReadMemStats(&after)
+	probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusOK, Reason: "ThingIsUp"})
+	// 40 MB went through the pipes; only the first 4 KiB of each stream
+	// may be kept.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+		t.Errorf("running a plugin that printed 40 MB allocated %d bytes, want under 4 MiB", alloc)
+	}
+}
+
+func TestUnrunnablePlugins(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.sh")
+	notExec := filepath.Join(dir, "not-executable.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		path string
+		want []string
+	}{
+		{"missing", missing, []string{missing + ": cannot run", missing + ": no such file or directory"}},
+		{"not executable", notExec, []string{notExec + ": permission denied"}},
+		{"directory", dir, []string{dir + ": permission denied"}},
+		{"bare name not in PATH", "selftaint-no-such-plugin", []string{`"selftaint-no-such-plugin": executable file not found in $PATH`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runRule(t, testRule(tt.path))
+			probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginError, Message: tt.want})
+			if v := got.Readings[0].Value; v != "Unknown: cannot run" {
+				t.Errorf("got reading %q, want %q", v, "Unknown: cannot run")
+			}
+		})
+	}
+}
+
+// readPID reads a process ID a script wrote to path.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return pid
+}
+
+// processState returns pid's state letter from /proc ("S", "Z", ...) and
+// its parent, or "" when it does not exist.
+func processState(pid int) (state string, ppid int) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0
+	}
+	// "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 2 {
+		return "?", 0
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0], ppid
+}
+
+// waitDead waits until pid has exited: gone, or a zombie that its new
+// parent (init or a subreaper, not this process) has yet to reap.
+func waitDead(t *testing.T, pid int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		state, ppid := processState(pid)
+		if state == "" || (state == "Z" && ppid != os.Getpid()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) is still there: state %s, parent %d", what, pid, state, ppid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkReaped fails unless the plugin process pid is gone altogether: not
+// running, and not left a zombie of this process.
+func checkReaped(t *testing.T, pid int) {
+	t.Helper()
+	if state, ppid := processState(pid); state != "" {
+		t.Errorf("plugin (pid %d) is still there after its run: state %s, parent %d (this process %d)", pid, state, ppid, os.Getpid())
+	}
+}
+
+func TestTimeoutKillsProcessGroup(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	path := writeScript(t, dir, "hang.sh", fmt.Sprintf(`sleep 1000 &
+echo $! > %[1]s/child.pid
+echo $$ > %[1]s/plugin.pid
+echo 'started, now hanging'
+sleep 1000
+`, dir))
+	r := testRule(path)
+	r.Timeout = 300 * time.Millisecond
+	start := time.Now()
+	got := runRule(t, r)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("a plugin with a 300ms timeout took %v to report", took)
+	}
+	probestest.CheckResult(t, got, probestest.Want{
+		Status: probes.StatusUnknown, Reason: ReasonPluginTimeout,
+		Message: []string{path + " did not finish within its timeout of 300ms and was killed: started, now hanging"},
+	})
+	checkReaped(t, readPID(t, filepath.Join(dir, "plugin.pid")))
+	waitDead(t, readPID(t, filepath.Join(dir, "child.pid")), "the plugin's background child")
+}
+
+func TestChildrenLeftBehindAreKilled(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	// The background child keeps stdout open: without killing the group
+	// when the plugin exits, reading would last until the timeout.
+	path := writeScript(t, dir, "leaves-child.sh", fmt.Sprintf(`sleep 1000 &
+echo $! > %[1]s/child.pid
+echo $$ > %[1]s/plugin.pid
+echo 'all fine'
+exit 0
+`, dir))
+	start := time.Now()
+	got := runRule(t, testRule(path))
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("a plugin that exits at once took %v to report", took)
+	}
+	probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusOK, Reason: "ThingIsUp", Message: []string{"all fine"}})
+	checkReaped(t, readPID(t, filepath.Join(dir, "plugin.pid")))
+	waitDead(t, readPID(t, filepath.Join(dir, "child.pid")), "the plugin's background child")
+}
+
+func TestEscapedChildDoesNotHang(t *testing.T) {
+	requireLinux(t)
+	if _, err := exec.LookPath("setsid"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("setsid (Debian package util-linux) is missing (CI=true, so this is a failure, not a skip)")
+		}
+		t.Skip("needs setsid (util-linux)")
+	}
+	dir := t.TempDir()
+	// A child in a session of its own survives the group kill and holds
+	// stdout open for good.
+	path := writeScript(t, dir, "escapes.sh", fmt.Sprintf(`setsid sleep 1000 &
+echo $! > %[1]s/escaped.pid
+echo 'all fine'
+exit 0
+`, dir))
+	start := time.Now()
+	got := runRule(t, testRule(path))
+	took := time.Since(start)
+	pidFile := filepath.Join(dir, "escaped.pid")
+	if pid := readPID(t, pidFile); pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusOK, Reason: "ThingIsUp", Message: []string{"all fine"}})
+	if took > 10*time.Second {
+		t.Errorf("a plugin whose escaped child holds stdout took %v to report, want about %v", took, pipeGrace)
+	}
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	requireLinux(t)
+	const limit, checks = 2, 5
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Each run marks itself running, records how many runs it sees, and
+	// holds its slot until the test releases it.
+	path := writeScript(t, dir, "slot.sh", fmt.Sprintf(`touch %[1]s/running.$$
+ls %[1]s | grep -c '^running\.' >> %[2]s/counts
+while [ ! -e %[2]s/release ]; do sleep 0.01; done
+rm %[1]s/running.$$
+echo done
+`, work, dir))
+	g, err := NewGroup(Options{Concurrency: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []*Probe
+	for i := range checks {
+		p, err := g.NewProbe(Condition{Type: fmt.Sprintf("Slot%d", i), Reason: "Free", Rules: []Rule{testRule(path)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	results := make([]probes.Result, checks)
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { results[i] = p.Probe(ctx) })
+	}
+	running := func() int {
+		entries, err := os.ReadDir(work)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	// The limit is reached...
+	deadline := time.Now().Add(30 * time.Second)
+	for running() < limit {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d plugins ever ran at once, want %d", running(), limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// ...and not passed while the slots are held.
+	time.Sleep(300 * time.Millisecond)
+	if n := running(); n != limit {
+		t.Errorf("%d plugins running at once with a limit of %d", n, limit)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, res := range results {
+		if res.Status != probes.StatusOK || res.Message != "done" {
+			t.Errorf("check %d: got %s %q, want OK %q", i, res.Status, res.Message, "done")
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := strings.Fields(string(data))
+	if len(counts) != checks {
+		t.Errorf("got %d runs recorded (%q), want %d", len(counts), counts, checks)
+	}
+	for _, c := range counts {
+		if n, err := strconv.Atoi(c); err != nil || n > limit {
+			t.Errorf("a run saw %s runs at once, want at most %d", c, limit)
+		}
+	}
+}
+
+func TestRulesOfOneCondition(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	ok := writeScript(t, dir, "ok.sh", "echo fine\nexit 0\n")
+	okToo := writeScript(t, dir, "ok-too.sh", "echo also fine\nexit 0\n")
+	bad := writeScript(t, dir, "bad.sh", "echo 'disk is read-only'\nexit 1\n")
+	worse := writeScript(t, dir, "worse.sh", "echo 'disk is gone'\nexit 1\n")
+	unsure := writeScript(t, dir, "unsure.sh", "echo 'cannot tell'\nexit 2\n")
+	rule := func(path, reason string) Rule {
+		r := testRule(path)
+		r.Reason = reason
+		return r
+	}
+	tests := []struct {
+		name         string
+		message      string // the condition's OK message
+		rules        []Rule
+		want         probestest.Want
+		wantReadings []probes.Reading
+	}{
+		{
+			name: "all pass, default message", message: "disks are fine",
+			rules: []Rule{rule(ok, "A"), rule(okToo, "B")},
+			want:  probestest.Want{Status: probes.StatusOK, Reason: "DisksOK", Message: []string{"disks are fine"}},
+			wantReadings: []probes.Reading{
+				{Name: ok, Value: "OK: fine"}, {Name: okToo, Value: "OK: also fine"},
+			},
+		},
+		{
+			name:  "all pass, plugins' messages",
+			rules: []Rule{rule(ok, "A"), rule(okToo, "B")},
+			want:  probestest.Want{Status: probes.StatusOK, Reason: "DisksOK", Message: []string{"fine; also fine"}},
+		},
+		{
+			name:  "one problem wins over unknown",
+			rules: []Rule{rule(unsure, "A"), rule(ok, "B"), rule(bad, "ReadOnly")},
+			want:  probestest.Want{Status: probes.StatusProblem, Reason: "ReadOnly", Message: []string{"disk is read-only"}},
+			wantReadings: []probes.Reading{
+				{Name: unsure, Value: "Unknown: exit status 2"}, {Name: ok, Value: "OK: fine"}, {Name: bad, Value: "Problem: disk is read-only"},
+			},
+		},
+		{
+			name:  "first failing rule gives reason and message",
+			rules: []Rule{rule(ok, "A"), rule(worse, "Gone"), rule(bad, "ReadOnly")},
+			want:  probestest.Want{Status: probes.StatusProblem, Reason: "Gone", Message: []string{"disk is gone"}},
+		},
+		{
+			name:  "unknown when no problem",
+			rules: []Rule{rule(ok, "A"), rule(unsure, "B")},
+			want:  probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginUnknown, Message: []string{unsure + " could not tell (exit status 2): cannot tell"}},
+		},
+		{
+			name:  "same plugin, different arguments",
+			rules: []Rule{rule(ok, "A"), {Name: "named", Reason: "B", Path: ok, Args: []string{"--x"}, Interval: time.Minute, Timeout: time.Second}},
+			want: probestest.Want{Status: probes.StatusOK, Reason: "DisksOK", Readings: []probes.Reading{
+				{Name: ok, Value: "OK: fine"}, {Name: "named", Value: "OK: fine"},
+			}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestProbe(t, Options{}, Condition{Type: "DiskProblem", Reason: "DisksOK", Message: tt.message, Rules: tt.rules})
+			want := tt.want
+			if tt.wantReadings != nil {
+				want.Readings = tt.wantReadings
+			}
+			probestest.CheckResult(t, p.Probe(context.Background()), want)
+		})
+	}
+}
+
+func TestRuleIntervals(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	fast := writeScript(t, dir, "fast.sh", fmt.Sprintf("echo run >> %s/fast\n", dir))
+	slow := writeScript(t, dir, "slow.sh", fmt.Sprintf("echo run >> %s/slow\n", dir))
+	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	p := newTestProbe(t, Options{Clock: clock}, Condition{Type: "Clock", Reason: "Fine", Rules: []Rule{
+		{Reason: "Fast", Path: fast, Interval: 10 * time.Second, Timeout: 2 * time.Second},
+		{Reason: "Slow", Path: slow, Interval: 30 * time.Second, Timeout: 5 * time.Second},
+	}})
+	e := p.Entry()
+	if e.Probe != p || e.Interval != 10*time.Second || e.Timeout != 9*time.Second {
+		t.Errorf("Entry() = %v every %v within %v, want the probe every 10s within 9s", e.Probe, e.Interval, e.Timeout)
+	}
+	if got, want := p.Name(), "custom-Clock"; got != want {
+		t.Errorf("Name() = %q, want %q", got, want)
+	}
+	if got, want := p.Condition(), "Clock"; got != want {
+		t.Errorf("Condition() = %q, want %q", got, want)
+	}
+	count := func(name string) int {
+		data, _ := os.ReadFile(filepath.Join(dir, name))
+		return strings.Count(string(data), "run")
+	}
+	// The runner starts runs about every 10s; a little early or late must
+	// not matter.
+	steps := []struct {
+		step             time.Duration
+		wantFast, wantSl int
+	}{
+		{0, 1, 1},
+		{10 * time.Second, 2, 1},
+		{9500 * time.Millisecond, 3, 1},
+		{10500 * time.Millisecond, 4, 2}, // 30s since slow's first run
+		{10 * time.Second, 5, 2},
+		{10 * time.Second, 6, 2},
+		{10 * time.Second, 7, 3},
+	}
+	for i, s := range steps {
+		clock.Step(s.step)
+		if res := p.Probe(context.Background()); res.Status != probes.StatusOK {
+			t.Fatalf("step %d: got %s %q, want OK", i, res.Status, res.Message)
+		}
+		if f, sl := count("fast"), count("slow"); f != s.wantFast || sl != s.wantSl {
+			t.Errorf("step %d: fast ran %d times, slow %d, want %d and %d", i, f, sl, s.wantFast, s.wantSl)
+		}
+	}
+}
+
+func TestCanceledRunIsNotKept(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	// Hangs the first time, answers at once after.
+	path := writeScript(t, dir, "once.sh", fmt.Sprintf(`if [ -e %[1]s/ran ]; then echo fine; exit 0; fi
+touch %[1]s/ran
+sleep 1000
+`, dir))
+	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	p := newTestProbe(t, Options{Clock: clock}, Condition{Type: "Once", Reason: "Fine", Rules: []Rule{testRule(path)}})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	first := p.Probe(ctx)
+	probestest.CheckResult(t, first, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{"was killed: context canceled"}})
+	// The clock has not moved, but the cut-short run does not count.
+	probestest.CheckResult(t, p.Probe(context.Background()), probestest.Want{Status: probes.StatusOK, Reason: "Fine", Message: []string{"fine"}})
+}
+
+func TestWaitingForASlotEndsWithTheContext(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	hang := writeScript(t, dir, "hang.sh", "sleep 1000\n")
+	g, err := NewGroup(Options{Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := g.NewProbe(Condition{Type: "Holder", Reason: "Fine", Rules: []Rule{testRule(hang)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := g.NewProbe(Condition{Type: "Waiter", Reason: "Fine", Rules: []Rule{testRule(hang)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, hcancel := context.WithCancel(context.Background())
+	held := make(chan probes.Result)
+	go func() { held <- holder.Probe(hctx) }()
+	// Wait until the holder's plugin has the only slot.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(g.slots) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first plugin never took the slot")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	got := waiter.Probe(ctx)
+	probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{"did not start: all 1 slots stayed busy"}})
+	hcancel()
+	<-held
+}
+
+func TestNewProbeValidates(t *testing.T) {
+	ok := Rule{Reason: "Down", Path: "/bin/true", Interval: time.Minute, Timeout: time.Second}
+	with := func(f func(*Rule)) []Rule {
+		r := ok
+		f(&r)
+		return []Rule{r}
+	}
+	tests := []struct {
+		name    string
+		cond    Condition
+		wantErr string // empty: valid
+	}{
+		{"valid", Condition{Type: "NTPProblem", Reason: "NTPIsUp", Rules: []Rule{ok}}, ""},
+		{"no type", Condition{Reason: "Up", Rules: []Rule{ok}}, `custom condition "": Type: "" is not a condition type`},
+		{"type with space", Condition{Type: "NTP Problem", Reason: "Up", Rules: []Rule{ok}}, `Type: "NTP Problem" is not a condition type`},
+		{"no reason", Condition{Type: "T", Rules: []Rule{ok}}, "Reason: must not be empty"},
+		{"no rules", Condition{Type: "T", Reason: "Up"}, "Rules: a condition needs at least one rule"},
+		{"no path", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Path = "" })}, "Rules[0].Path: must not be empty"},
+		{"no rule reason", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Reason = "" })}, "Rules[0].Reason: must not be empty"},
+		{"no interval", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Interval = 0 })}, "Rules[0].Interval: 0s must be positive"},
+		{"no timeout", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Timeout = 0 })}, "Rules[0].Timeout: 0s must be positive"},
+		{"timeout not below interval", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Timeout = time.Minute })}, "Rules[0].Timeout: 1m0s must be below the condition's shortest interval 1m0s"},
+		{"timeout not below another rule's interval", Condition{Type: "T", Reason: "Up", Rules: []Rule{ok, {Reason: "R", Path: "/bin/true", Interval: 20 * time.Second, Timeout: 30 * time.Second}}}, "Rules[1].Timeout: 30s must be below the condition's shortest interval 20s"},
+	}
+	g, err := NewGroup(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		_, err := g.NewProbe(tt.cond)
+		probestest.CheckError(t, tt.name, err, tt.wantErr)
+	}
+	_, err = g.NewProbes([]Condition{{Type: "A", Reason: "Up", Rules: []Rule{ok}}, {Type: "A", Reason: "Up", Rules: []Rule{ok}}})
+	probestest.CheckError(t, "duplicate conditions", err, `custom condition "A" is defined twice`)
+	ps, err := g.NewProbes([]Condition{{Type: "A", Reason: "Up", Rules: []Rule{ok}}, {Type: "B", Reason: "Up", Rules: []Rule{ok}}})
+	if err != nil || len(ps) != 2 || ps[1].Name() != "custom-B" {
+		t.Errorf("NewProbes = %v, %v, want probes custom-A and custom-B", ps, err)
+	}
+}
+
+func TestNewGroupValidates(t *testing.T) {
+	_, err := NewGroup(Options{Concurrency: -1, MaxOutputBytes: -2})
+	probestest.CheckError(t, "negative", err, "custom check options: Concurrency: -1 must not be negative\nMaxOutputBytes: -2 must not be negative")
+	g, err := NewGroup(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cap(g.slots) != DefaultConcurrency || g.opts.MaxOutputLength != DefaultMaxOutputLength || g.opts.MaxOutputBytes != DefaultMaxOutputBytes {
+		t.Errorf("NewGroup(Options{}) = %d slots, %+v, want the defaults", cap(g.slots), g.opts)
+	}
+}
+
+func TestOutputLimits(t *testing.T) {
+	requireLinux(t)
+	path := writeScript(t, t.TempDir(), "says.sh", "echo 'ünïcödé message that is long'\nexit 1\n")
+	p := newTestProbe(t, Options{MaxOutputLength: 4, MaxOutputBytes: 64}, Condition{Type: "T", Reason: "Up", Rules: []Rule{testRule(path)}})
+	// "ünï" is 5 bytes: a cut at 4 must not split the "ï".
+	probestest.CheckResult(t, p.Probe(context.Background()), probestest.Want{Status: probes.StatusProblem, Reason: "ThingIsDown", Message: []string{"ün"}})
+
+	p = newTestProbe(t, Options{MaxOutputBytes: 3}, Condition{Type: "T", Reason: "Up", Rules: []Rule{testRule(path)}})
+	if got := p.Probe(context.Background()); got.Message != "ün" {
+		t.Errorf("with 3 bytes read, got message %q, want %q", got.Message, "ün")
+	}
+}
+
+func TestFirstLine(t *testing.T) {
+	tests := []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"hello\nworld\n", 80, "hello"},
+		{"\n\n  hello world  \r\n", 80, "hello world"},
+		{"a\tb", 80, "a b"},
+		{"bad \xff\xfe byte", 80, "bad \uFFFD byte"},
+		{"nul\x00 and esc\x1b", 80, "nul\uFFFD and esc\uFFFD"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"},
+		{"", 80, ""},
+		{"   \n\n", 80, ""},
+	}
+	for _, tt := range tests {
+		if got := firstLine([]byte(tt.in), tt.max); got != tt.want {
+			t.Errorf("firstLine(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
+		}
+	}
+}
+
+func TestConditionsFromChecks(t *testing.T) {
+	checks := []Check{
+		{Name: "ntp", Condition: "NTPProblem", Path: "/usr/lib/checks/ntp", Args: []string{"-q"}},
+		{Name: "nfs", Condition: "MountProblem", Reason: "NFSHung", Path: "/usr/lib/checks/nfs", Interval: 10 * time.Second, Timeout: 3 * time.Second},
+		{Name: "chrony", Condition: "NTPProblem", Reason: "ChronyDown", Path: "chronyc-check", Interval: time.Minute},
+	}
+	got, err := ConditionsFromChecks(checks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Condition{
+		{Type: "NTPProblem", Reason: ReasonChecksPassed, Rules: []Rule{
+			{Name: "ntp", Reason: ReasonCheckFailed, Path: "/usr/lib/checks/ntp", Args: []string{"-q"}, Interval: DefaultInterval, Timeout: DefaultTimeout},
+			{Name: "chrony", Reason: "ChronyDown", Path: "chronyc-check", Interval: time.Minute, Timeout: DefaultTimeout},
+		}},
+		{Type: "MountProblem", Reason: ReasonChecksPassed, Rules: []Rule{
+			{Name: "nfs", Reason: "NFSHung", Path: "/usr/lib/checks/nfs", Interval: 10 * time.Second, Timeout: 3 * time.Second},
+		}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ConditionsFromChecks =\n%+v\nwant\n%+v", got, want)
+	}
+	g, _ := NewGroup(Options{})
+	if _, err := g.NewProbes(got); err != nil {
+		t.Errorf("NewProbes of ConditionsFromChecks: %v", err)
+	}
+
+	tests := []struct {
+		name    string
+		checks  []Check
+		wantErr string
+	}{
+		{"no name", []Check{{Condition: "C", Path: "/x"}}, "custom checks: Checks[0].Name: must not be empty"},
+		{"duplicate name", []Check{{Name: "a", Condition: "C", Path: "/x"}, {Name: "a", Condition: "D", Path: "/y"}}, `Checks[1].Name: "a" is the name of Checks[0] too`},
+		{"no condition", []Check{{Name: "a", Path: "/x"}}, `Checks[0].Condition: "" is not a condition type`},
+		{"no path", []Check{{Name: "a", Condition: "C"}}, "Checks[0].Path: must not be empty"},
+		{"negative interval", []Check{{Name: "a", Condition: "C", Path: "/x", Interval: -1}}, "Checks[0].Interval: -1ns must not be negative"},
+		{"timeout above interval", []Check{{Name: "a", Condition: "C", Path: "/x", Interval: time.Second}}, "Checks[0].Timeout: 5s must be below its interval 1s"},
+		{
+			"timeout above another check's interval",
+			[]Check{{Name: "a", Condition: "C", Path: "/x", Interval: 6 * time.Second, Timeout: time.Second}, {Name: "b", Condition: "C", Path: "/y", Timeout: 8 * time.Second}},
+			`Checks[1].Timeout: 8s must be below 6s, the shortest interval of the checks of condition "C"`,
+		},
+	}
+	for _, tt := range tests {
+		_, err := ConditionsFromChecks(tt.checks)
+		probestest.CheckError(t, tt.name, err, tt.wantErr)
+	}
+}
+
+// TestProbeUnderRunner runs a check the way the agent does, through the
+// runner with the probe's Entry, to show the two timeouts agree.
+func TestProbeUnderRunner(t *testing.T) {
+	requireLinux(t)
+	path := writeScript(t, t.TempDir(), "hang.sh", "echo stuck\nsleep 1000\n")
+	r := testRule(path)
+	r.Interval, r.Timeout = 2*time.Second, 200*time.Millisecond
+	p := newTestProbe(t, Options{}, Condition{Type: "T", Reason: "Up", Rules: []Rule{r}})
+	e := p.Entry()
+	got := probes.RunOnce(context.Background(), e.Probe, e.Timeout, nil)
+	probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{"within its timeout of 200ms and was killed: stuck"}})
+	if got.Probe != "custom-T" {
+		t.Errorf("got result of probe %q, want custom-T", got.Probe)
+	}
+	if _, err := probes.NewRunner([]probes.Entry{e}, probes.RunnerOptions{}); err != nil {
+		t.Errorf("NewRunner rejects the probe's Entry: %v", err)
+	}
+}

@@ -1,0 +1,118 @@
+package custom
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// execPlugin runs path with args in a process group of its own, reads at
+// most maxBytes of its stdout and of its stderr and discards the rest (so
+// a chatty plugin never blocks on a full pipe, nor fills memory), and
+// returns once it has exited and been reaped. When ctx ends first, the
+// whole group is killed with SIGKILL. Processes the plugin left behind in
+// its group are killed when it exits, so a check never outlives its run.
+//
+// The group is signalled only while the plugin itself is unreaped (alive
+// or a zombie), so its process ID, which is the group's ID, cannot have
+// been reused by an unrelated process group.
+func execPlugin(ctx context.Context, path string, args []string, maxBytes int) (execResult, error) {
+	if err := ctx.Err(); err != nil {
+		return execResult{}, err
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return execResult{}, err
+	}
+	defer stdoutR.Close()
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutW.Close()
+		return execResult{}, err
+	}
+	defer stderrR.Close()
+
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW // stdin is /dev/null
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	stdoutW.Close() // the plugin has its own copies now
+	stderrW.Close()
+	if err != nil {
+		return execResult{}, err
+	}
+	pid := cmd.Process.Pid
+
+	var (
+		res execResult
+		wg  sync.WaitGroup
+	)
+	wg.Go(func() { res.stdout = readCapped(stdoutR, maxBytes) })
+	wg.Go(func() { res.stderr = readCapped(stderrR, maxBytes) })
+
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		waitExited(pid)
+	}()
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		res.killed = true
+		_ = unix.Kill(-pid, unix.SIGKILL)
+		<-exited
+	}
+	// Whatever is left of the group (background children) goes too.
+	_ = unix.Kill(-pid, unix.SIGKILL)
+
+	readsDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(readsDone)
+	}()
+	select {
+	case <-readsDone:
+	case <-time.After(pipeGrace):
+		// Something outside the group holds the pipes open: stop reading.
+		_ = stdoutR.SetReadDeadline(time.Now())
+		_ = stderrR.SetReadDeadline(time.Now())
+		<-readsDone
+	}
+
+	err = cmd.Wait() // reaps the plugin
+	res.state = cmd.ProcessState
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		return res, err
+	}
+	return res, nil
+}
+
+// waitExited blocks until process pid has exited, leaving it unreaped.
+func waitExited(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			// Any other error (ECHILD) means there is nothing to wait for.
+			return
+		}
+	}
+}
+
+// readCapped returns the first max bytes r yields and discards the rest
+// until EOF or a read error.
+func readCapped(r io.Reader, max int) []byte {
+	data, err := io.ReadAll(io.LimitReader(r, int64(max)))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, r)
+	}
+	return data
+}

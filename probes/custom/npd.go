@@ -1,0 +1,337 @@
+package custom
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The NPD custom plugin monitor's config file, field for field as
+// node-problem-detector declares it (pkg/custompluginmonitor/types and
+// pkg/types), so its files load unchanged.
+type npdFile struct {
+	Plugin           string          `json:"plugin"`
+	PluginConfig     npdPluginConfig `json:"pluginConfig"`
+	Source           string          `json:"source"`
+	Conditions       []npdCondition  `json:"conditions"`
+	Rules            []npdRule       `json:"rules"`
+	MetricsReporting *bool           `json:"metricsReporting"`
+}
+
+type npdPluginConfig struct {
+	InvokeInterval                          *string `json:"invoke_interval"`
+	Timeout                                 *string `json:"timeout"`
+	MaxOutputLength                         *int    `json:"max_output_length"`
+	Concurrency                             *int    `json:"concurrency"`
+	EnableMessageChangeBasedConditionUpdate *bool   `json:"enable_message_change_based_condition_update"`
+	SkipInitialStatus                       *bool   `json:"skip_initial_status"`
+}
+
+type npdCondition struct {
+	Type         string    `json:"type"`
+	Status       string    `json:"status"`
+	Transition   time.Time `json:"transition"`
+	Reason       string    `json:"reason"`
+	Message      string    `json:"message"`
+	TaintEnabled bool      `json:"taintEnabled"`
+	TaintKey     string    `json:"taintKey"`
+	TaintValue   string    `json:"taintValue"`
+	TaintEffect  string    `json:"taintEffect"`
+}
+
+type npdRule struct {
+	Type           string   `json:"type"`
+	Condition      string   `json:"condition"`
+	Reason         string   `json:"reason"`
+	Path           string   `json:"path"`
+	Args           []string `json:"args"`
+	Timeout        *string  `json:"timeout"`
+	InvokeInterval *string  `json:"invoke_interval"`
+}
+
+// NPD rule types.
+const (
+	npdTemporary = "temporary"
+	npdPermanent = "permanent"
+)
+
+// NPDConfig is an NPD custom plugin monitor config, with NPD's defaults
+// applied and its permanent rules turned into conditions.
+type NPDConfig struct {
+	// Path is the file it was read from.
+	Path string
+	// Source is NPD's name for the monitor ("source").
+	Source string
+	// InvokeInterval and Timeout are pluginConfig's invoke_interval and
+	// timeout: the rules' defaults.
+	InvokeInterval time.Duration
+	Timeout        time.Duration
+	// MaxOutputLength and Concurrency are pluginConfig's; Options passes
+	// them on.
+	MaxOutputLength int
+	Concurrency     int
+	// EnableMessageChangeBasedConditionUpdate, SkipInitialStatus and
+	// MetricsReporting are carried over for the agent to honour or
+	// ignore; they do not change how checks run.
+	EnableMessageChangeBasedConditionUpdate bool
+	SkipInitialStatus                       bool
+	MetricsReporting                        bool
+	// Conditions are the "conditions" that have permanent rules, in file
+	// order, each with its rules in file order.
+	Conditions []Condition
+	// Warnings say what of the file selftaint does not act on: temporary
+	// rules (NPD turns them into events; selftaint makes conditions
+	// only), conditions without permanent rules, and NPD's own tainting.
+	// Log them.
+	Warnings []string
+}
+
+// Options returns group options with the file's concurrency and maximum
+// output length.
+func (c *NPDConfig) Options() Options {
+	return Options{Concurrency: c.Concurrency, MaxOutputLength: c.MaxOutputLength}
+}
+
+// LoadNPDConfig reads an NPD custom plugin monitor config file.
+func LoadNPDConfig(path string) (*NPDConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading NPD config: %w", err)
+	}
+	return ParseNPDConfig(data, path)
+}
+
+// ParseNPDConfig parses an NPD custom plugin monitor config; path names it
+// in errors. It is strict where NPD is lenient: a key NPD does not declare
+// (compared case-sensitively) is an error naming it, as are a rule type
+// other than "temporary" or "permanent", a permanent rule without a path,
+// a reason or a defined condition, a rule timeout above the global one
+// (NPD's own check) and timeouts not below the intervals they run at.
+//
+// Plugin paths are kept as written and resolved as NPD resolves them when
+// it runs them: a relative path against the working directory (not the
+// config file's directory), a bare name through $PATH. Paths are not
+// checked here: a missing plugin makes its condition Unknown, naming it.
+func ParseNPDConfig(data []byte, path string) (*NPDConfig, error) {
+	wrap := func(err error) error { return fmt.Errorf("NPD config %s: %w", path, err) }
+	var tree any
+	if err := json.Unmarshal(data, &tree); err != nil {
+		return nil, wrap(err)
+	}
+	var unknown []string
+	unknownFields(tree, reflect.TypeFor[npdFile](), "", &unknown)
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, wrap(fmt.Errorf("unknown field %s", strings.Join(unknown, ", ")))
+	}
+	var f npdFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, wrap(err)
+	}
+	c, err := f.resolve(path)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return c, nil
+}
+
+// unknownFields appends to out the paths ("rules[1].timout") of keys in
+// the decoded JSON v that the struct type t does not declare.
+func unknownFields(v any, t reflect.Type, path string, out *[]string) {
+	switch t.Kind() {
+	case reflect.Pointer:
+		unknownFields(v, t.Elem(), path, out)
+	case reflect.Slice:
+		list, ok := v.([]any)
+		if !ok {
+			return
+		}
+		for i, e := range list {
+			unknownFields(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), out)
+		}
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok || t == reflect.TypeFor[time.Time]() {
+			return
+		}
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			fields[name] = t.Field(i).Type
+		}
+		for k, child := range m {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			ft, ok := fields[k]
+			if !ok {
+				*out = append(*out, strconv.Quote(p))
+				continue
+			}
+			unknownFields(child, ft, p, out)
+		}
+	}
+}
+
+// resolve applies NPD's defaults, checks the file and builds conditions.
+func (f *npdFile) resolve(path string) (*NPDConfig, error) {
+	c := &NPDConfig{
+		Path:             path,
+		Source:           f.Source,
+		InvokeInterval:   DefaultInterval,
+		Timeout:          DefaultTimeout,
+		MaxOutputLength:  DefaultMaxOutputLength,
+		Concurrency:      DefaultConcurrency,
+		MetricsReporting: true, // NPD's default
+	}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	duration := func(field string, s *string, dst *time.Duration) bool {
+		if s == nil {
+			return false
+		}
+		d, err := time.ParseDuration(*s)
+		switch {
+		case err != nil:
+			bad(field, "%v", err)
+		case d <= 0:
+			bad(field, "%q must be positive", *s)
+		default:
+			*dst = d
+			return true
+		}
+		return false
+	}
+
+	if f.Plugin != "custom" {
+		bad("plugin", "%q is not supported, only \"custom\"", f.Plugin)
+	}
+	pc := f.PluginConfig
+	duration("pluginConfig.invoke_interval", pc.InvokeInterval, &c.InvokeInterval)
+	duration("pluginConfig.timeout", pc.Timeout, &c.Timeout)
+	for _, n := range []struct {
+		field string
+		v     *int
+		dst   *int
+	}{{"pluginConfig.max_output_length", pc.MaxOutputLength, &c.MaxOutputLength}, {"pluginConfig.concurrency", pc.Concurrency, &c.Concurrency}} {
+		switch {
+		case n.v == nil:
+		case *n.v <= 0:
+			bad(n.field, "%d must be positive", *n.v)
+		default:
+			*n.dst = *n.v
+		}
+	}
+	if pc.EnableMessageChangeBasedConditionUpdate != nil {
+		c.EnableMessageChangeBasedConditionUpdate = *pc.EnableMessageChangeBasedConditionUpdate
+	}
+	if pc.SkipInitialStatus != nil {
+		c.SkipInitialStatus = *pc.SkipInitialStatus
+	}
+	if f.MetricsReporting != nil {
+		c.MetricsReporting = *f.MetricsReporting
+	}
+
+	index := map[string]int{} // condition type -> c.Conditions index, before pruning
+	for i, cond := range f.Conditions {
+		field := fmt.Sprintf("conditions[%d]", i)
+		if cond.Type == "" {
+			bad(field+".type", "must not be empty")
+			continue
+		}
+		if j, dup := index[cond.Type]; dup {
+			bad(field+".type", "%q is also conditions[%d]", cond.Type, j)
+			continue
+		}
+		if cond.Reason == "" {
+			bad(field+".reason", "must not be empty")
+		}
+		if cond.TaintEnabled {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (%s): NPD's own tainting (taintEnabled) is ignored; selftaint taints nodes through its rules", field, cond.Type))
+		}
+		index[cond.Type] = len(c.Conditions)
+		c.Conditions = append(c.Conditions, Condition{Type: cond.Type, Reason: cond.Reason, Message: cond.Message})
+	}
+
+	type ruleAt struct {
+		i            int
+		timeoutField string // the field its timeout comes from
+	}
+	rulesOf := make([][]ruleAt, len(c.Conditions))
+	for i, r := range f.Rules {
+		field := fmt.Sprintf("rules[%d]", i)
+		rule := Rule{Reason: r.Reason, Path: r.Path, Args: r.Args, Interval: c.InvokeInterval, Timeout: c.Timeout}
+		timeoutField := "pluginConfig.timeout"
+		if duration(field+".timeout", r.Timeout, &rule.Timeout) {
+			timeoutField = field + ".timeout"
+			if rule.Timeout > c.Timeout {
+				bad(field+".timeout", "%v is above pluginConfig.timeout %v", rule.Timeout, c.Timeout)
+			}
+		}
+		duration(field+".invoke_interval", r.InvokeInterval, &rule.Interval)
+		if r.Path == "" {
+			bad(field+".path", "must not be empty")
+		}
+		switch r.Type {
+		case npdTemporary:
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (reason %s, path %s): temporary rules only make events in NPD; selftaint makes conditions only, so it does not run this rule", field, r.Reason, r.Path))
+			continue
+		case npdPermanent:
+		default:
+			bad(field+".type", "%q is not %q or %q", r.Type, npdTemporary, npdPermanent)
+			continue
+		}
+		if r.Reason == "" {
+			bad(field+".reason", "must not be empty")
+		}
+		j, ok := index[r.Condition]
+		if !ok {
+			bad(field+".condition", "%q is not defined in conditions", r.Condition)
+			continue
+		}
+		c.Conditions[j].Rules = append(c.Conditions[j].Rules, rule)
+		rulesOf[j] = append(rulesOf[j], ruleAt{i: i, timeoutField: timeoutField})
+	}
+
+	// Runs of a condition's rules must not overlap its next run.
+	for j, cond := range c.Conditions {
+		if len(cond.Rules) == 0 {
+			continue
+		}
+		shortest := cond.Rules[0].Interval
+		for _, r := range cond.Rules {
+			shortest = min(shortest, r.Interval)
+		}
+		for k, r := range cond.Rules {
+			if r.Timeout >= shortest {
+				bad(rulesOf[j][k].timeoutField, "%v (for rules[%d]) must be below %v, the shortest invoke_interval of the rules of condition %q", r.Timeout, rulesOf[j][k].i, shortest, cond.Type)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	kept := c.Conditions[:0]
+	for _, cond := range c.Conditions {
+		if len(cond.Rules) == 0 {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("condition %s has no permanent rule; selftaint does not report it", cond.Type))
+			continue
+		}
+		kept = append(kept, cond)
+	}
+	c.Conditions = kept
+	return c, nil
+}

@@ -1,0 +1,675 @@
+// Package network is selftaint's network probe. It exists so a node that
+// has lost its uplink (link down, no carrier, no address), its default
+// route or its CNI network config, or that cannot reach the API server or
+// other endpoints the workloads need, is tainted before pods are scheduled
+// onto a node nobody can reach. It reads the routing tables from the host's
+// /proc/net, link state from /sys/class/net, and asks the kernel for the
+// interfaces' addresses.
+//
+// /proc/net, the addresses and the connections the probe opens all belong
+// to the network namespace of the process that reads them, so the probe
+// must run in the host's network namespace: in a DaemonSet that means
+// hostNetwork: true. /sys/class/net shows the namespace sysfs was mounted
+// in, which for the host's /sys mounted into the pod is the host's.
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/selftaint/selftaint/probes"
+)
+
+// Name is the network probe's name.
+const Name = "network"
+
+// Reasons the network probe reports. When several checks fail, the reason
+// is the first failing one in this order, and the message lists them all.
+const (
+	// ReasonNetworkOK: every check passed.
+	ReasonNetworkOK = "NetworkOK"
+	// ReasonNoDefaultRoute: a required default route is missing.
+	ReasonNoDefaultRoute = "NoDefaultRoute"
+	// ReasonInterfaceDown: an uplink is missing, administratively down,
+	// without carrier or not operationally up.
+	ReasonInterfaceDown = "InterfaceDown"
+	// ReasonNoGlobalAddress: an uplink has no global unicast address.
+	ReasonNoGlobalAddress = "NoGlobalAddress"
+	// ReasonNoCNIConfig: the CNI config directory is missing or holds no
+	// network config.
+	ReasonNoCNIConfig = "NoCNIConfig"
+	// ReasonAPIServerUnreachable: a TCP connection to Config.APIServer
+	// failed.
+	ReasonAPIServerUnreachable = "APIServerUnreachable"
+	// ReasonTargetUnreachable: a configured target could not be reached
+	// or resolved.
+	ReasonTargetUnreachable = "TargetUnreachable"
+	// ReasonReadError: a routing table or sysfs file is missing,
+	// unreadable or garbage, or the kernel would not list addresses.
+	ReasonReadError = probes.ReasonReadError
+)
+
+// Defaults for the zero Config.
+const (
+	// DefaultCNIConfDir is where the kubelet and container runtimes look
+	// for CNI network configs.
+	DefaultCNIConfDir = "/etc/cni/net.d"
+	// DefaultTargetTimeout bounds one reachability check.
+	DefaultTargetTimeout = 2 * time.Second
+)
+
+// RouteRequirement says which default routes must exist.
+type RouteRequirement string
+
+// Route requirements.
+const (
+	// RouteAny (also the empty string) wants an IPv4 or an IPv6 default
+	// route.
+	RouteAny RouteRequirement = "any"
+	// RouteIPv4 wants an IPv4 default route.
+	RouteIPv4 RouteRequirement = "ipv4"
+	// RouteIPv6 wants an IPv6 default route.
+	RouteIPv6 RouteRequirement = "ipv6"
+	// RouteBoth wants both (dual-stack nodes).
+	RouteBoth RouteRequirement = "both"
+	// RouteNone wants none (isolated nodes). The interfaces of default
+	// routes that do exist are still checked.
+	RouteNone RouteRequirement = "none"
+)
+
+// TargetKind says how a Target is checked.
+type TargetKind string
+
+// Target kinds.
+const (
+	// TargetTCP connects to Address, "host:port", and closes the
+	// connection.
+	TargetTCP TargetKind = "tcp"
+	// TargetDNS resolves Address, a host name, to at least one address.
+	TargetDNS TargetKind = "dns"
+)
+
+// Target is an endpoint the node must reach.
+type Target struct {
+	Kind TargetKind
+	// Address is "host:port" for TCP (an IPv6 host in brackets), a name
+	// for DNS.
+	Address string
+	// Timeout bounds the check; 0 means Config.TargetTimeout.
+	Timeout time.Duration
+}
+
+func (t Target) String() string { return string(t.Kind) + " " + t.Address }
+
+// Config says what the network probe checks. The zero Config checks the
+// default routes' interfaces, that an IPv4 or IPv6 default route exists and
+// that the CNI config directory holds a network config.
+type Config struct {
+	// Interfaces are the uplinks to check, by name. Each must exist, be
+	// up with carrier and have a global unicast address. Empty means the
+	// interfaces of the preferred (lowest metric) default routes of the
+	// families DefaultRoute asks for (both families for "any" and "none").
+	Interfaces []string
+	// DefaultRoute says which default routes must exist. Empty means
+	// RouteAny.
+	DefaultRoute RouteRequirement
+	// SkipCNIConfig turns the CNI config check off, for nodes whose
+	// network is not set up by a CNI plugin.
+	SkipCNIConfig bool
+	// CNIConfDir is the absolute host path of the CNI config directory.
+	// Empty means DefaultCNIConfDir. It must hold a *.conf, *.conflist or
+	// *.json file.
+	CNIConfDir string
+	// APIServer is the API server's "host:port", checked with a TCP
+	// connection (the agent passes KUBERNETES_SERVICE_HOST:PORT). Empty
+	// means not checked.
+	APIServer string
+	// Targets are further endpoints to check, in order.
+	Targets []Target
+	// TargetTimeout bounds the API server check and every target without
+	// a Timeout of its own. 0 means DefaultTargetTimeout. Targets are
+	// checked in parallel, so the runner's timeout for this probe must be
+	// above the longest target timeout.
+	TargetTimeout time.Duration
+}
+
+// Validate checks names, addresses and timeouts. Errors name the field.
+func (c Config) Validate() error {
+	var errs []error
+	for i, name := range c.Interfaces {
+		if err := validInterfaceName(name); err != nil {
+			errs = append(errs, fmt.Errorf("Interfaces[%d]: %w", i, err))
+		}
+	}
+	switch c.DefaultRoute {
+	case "", RouteAny, RouteIPv4, RouteIPv6, RouteBoth, RouteNone:
+	default:
+		errs = append(errs, fmt.Errorf("DefaultRoute: %q is not one of any, ipv4, ipv6, both, none", c.DefaultRoute))
+	}
+	if c.CNIConfDir != "" && !path.IsAbs(c.CNIConfDir) {
+		errs = append(errs, fmt.Errorf("CNIConfDir: %q is not an absolute path", c.CNIConfDir))
+	}
+	if c.APIServer != "" {
+		if err := validHostPort(c.APIServer); err != nil {
+			errs = append(errs, fmt.Errorf("APIServer: %w", err))
+		}
+	}
+	if c.TargetTimeout < 0 {
+		errs = append(errs, fmt.Errorf("TargetTimeout: %v must not be negative", c.TargetTimeout))
+	}
+	for i, t := range c.Targets {
+		field := fmt.Sprintf("Targets[%d]", i)
+		switch t.Kind {
+		case TargetTCP:
+			if err := validHostPort(t.Address); err != nil {
+				errs = append(errs, fmt.Errorf("%s.Address: %w", field, err))
+			}
+		case TargetDNS:
+			if t.Address == "" || strings.ContainsAny(t.Address, " \t\n/:") {
+				errs = append(errs, fmt.Errorf("%s.Address: %q is not a host name", field, t.Address))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("%s.Kind: %q is not tcp or dns", field, t.Kind))
+		}
+		if t.Timeout < 0 {
+			errs = append(errs, fmt.Errorf("%s.Timeout: %v must not be negative", field, t.Timeout))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("network probe config: %w", err)
+	}
+	return nil
+}
+
+// validInterfaceName accepts what the kernel's dev_valid_name accepts.
+func validInterfaceName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("interface name is empty")
+	case len(name) > 15:
+		return fmt.Errorf("interface name %q is longer than 15 bytes", name)
+	case name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n"):
+		return fmt.Errorf("%q is not a valid interface name", name)
+	}
+	return nil
+}
+
+// validHostPort accepts "host:port" with a port number 1-65535.
+func validHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", s, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", s)
+	}
+	if _, err := netip.ParseAddrPort("0.0.0.0:" + port); err != nil || port == "0" {
+		return fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, port)
+	}
+	return nil
+}
+
+// Probe is the network probe. It is safe for concurrent use once
+// configured.
+type Probe struct {
+	// Addrs returns the addresses of the named interface. It defaults to
+	// net.InterfaceByName and Addrs, which ask the kernel of this
+	// process's network namespace; tests of fixture hosts replace it. Set
+	// it before the probe first runs.
+	Addrs func(name string) ([]net.Addr, error)
+	// Dial opens TCP connections for the API server and TCP targets. It
+	// defaults to a net.Dialer's DialContext.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// LookupHost resolves DNS targets. It defaults to the pure-Go
+	// resolver, which honours ctx and reads the host's resolv.conf as
+	// this process sees it.
+	LookupHost func(ctx context.Context, host string) ([]string, error)
+
+	cfg  Config
+	host probes.Host
+}
+
+// New returns a network probe that reads the host under host.Root.
+func New(cfg Config, host probes.Host) (*Probe, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.DefaultRoute == "" {
+		cfg.DefaultRoute = RouteAny
+	}
+	if cfg.CNIConfDir == "" {
+		cfg.CNIConfDir = DefaultCNIConfDir
+	}
+	if cfg.TargetTimeout == 0 {
+		cfg.TargetTimeout = DefaultTargetTimeout
+	}
+	var uplinks []string
+	for _, name := range cfg.Interfaces {
+		if !slices.Contains(uplinks, name) {
+			uplinks = append(uplinks, name)
+		}
+	}
+	cfg.Interfaces = uplinks
+	resolver := &net.Resolver{PreferGo: true}
+	return &Probe{
+		Addrs:      interfaceAddrs,
+		Dial:       (&net.Dialer{}).DialContext,
+		LookupHost: resolver.LookupHost,
+		cfg:        cfg,
+		host:       host,
+	}, nil
+}
+
+func interfaceAddrs(name string) ([]net.Addr, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, err
+	}
+	return ifi.Addrs()
+}
+
+// Name returns "network".
+func (p *Probe) Name() string { return Name }
+
+// report collects what one run found.
+type report struct {
+	reason   string   // of the first problem
+	problems []string // what is wrong, in check order
+	errs     []string // what could not be read
+	oks      []string // what is fine, for the OK message
+	readings []probes.Reading
+}
+
+func (r *report) problem(reason, format string, args ...any) {
+	if r.reason == "" {
+		r.reason = reason
+	}
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+func (r *report) reading(name, value string) {
+	r.readings = append(r.readings, probes.Reading{Name: name, Value: value})
+}
+
+// Probe runs every check once: default routes, uplinks, CNI config, then
+// the API server and targets in parallel.
+func (p *Probe) Probe(ctx context.Context) probes.Result {
+	var r report
+	uplinks := p.checkRoutes(&r)
+	for _, name := range uplinks {
+		p.checkInterface(&r, name)
+	}
+	if !p.cfg.SkipCNIConfig {
+		p.checkCNI(&r)
+	}
+	p.checkTargets(ctx, &r)
+
+	switch {
+	case len(r.problems) > 0:
+		// Read errors elsewhere do not hide a problem we did see.
+		msg := strings.Join(append(r.problems, r.errs...), "; ")
+		return probes.Result{Status: probes.StatusProblem, Reason: r.reason, Message: msg, Readings: r.readings}
+	case len(r.errs) > 0:
+		return probes.Result{Status: probes.StatusUnknown, Reason: ReasonReadError, Message: strings.Join(r.errs, "; "), Readings: r.readings}
+	}
+	return probes.Result{Status: probes.StatusOK, Reason: ReasonNetworkOK, Message: strings.Join(r.oks, "; "), Readings: r.readings}
+}
+
+// checkRoutes reads both routing tables, checks the default routes
+// DefaultRoute asks for, and returns the uplinks to check.
+func (p *Probe) checkRoutes(r *report) []string {
+	req := p.cfg.DefaultRoute
+	v4Path := p.host.Proc("net", "route")
+	v4, v4Err := readRoutes(v4Path, parseIPv4Routes)
+	v6Path := p.host.Proc("net", "ipv6_route")
+	v6, v6Err := readRoutes(v6Path, parseIPv6Routes)
+	v6Disabled := errors.Is(v6Err, fs.ErrNotExist) // ipv6.disable=1: no file at all
+	if v6Disabled {
+		v6Err = nil
+	}
+	v4, v6 = preferred(v4), preferred(v6)
+
+	for _, fam := range []struct {
+		name     string
+		routes   []route
+		err      error
+		disabled bool
+	}{{"ipv4", v4, v4Err, false}, {"ipv6", v6, v6Err, v6Disabled}} {
+		key := "default_route_" + fam.name
+		switch {
+		case fam.err != nil:
+			r.errs = append(r.errs, fam.err.Error())
+			r.reading(key, "unreadable")
+		case fam.disabled:
+			r.reading(key, "IPv6 disabled")
+		case len(fam.routes) == 0:
+			r.reading(key, "none")
+		default:
+			r.reading(key, joinRoutes(fam.routes))
+		}
+	}
+
+	missing := func(label string, routes []route, err error, disabled bool) {
+		if err != nil {
+			return // reported as a read error
+		}
+		if len(routes) == 0 {
+			why := ""
+			if disabled {
+				why = fmt.Sprintf(" (IPv6 is disabled: %s does not exist)", v6Path)
+			}
+			r.problem(ReasonNoDefaultRoute, "no %s default route%s", label, why)
+		}
+	}
+	switch req {
+	case RouteAny:
+		if v4Err == nil && v6Err == nil && len(v4)+len(v6) == 0 {
+			r.problem(ReasonNoDefaultRoute, "no default route (IPv4 or IPv6)")
+		}
+	case RouteIPv4:
+		missing("IPv4", v4, v4Err, false)
+	case RouteIPv6:
+		missing("IPv6", v6, v6Err, v6Disabled)
+	case RouteBoth:
+		missing("IPv4", v4, v4Err, false)
+		missing("IPv6", v6, v6Err, v6Disabled)
+	}
+	var defaults []string
+	for _, rt := range v4 {
+		defaults = append(defaults, "IPv4 via "+rt.Iface)
+	}
+	for _, rt := range v6 {
+		defaults = append(defaults, "IPv6 via "+rt.Iface)
+	}
+	if len(defaults) > 0 {
+		r.oks = append(r.oks, "default route "+strings.Join(defaults, ", "))
+	}
+
+	if len(p.cfg.Interfaces) > 0 {
+		return p.cfg.Interfaces
+	}
+	var uplinks []route
+	if req != RouteIPv6 {
+		uplinks = append(uplinks, v4...)
+	}
+	if req != RouteIPv4 {
+		uplinks = append(uplinks, v6...)
+	}
+	var names []string
+	for _, rt := range uplinks {
+		if !slices.Contains(names, rt.Iface) {
+			names = append(names, rt.Iface)
+		}
+	}
+	return names
+}
+
+// readRoutes reads and parses a routing table; errors name the file.
+func readRoutes(path string, parse func([]byte) ([]route, error)) ([]route, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading routes: %w", err)
+	}
+	routes, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	return routes, nil
+}
+
+func joinRoutes(routes []route) string {
+	s := make([]string, len(routes))
+	for i, r := range routes {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// iffUp is IFF_UP in /sys/class/net/<if>/flags: administratively up.
+const iffUp = 0x1
+
+// checkInterface checks that the uplink name exists, is up with carrier and
+// has a global unicast address.
+func (p *Probe) checkInterface(r *report, name string) {
+	key := "interface " + name
+	dir := p.host.Sys("class", "net", name)
+	if _, err := os.Stat(dir); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			r.errs = append(r.errs, fmt.Sprintf("reading interface %s: %v", name, err))
+			r.reading(key, "unreadable")
+			return
+		}
+		// Tell a missing interface from a missing or wrong sysfs.
+		if _, err := os.Stat(filepath.Dir(dir)); err != nil {
+			r.errs = append(r.errs, fmt.Sprintf("reading interfaces: %v", err))
+			r.reading(key, "unreadable")
+			return
+		}
+		r.problem(ReasonInterfaceDown, "interface %s does not exist", name)
+		r.reading(key, "missing")
+		return
+	}
+
+	read := func(file string, parse func([]byte) (string, error)) (string, bool) {
+		path := filepath.Join(dir, file)
+		data, err := os.ReadFile(path)
+		if err == nil {
+			var v string
+			if v, err = parse(data); err == nil {
+				return v, true
+			}
+			err = fmt.Errorf("parsing %s: %w", path, err)
+		} else {
+			err = fmt.Errorf("reading interface %s: %w", name, err)
+		}
+		r.errs = append(r.errs, err.Error())
+		r.reading(key, "unreadable")
+		return "", false
+	}
+	flags, ok := read("flags", func(b []byte) (string, error) {
+		v, err := parseFlags(b)
+		if v&iffUp == 0 {
+			return "down", err
+		}
+		return "up", err
+	})
+	if !ok {
+		return
+	}
+	if flags == "down" {
+		r.problem(ReasonInterfaceDown, "interface %s is administratively down", name)
+		r.reading(key, "administratively down")
+		return
+	}
+	operstate, ok := read("operstate", func(b []byte) (string, error) {
+		s := strings.TrimSpace(string(b))
+		if s == "" {
+			return "", errors.New("file is empty")
+		}
+		return s, nil
+	})
+	if !ok {
+		return
+	}
+	carrierPath := filepath.Join(dir, "carrier")
+	data, err := os.ReadFile(carrierPath)
+	carrier := false
+	switch {
+	case errors.Is(err, syscall.EINVAL):
+		// The kernel refuses to read carrier while the device is down.
+	case err != nil:
+		r.errs = append(r.errs, fmt.Sprintf("reading interface %s: %v", name, err))
+		r.reading(key, "unreadable")
+		return
+	default:
+		if carrier, err = parseCarrier(data); err != nil {
+			r.errs = append(r.errs, fmt.Sprintf("parsing %s: %v", carrierPath, err))
+			r.reading(key, "unreadable")
+			return
+		}
+	}
+	if !carrier {
+		r.problem(ReasonInterfaceDown, "interface %s has no carrier (operstate %s)", name, operstate)
+		r.reading(key, "no carrier, operstate "+operstate)
+		return
+	}
+	// "unknown" is what drivers without operstate support (tun, some
+	// virtual and older NICs) report while working.
+	if operstate != "up" && operstate != "unknown" {
+		r.problem(ReasonInterfaceDown, "interface %s is not up (operstate %s)", name, operstate)
+		r.reading(key, "operstate "+operstate)
+		return
+	}
+
+	addrs, err := p.Addrs(name)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("listing addresses of interface %s: %v", name, err))
+		r.reading(key, "up, addresses unreadable")
+		return
+	}
+	var global []string
+	for _, a := range addrs {
+		if ip := addrIP(a); ip.IsGlobalUnicast() {
+			global = append(global, a.String())
+		}
+	}
+	if len(global) == 0 {
+		r.problem(ReasonNoGlobalAddress, "interface %s has no global address", name)
+		r.reading(key, "up, no global address")
+		return
+	}
+	r.reading(key, "up, "+strings.Join(global, " "))
+	r.oks = append(r.oks, fmt.Sprintf("interface %s up with %s", name, strings.Join(global, " ")))
+}
+
+// addrIP returns the IP of an interface address (an *net.IPNet from
+// Interface.Addrs, or an *net.IPAddr).
+func addrIP(a net.Addr) net.IP {
+	switch a := a.(type) {
+	case *net.IPNet:
+		return a.IP
+	case *net.IPAddr:
+		return a.IP
+	}
+	return nil
+}
+
+// cniExtensions are the files libcni (and so the kubelet and container
+// runtimes) load network configs from.
+var cniExtensions = []string{".conf", ".conflist", ".json"}
+
+// checkCNI checks that the CNI config directory holds a network config.
+func (p *Probe) checkCNI(r *report) {
+	dir := p.cfg.CNIConfDir
+	resolved, err := p.host.Resolve(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, rootErr := os.Stat(p.host.Path("/")); rootErr != nil {
+			// Not the node missing a config: selftaint misses the node.
+			r.errs = append(r.errs, fmt.Sprintf("reading CNI config directory: host root: %v", rootErr))
+			r.reading("cni_config", "unreadable")
+			return
+		}
+		r.problem(ReasonNoCNIConfig, "CNI config directory %s does not exist", dir)
+		r.reading("cni_config", "directory missing")
+		return
+	}
+	var entries []os.DirEntry
+	if err == nil {
+		entries, err = os.ReadDir(resolved)
+	}
+	if err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("reading CNI config directory: %v", err))
+		r.reading("cni_config", "unreadable")
+		return
+	}
+	var confs []string
+	for _, e := range entries {
+		if !e.IsDir() && slices.Contains(cniExtensions, filepath.Ext(e.Name())) {
+			confs = append(confs, e.Name()) // ReadDir sorts, as libcni does
+		}
+	}
+	if len(confs) == 0 {
+		r.problem(ReasonNoCNIConfig, "no CNI network config (*.conf, *.conflist, *.json) in %s", dir)
+		r.reading("cni_config", "none")
+		return
+	}
+	r.reading("cni_config", strings.Join(confs, ", "))
+	r.oks = append(r.oks, "CNI config "+confs[0])
+}
+
+// checkTargets checks the API server and the targets in parallel and
+// reports them in config order.
+func (p *Probe) checkTargets(ctx context.Context, r *report) {
+	type check struct {
+		target Target
+		label  string // for messages and readings
+		reason string
+		err    error
+	}
+	var checks []*check
+	if p.cfg.APIServer != "" {
+		checks = append(checks, &check{
+			target: Target{Kind: TargetTCP, Address: p.cfg.APIServer},
+			label:  "API server " + p.cfg.APIServer,
+			reason: ReasonAPIServerUnreachable,
+		})
+	}
+	for _, t := range p.cfg.Targets {
+		checks = append(checks, &check{target: t, label: "target " + t.String(), reason: ReasonTargetUnreachable})
+	}
+	var wg sync.WaitGroup
+	for _, c := range checks {
+		wg.Go(func() { c.err = p.reach(ctx, c.target) })
+	}
+	wg.Wait()
+	for _, c := range checks {
+		if c.err != nil {
+			r.problem(c.reason, "%s unreachable: %v", c.label, c.err)
+			r.reading(c.label, "unreachable")
+			continue
+		}
+		r.reading(c.label, "reachable")
+		r.oks = append(r.oks, c.label+" reachable")
+	}
+}
+
+// reach checks one target within its timeout.
+func (p *Probe) reach(ctx context.Context, t Target) error {
+	timeout := t.Timeout
+	if timeout == 0 {
+		timeout = p.cfg.TargetTimeout
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var err error
+	switch t.Kind {
+	case TargetTCP:
+		var conn net.Conn
+		if conn, err = p.Dial(tctx, "tcp", t.Address); err == nil {
+			conn.Close()
+		}
+	case TargetDNS:
+		var addrs []string
+		if addrs, err = p.LookupHost(tctx, t.Address); err == nil && len(addrs) == 0 {
+			err = errors.New("no addresses")
+		}
+	}
+	// The dialer's socket deadline can fire a moment before tctx's timer.
+	var netErr net.Error
+	if err != nil && ctx.Err() == nil && (errors.Is(tctx.Err(), context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()) {
+		return fmt.Errorf("no answer within %v (%w)", timeout, err)
+	}
+	return err
+}

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -106,6 +107,12 @@ type Options struct {
 	// Faults configures fault injection. The zero value enables it with
 	// DefaultFaultMaxDuration.
 	Faults FaultOptions
+	// Hardware, if set, is the node's special hardware: resources to
+	// advertise, taint for and label for.
+	Hardware Inventory
+	// HardwarePeriod is how often the inventory is taken; default
+	// DefaultHardwarePeriod.
+	HardwarePeriod time.Duration
 }
 
 // FaultOptions configure fault injection through Node annotations.
@@ -153,6 +160,16 @@ type Agent struct {
 	adopted     bool         // conditions on the Node were adopted
 	lastWritten *corev1.Node // newest Node returned by our own writes
 	lastForeign string       // the taint conflicts last reported
+	// lastForeignLabels and lastHeldResources are the label and resource
+	// conflicts last reported.
+	lastForeignLabels, lastHeldResources string
+	// hardware is the last good inventory; haveHardware is false until
+	// the first one (or when there is no inventory at all).
+	hardware     []Resource
+	haveHardware bool
+	// advertised is the extended resources our last status write (or the
+	// Node's managed fields at start) says we advertise.
+	advertised map[corev1.ResourceName]bool
 	// published is the last state of each condition written to (or adopted
 	// from) the Node; its transition time is carried while the status holds.
 	published map[corev1.NodeConditionType]publishedState
@@ -211,6 +228,10 @@ func New(opts Options) (*Agent, error) {
 		published:     map[corev1.NodeConditionType]publishedState{},
 		faultsSeen:    map[string]faultVerdict{},
 		faultsApplied: map[string]string{},
+		advertised:    map[corev1.ResourceName]bool{},
+	}
+	if opts.HardwarePeriod <= 0 {
+		a.opts.HardwarePeriod = DefaultHardwarePeriod
 	}
 	entries := make([]probes.Entry, 0, len(opts.Probes))
 	for _, p := range opts.Probes {
@@ -317,6 +338,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() { a.runner.Run(ctx, a.Observe) })
+	if a.opts.Hardware != nil {
+		wg.Go(func() { a.runInventory(ctx) })
+	}
 	wg.Go(func() { informer.RunWithContext(ctx) })
 
 	a.log.Info("agent starting", "probes", len(a.opts.Probes), "rules", len(a.opts.Rules))
@@ -471,11 +495,17 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	for t, s := range states {
 		states[t] = a.transitionLocked(t, s, fromFault[t], now)
 	}
+	hw := hardwareState{resources: a.hardware, known: a.haveHardware}
+	advertised := maps.Clone(a.advertised)
 	a.mu.Unlock()
 
 	a.reportFaults(node, faults)
-	if a.conditionsNeedWrite(node, states, fromFault, now) {
-		written, err := a.applyConditions(ctx, node, states, now)
+	resources := a.advertisedResources(node, hw.resources, advertised)
+	if node, err = a.removeResources(ctx, node, resources, advertised); err != nil {
+		return time.Time{}, err
+	}
+	if a.conditionsNeedWrite(node, states, fromFault, now) || resourcesNeedWrite(node, resources) {
+		written, err := a.applyStatus(ctx, node, states, resources, now)
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -486,7 +516,7 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 		a.published[t] = publishedState{State: s, fault: fromFault[t]}
 	}
 	a.mu.Unlock()
-	if err := a.reconcileTaints(ctx, node, states, now); err != nil {
+	if err := a.reconcileMetadata(ctx, node, states, hw, now); err != nil {
 		return time.Time{}, err
 	}
 	if err := a.removeExpiredFaults(ctx, node, faults.expired); err != nil {
@@ -526,6 +556,7 @@ func (a *Agent) transitionLocked(t corev1.NodeConditionType, s taints.State, fro
 // still carried while the published status holds.
 func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	faulted := a.adoptFaultsLocked(node)
+	a.advertised = ownedCapacity(node, a.opts.FieldManager)
 	for t, d := range a.dampers {
 		c := findCondition(node, t)
 		if c == nil {
@@ -594,10 +625,13 @@ func truncate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-// applyConditions writes all our decided conditions with server-side apply
-// on the status subresource. Conditions are a map keyed by type, so our
-// field manager owns exactly our types and nobody else's are touched.
-func (a *Agent) applyConditions(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, now time.Time) (*corev1.Node, error) {
+// applyStatus writes all our decided conditions and the extended resources
+// we advertise with server-side apply on the status subresource.
+// Conditions are a map keyed by type and capacity a map keyed by resource,
+// so our field manager owns exactly our entries and nobody else's are
+// touched; a resource we advertised and leave out of this apply is removed
+// by the API server, unless someone else has written it since.
+func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, resources map[corev1.ResourceName]int64, now time.Time) (*corev1.Node, error) {
 	types := make([]corev1.NodeConditionType, 0, len(states))
 	for t := range states {
 		types = append(types, t)
@@ -614,14 +648,22 @@ func (a *Agent) applyConditions(ctx context.Context, old *corev1.Node, states ma
 			WithLastTransitionTime(metav1.NewTime(s.LastTransitionTime)).
 			WithLastHeartbeatTime(metav1.NewTime(now)))
 	}
+	if len(resources) > 0 {
+		capacity := corev1.ResourceList{}
+		for r, n := range resources {
+			capacity[r] = quantity(n)
+		}
+		status.WithCapacity(capacity).WithAllocatable(capacity.DeepCopy())
+	}
 	written, err := a.opts.Client.Nodes().ApplyStatus(ctx,
 		corev1ac.Node(a.opts.NodeName).WithStatus(status),
 		metav1.ApplyOptions{FieldManager: a.opts.FieldManager, Force: true})
 	if err != nil {
-		return nil, fmt.Errorf("applying conditions: %w", err)
+		return nil, fmt.Errorf("applying conditions and resources: %w", err)
 	}
 	a.conditionWrites.Add(1)
 	a.remember(written)
+	a.reportResources(written, old, resources)
 	for _, t := range types {
 		s := states[t]
 		if c := findCondition(old, t); c == nil || c.Status != s.Status {
@@ -642,81 +684,140 @@ func (a *Agent) remember(n *corev1.Node) {
 	a.lastWritten = n
 }
 
-// desiredTaints is what the rules imply for the decided conditions, plus,
-// for conditions not decided yet (no verdict since start and nothing on the
-// Node to adopt), the owned taints already there: an undecided condition
-// never lifts a taint.
-func (a *Agent) desiredTaints(node *corev1.Node, owned []taints.TaintID, states map[corev1.NodeConditionType]taints.State) []corev1.Taint {
+// desiredTaints is what the rules imply for the decided conditions and the
+// hardware inventory asks for, plus what must not be lifted yet: for
+// conditions not decided yet (no verdict since start and nothing on the
+// Node to adopt), the owned taints already there, and before the first
+// inventory, the owned taints no rule makes. An undecided condition or an
+// inventory not yet taken never lifts a taint.
+func (a *Agent) desiredTaints(node *corev1.Node, owned []taints.TaintID, states map[corev1.NodeConditionType]taints.State, hw hardwareState) []corev1.Taint {
 	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
 	for t, s := range states {
 		statuses[t] = s.Status
 	}
 	desired := taints.Desired(a.opts.Rules, statuses)
-	ownedSet := map[taints.TaintID]bool{}
-	for _, id := range owned {
-		ownedSet[id] = true
-	}
 	have := map[taints.TaintID]bool{}
 	for _, t := range desired {
 		have[taints.IDOf(t)] = true
+	}
+	for _, t := range hardwareTaints(hw.resources) {
+		if id := taints.IDOf(t); !have[id] {
+			desired = append(desired, t)
+			have[id] = true
+		}
+	}
+	ownedSet := map[taints.TaintID]bool{}
+	for _, id := range owned {
+		ownedSet[id] = true
 	}
 	for _, t := range node.Spec.Taints {
 		id := taints.IDOf(t)
 		if !ownedSet[id] || have[id] {
 			continue
 		}
+		keep := !hw.known && !a.ruleTaint(id)
 		for _, r := range a.ruleFor[id] {
 			if _, decided := statuses[r.Condition]; !decided {
-				desired = append(desired, t)
-				have[id] = true
+				keep = true
 				break
 			}
+		}
+		if keep {
+			desired = append(desired, t)
+			have[id] = true
 		}
 	}
 	return desired
 }
 
-// taintPatch is the JSON merge patch that replaces spec.taints and our
-// ownership record. Carrying resourceVersion makes it a compare-and-swap:
-// if anyone changed the Node since we read it, the API server answers 409
-// and we re-plan from the fresh copy, so a taint added in between survives.
-func taintPatch(resourceVersion string, plan taints.Plan) ([]byte, error) {
+// desiredLabels is what the hardware inventory asks for; before the first
+// inventory, the labels we own stay as they are.
+func desiredLabels(node *corev1.Node, owned []string, hw hardwareState) map[string]string {
+	if hw.known {
+		return hardwareLabels(hw.resources)
+	}
+	keep := map[string]string{}
+	for _, k := range owned {
+		if v, ok := node.Labels[k]; ok {
+			keep[k] = v
+		}
+	}
+	return keep
+}
+
+// metadataPatch is the JSON merge patch that replaces spec.taints, sets and
+// removes our labels, and updates both ownership records. Carrying
+// resourceVersion makes it a compare-and-swap: if anyone changed the Node
+// since we read it, the API server answers 409 and we re-plan from the
+// fresh copy, so a taint added in between survives.
+func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.LabelPlan) ([]byte, error) {
 	var owned any // null removes the annotation
 	if len(plan.Owned) > 0 {
 		owned = taints.FormatOwned(plan.Owned)
+	}
+	var ownedLabels any
+	if len(labels.Owned) > 0 {
+		ownedLabels = taints.FormatOwnedLabels(labels.Owned)
 	}
 	var list any // null removes spec.taints
 	if len(plan.Taints) > 0 {
 		list = plan.Taints
 	}
-	return json.Marshal(map[string]any{
-		"metadata": map[string]any{
-			"resourceVersion": resourceVersion,
-			"annotations":     map[string]any{taints.OwnedTaintsAnnotation: owned},
+	meta := map[string]any{
+		"resourceVersion": resourceVersion,
+		"annotations": map[string]any{
+			taints.OwnedTaintsAnnotation: owned,
+			taints.OwnedLabelsAnnotation: ownedLabels,
 		},
-		"spec": map[string]any{"taints": list},
-	})
+	}
+	if len(labels.Set) > 0 || len(labels.Remove) > 0 {
+		l := map[string]any{}
+		for k, v := range labels.Set {
+			l[k] = v
+		}
+		for _, k := range labels.Remove {
+			l[k] = nil
+		}
+		meta["labels"] = l
+	}
+	return json.Marshal(map[string]any{"metadata": meta, "spec": map[string]any{"taints": list}})
 }
 
-func (a *Agent) reconcileTaints(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, now time.Time) error {
+// ownership reads our two ownership records from the Node. A garbled record
+// counts as owning nothing: we may fail to remove something of ours, but
+// never remove someone else's.
+func (a *Agent) ownership(node *corev1.Node) ([]taints.TaintID, []string) {
+	owned, err := taints.ParseOwned(node.Annotations[taints.OwnedTaintsAnnotation])
+	if err != nil {
+		a.log.Warn("ignoring unreadable ownership annotation", "err", err)
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
+		owned = nil
+	}
+	ownedLabels, err := taints.ParseOwnedLabels(node.Annotations[taints.OwnedLabelsAnnotation])
+	if err != nil {
+		a.log.Warn("ignoring unreadable ownership annotation", "err", err)
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
+		ownedLabels = nil
+	}
+	return owned, ownedLabels
+}
+
+// reconcileMetadata brings the Node's taints and our labels in line with
+// the conditions and the hardware inventory, in one compare-and-swap patch.
+func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, now time.Time) error {
 	for attempt := 0; ; attempt++ {
-		owned, err := taints.ParseOwned(node.Annotations[taints.OwnedTaintsAnnotation])
-		if err != nil {
-			// Someone garbled our record. Treat it as owning nothing: we may
-			// fail to remove a taint of ours, but never remove a foreign one.
-			a.log.Warn("ignoring unreadable ownership annotation", "err", err)
-			a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
-			owned = nil
-		}
-		plan := taints.PlanTaints(node.Spec.Taints, owned, a.desiredTaints(node, owned, states), now)
+		owned, ownedLabels := a.ownership(node)
+		plan := taints.PlanTaints(node.Spec.Taints, owned, a.desiredTaints(node, owned, states, hw), now)
+		labels := taints.PlanLabels(node.Labels, ownedLabels, desiredLabels(node, ownedLabels, hw))
 		a.reportForeign(node, plan.Foreign)
-		if !plan.Changed {
+		a.reportForeignLabels(node, labels.Foreign)
+		if !plan.Changed && !labels.Changed {
 			return nil
 		}
 		if a.opts.BeforeTaintWrite != nil {
 			a.opts.BeforeTaintWrite(ctx, node)
 		}
-		patch, err := taintPatch(node.ResourceVersion, plan)
+		patch, err := metadataPatch(node.ResourceVersion, plan, labels)
 		if err != nil {
 			return fmt.Errorf("building taint patch: %w", err)
 		}
@@ -731,17 +832,21 @@ func (a *Agent) reconcileTaints(ctx context.Context, node *corev1.Node, states m
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("writing taints: %w", err)
+			return fmt.Errorf("writing taints and labels: %w", err)
 		}
 		a.taintWrites.Add(1)
 		a.remember(written)
-		a.reportPlan(written, plan, states)
+		a.reportPlan(written, plan, states, hw)
+		a.reportLabels(written, labels)
 		return nil
 	}
 }
 
-// why names the condition behind a taint of ours, for Events.
-func (a *Agent) why(t corev1.Taint, states map[corev1.NodeConditionType]taints.State) string {
+// why names the condition or hardware behind a taint of ours, for Events.
+func (a *Agent) why(t corev1.Taint, states map[corev1.NodeConditionType]taints.State, hw hardwareState) string {
+	if why, ok := hardwareWhy(t, hw.resources); ok {
+		return why
+	}
 	for _, r := range a.ruleFor[taints.IDOf(t)] {
 		if s, ok := states[r.Condition]; ok && r.Applies(s.Status) {
 			return fmt.Sprintf("%s is %s (%s)", r.Condition, s.Status, s.Reason)
@@ -750,27 +855,27 @@ func (a *Agent) why(t corev1.Taint, states map[corev1.NodeConditionType]taints.S
 	return "its condition has not been decided since start-up"
 }
 
-func (a *Agent) reportPlan(node *corev1.Node, p taints.Plan, states map[corev1.NodeConditionType]taints.State) {
+func (a *Agent) reportPlan(node *corev1.Node, p taints.Plan, states map[corev1.NodeConditionType]taints.State, hw hardwareState) {
 	restored := map[taints.TaintID]bool{}
 	for _, t := range p.Restored {
 		restored[taints.IDOf(t)] = true
 		a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintRestored",
-			"taint %s was removed by someone else while %s; restored it", taints.Format(t), a.why(t, states))
-		a.log.Warn("restored a taint someone removed", "taint", taints.Format(t), "because", a.why(t, states))
+			"taint %s was removed by someone else while %s; restored it", taints.Format(t), a.why(t, states, hw))
+		a.log.Warn("restored a taint someone removed", "taint", taints.Format(t), "because", a.why(t, states, hw))
 	}
 	for _, t := range p.Added {
 		if restored[taints.IDOf(t)] {
 			continue
 		}
-		a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintAdded", "added taint %s because %s", taints.Format(t), a.why(t, states))
-		a.log.Info("added taint", "taint", taints.Format(t), "because", a.why(t, states))
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintAdded", "added taint %s because %s", taints.Format(t), a.why(t, states, hw))
+		a.log.Info("added taint", "taint", taints.Format(t), "because", a.why(t, states, hw))
 	}
 	for _, t := range p.Updated {
-		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintUpdated", "set taint %s because %s", taints.Format(t), a.why(t, states))
+		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintUpdated", "set taint %s because %s", taints.Format(t), a.why(t, states, hw))
 		a.log.Info("updated taint", "taint", taints.Format(t))
 	}
 	for _, t := range p.Removed {
-		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintRemoved", "removed taint %s: no rule applies any more", taints.Format(t))
+		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintRemoved", "removed taint %s: no rule or hardware asks for it any more", taints.Format(t))
 		a.log.Info("removed taint", "taint", taints.Format(t))
 	}
 }

@@ -1,13 +1,20 @@
 package config
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/disk"
+	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/probes/memory"
 	"github.com/selftaint/selftaint/probes/pid"
 )
@@ -64,7 +71,98 @@ type namedProbe struct {
 
 // probeList is every probe with its common settings, in a stable order.
 func (c *Config) probeList() []namedProbe {
-	return []namedProbe{{memory.Name, c.Probes.Memory.Common}, {disk.Name, c.Probes.Disk.Common}, {pid.Name, c.Probes.PID.Common}}
+	return []namedProbe{
+		{memory.Name, c.Probes.Memory.Common}, {disk.Name, c.Probes.Disk.Common}, {pid.Name, c.Probes.PID.Common},
+		{gpu.NameFatal, c.Probes.GPU.Common}, {gpu.NameDegraded, c.Probes.GPU.degradedCommon()},
+	}
+}
+
+// degradedCommon is the degraded GPU probe's settings: the fatal one's
+// schedule, its own condition and damping.
+func (g GPUProbe) degradedCommon() Common {
+	d := g.Common
+	d.Condition, d.For, d.ClearAfter = g.Degraded.Condition, g.Degraded.For, g.Degraded.ClearAfter
+	return d
+}
+
+// GPUProbeSpecs builds the two GPU probes over an initialized NVML, or
+// nothing when the GPU probe is disabled or lib is nil (no driver). The
+// caller closes the Monitor, then shuts NVML down.
+func (c *Config) GPUProbeSpecs(lib nvml.Interface) ([]agent.ProbeSpec, *gpu.Monitor, error) {
+	g := c.Probes.GPU
+	if lib == nil || !g.IsEnabled() {
+		return nil, nil, nil
+	}
+	m, err := gpu.New(gpu.Config{SkipXids: g.SkipXids, ECCUncorrectedAbove: g.ECCUncorrectedAbove, IgnoreSlowdown: g.IgnoreSlowdown}, lib)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building the GPU probe: %w", err)
+	}
+	spec := func(p probes.Probe, cm Common) agent.ProbeSpec {
+		return agent.ProbeSpec{
+			Entry:     probes.Entry{Probe: p, Interval: cm.Interval.D, Timeout: cm.Timeout.D},
+			Condition: cm.Condition,
+			Damping:   cm.Damping(),
+		}
+	}
+	return []agent.ProbeSpec{spec(m.FatalProbe(), g.Common), spec(m.DegradedProbe(), g.degradedCommon())}, m, nil
+}
+
+// Inventory is the node's special hardware as the config asks to see it:
+// NVIDIA GPUs through lib (none when lib is nil) and PCI devices by the
+// rules, read under host. Devices whose sysfs files are unreadable are
+// logged (once per distinct problem) and left out; the rest still count.
+func (c *Config) Inventory(host probes.Host, lib nvml.Interface, log *slog.Logger) agent.Inventory {
+	h := c.Hardware
+	rules := make([]hardware.PCIRule, len(h.PCI))
+	actions := map[string]HardwareAction{}
+	for i, r := range h.PCI {
+		rules[i] = hardware.PCIRule{Resource: r.Resource, Vendor: r.Vendor, Device: r.Device, Class: r.Class}
+		actions[r.Resource] = r.HardwareAction
+	}
+	var lastProblem string
+	return agent.InventoryFunc(func(context.Context) ([]agent.Resource, error) {
+		var out []agent.Resource
+		res := func(name string, a HardwareAction, n int, detail string) agent.Resource {
+			return agent.Resource{Name: corev1.ResourceName(name), Count: int64(n), Advertise: *a.Advertise, Taint: *a.Taint, Label: *a.Label, Detail: detail}
+		}
+		if lib != nil {
+			gpus, err := hardware.GPUs(lib)
+			if err != nil {
+				return nil, fmt.Errorf("counting GPUs: %w", err)
+			}
+			out = append(out, res(h.GPU.Resource, h.GPU, len(gpus), gpuDetail(gpus)))
+		}
+		if len(rules) > 0 {
+			scan, err := hardware.ScanPCI(host, rules)
+			if err != nil {
+				return nil, fmt.Errorf("scanning PCI devices: %w", err)
+			}
+			if err := scan.Err(); err != nil && err.Error() != lastProblem {
+				log.Warn("some PCI devices could not be read; counting the others", "err", err)
+				lastProblem = err.Error()
+			}
+			for _, r := range scan.Resources {
+				out = append(out, res(r.Name, actions[r.Name], r.Count(), pciDetail(r.Devices)))
+			}
+		}
+		return out, nil
+	})
+}
+
+func gpuDetail(gpus []hardware.GPU) string {
+	names := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		names = append(names, fmt.Sprintf("%d:%s", g.Index, g.Name))
+	}
+	return strings.Join(names, ", ")
+}
+
+func pciDetail(devs []hardware.PCIDevice) string {
+	addrs := make([]string, 0, len(devs))
+	for _, d := range devs {
+		addrs = append(addrs, d.Address)
+	}
+	return strings.Join(addrs, ", ")
 }
 
 // SimulatedProbeSpecs builds, for each enabled probe, a spec with the same

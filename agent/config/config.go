@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
+	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -29,7 +31,16 @@ const (
 	DefaultMemoryCondition corev1.NodeConditionType = "SelftaintMemoryPressure"
 	DefaultDiskCondition   corev1.NodeConditionType = "SelftaintDiskPressure"
 	DefaultPIDCondition    corev1.NodeConditionType = "SelftaintPIDPressure"
+	// The GPU probe feeds two: a fatal one (a GPU lost, a critical Xid,
+	// uncorrectable memory errors) and a degraded one (pages or rows
+	// pending retirement, hardware slowdown).
+	DefaultGPUCondition         corev1.NodeConditionType = "SelftaintGPUFailure"
+	DefaultGPUDegradedCondition corev1.NodeConditionType = "SelftaintGPUDegraded"
 )
+
+// DefaultGPUResource is the resource name NVIDIA GPUs go by; the NVIDIA
+// device plugin advertises it through the kubelet.
+const DefaultGPUResource = "nvidia.com/gpu"
 
 // reservedConditions are condition types other components own.
 var reservedConditions = map[corev1.NodeConditionType]string{
@@ -51,6 +62,57 @@ type Config struct {
 	Rules []Rule `json:"rules"`
 	// Faults configures fault injection through Node annotations.
 	Faults Faults `json:"faults"`
+	// Hardware configures the special-hardware inventory: extended
+	// resources, taints and labels.
+	Hardware Hardware `json:"hardware"`
+}
+
+// Hardware configures what selftaint does about special hardware.
+type Hardware struct {
+	// Period between inventories. Default 1m.
+	Period Duration `json:"period"`
+	// NVML is how NVIDIA GPUs are found.
+	NVML NVML `json:"nvml"`
+	// GPU is what to do about NVIDIA GPUs.
+	GPU HardwareAction `json:"gpu"`
+	// PCI rules map PCI devices (vendor, device, class) to resources.
+	PCI []PCIRule `json:"pci,omitempty"`
+}
+
+// NVML locates the NVIDIA management library.
+type NVML struct {
+	// LibraryPath of libnvidia-ml; default libnvidia-ml.so.1 from the
+	// loader's search path. Without it, GPU support is off (one log line).
+	LibraryPath string `json:"libraryPath,omitempty"`
+}
+
+// HardwareAction is what to do about one kind of hardware while the node
+// has it.
+type HardwareAction struct {
+	// Resource is the extended resource name. Default for GPUs
+	// nvidia.com/gpu.
+	Resource string `json:"resource,omitempty"`
+	// Advertise the count in the Node's status capacity and allocatable.
+	// Default false for GPUs (the NVIDIA device plugin owns
+	// nvidia.com/gpu), true for PCI rules.
+	Advertise *bool `json:"advertise,omitempty"`
+	// Taint with <resource>=present:NoSchedule, so only pods that request
+	// the resource (and get the toleration from the
+	// ExtendedResourceToleration admission plugin) land here. Default true.
+	Taint *bool `json:"taint,omitempty"`
+	// Label with <resource>.present=true, for pods that must land only
+	// here. Default false for GPUs (GPU feature discovery sets
+	// nvidia.com/gpu.present), true for PCI rules.
+	Label *bool `json:"label,omitempty"`
+}
+
+// PCIRule maps PCI devices to a resource: vendor and optionally device ID
+// and class, in hex as sysfs shows them ("0x10ee", "0x1200").
+type PCIRule struct {
+	HardwareAction `json:",inline"`
+	Vendor         string `json:"vendor"`
+	Device         string `json:"device,omitempty"`
+	Class          string `json:"class,omitempty"`
 }
 
 // Faults configures fault injection: `selftaint fault inject` writes a
@@ -76,6 +138,7 @@ type Probes struct {
 	Memory MemoryProbe `json:"memory"`
 	Disk   DiskProbe   `json:"disk"`
 	PID    PIDProbe    `json:"pid"`
+	GPU    GPUProbe    `json:"gpu"`
 }
 
 // Common is what every probe has.
@@ -131,6 +194,31 @@ type PIDProbe struct {
 	// UsedAbove: a problem when threads in use exceed this (a count, or a
 	// percent of min(kernel.pid_max, kernel.threads-max)). Default 90%.
 	UsedAbove Threshold `json:"usedAbove"`
+}
+
+// GPUProbe configures the NVIDIA GPU health probe (through NVML). It is off
+// by itself, with one log line, where there is no NVIDIA driver library.
+// Its own condition is the fatal one; Degraded has the degraded one.
+type GPUProbe struct {
+	Common `json:",inline"`
+	// Degraded is the degraded condition's type and damping; its probe
+	// runs with the fatal one's interval and timeout.
+	Degraded GPUDegraded `json:"degraded"`
+	// SkipXids are Xid errors applications cause, which say nothing about
+	// the GPU. Default the NVIDIA device plugin's: 13, 31, 43, 45, 68, 109.
+	SkipXids []uint64 `json:"skipXids"`
+	// ECCUncorrectedAbove: fatal when a GPU's volatile uncorrectable ECC
+	// error count is above this. Default 0.
+	ECCUncorrectedAbove uint64 `json:"eccUncorrectedAbove"`
+	// IgnoreSlowdown turns off the hardware/thermal slowdown check.
+	IgnoreSlowdown bool `json:"ignoreSlowdown,omitempty"`
+}
+
+// GPUDegraded is the GPU probe's degraded condition.
+type GPUDegraded struct {
+	Condition  corev1.NodeConditionType `json:"condition"`
+	For        Duration                 `json:"for"`
+	ClearAfter Duration                 `json:"clearAfter"`
 }
 
 // Rule is one line of the condition -> taint table.
@@ -292,23 +380,34 @@ func defaultThreshold(t *Threshold, v probes.Threshold) {
 	}
 }
 
-func defaultCommon(c *Common, cond corev1.NodeConditionType) {
+// commonDefaults are a probe's defaults for the settings every probe has.
+type commonDefaults struct {
+	condition                           corev1.NodeConditionType
+	interval, timeout, forD, clearAfter time.Duration
+}
+
+// hostDefaults are the memory, disk and PID probes' defaults.
+func hostDefaults(cond corev1.NodeConditionType) commonDefaults {
+	return commonDefaults{condition: cond, interval: 10 * time.Second, timeout: 5 * time.Second, forD: 30 * time.Second, clearAfter: 2 * time.Minute}
+}
+
+func defaultCommon(c *Common, d commonDefaults) {
 	if c.Enabled == nil {
 		c.Enabled = ptr(true)
 	}
-	defaultDuration(&c.Interval, 10*time.Second)
-	defaultDuration(&c.Timeout, 5*time.Second)
-	defaultDuration(&c.For, 30*time.Second)
-	defaultDuration(&c.ClearAfter, 2*time.Minute)
+	defaultDuration(&c.Interval, d.interval)
+	defaultDuration(&c.Timeout, d.timeout)
+	defaultDuration(&c.For, d.forD)
+	defaultDuration(&c.ClearAfter, d.clearAfter)
 	if c.Condition == "" {
-		c.Condition = cond
+		c.Condition = d.condition
 	}
 }
 
 func (c *Config) setDefaults() {
 	defaultDuration(&c.HeartbeatPeriod, 5*time.Minute)
 	m := &c.Probes.Memory
-	defaultCommon(&m.Common, DefaultMemoryCondition)
+	defaultCommon(&m.Common, hostDefaults(DefaultMemoryCondition))
 	defaultThreshold(&m.AvailableBelow, probes.Threshold{Value: 5, Percent: true})
 	if m.PSISomeAvg10Above == nil {
 		m.PSISomeAvg10Above = ptr(0.0)
@@ -317,12 +416,32 @@ func (c *Config) setDefaults() {
 		m.PSIFullAvg10Above = ptr(25.0)
 	}
 	d := &c.Probes.Disk
-	defaultCommon(&d.Common, DefaultDiskCondition)
+	defaultCommon(&d.Common, hostDefaults(DefaultDiskCondition))
 	defaultThreshold(&d.FreeBelow, probes.Threshold{Value: 10, Percent: true})
 	defaultThreshold(&d.InodesFreeBelow, probes.Threshold{Value: 5, Percent: true})
 	p := &c.Probes.PID
-	defaultCommon(&p.Common, DefaultPIDCondition)
+	defaultCommon(&p.Common, hostDefaults(DefaultPIDCondition))
 	defaultThreshold(&p.UsedAbove, probes.Threshold{Value: 90, Percent: true})
+	g := &c.Probes.GPU
+	// A GPU that fell off the bus must stop taking pods in seconds.
+	defaultCommon(&g.Common, commonDefaults{condition: DefaultGPUCondition, interval: 5 * time.Second, timeout: 3 * time.Second, clearAfter: 5 * time.Minute})
+	if g.Degraded.Condition == "" {
+		g.Degraded.Condition = DefaultGPUDegradedCondition
+	}
+	defaultDuration(&g.Degraded.For, time.Minute)
+	defaultDuration(&g.Degraded.ClearAfter, 5*time.Minute)
+	if g.SkipXids == nil {
+		g.SkipXids = gpu.DefaultSkipXids()
+	}
+	h := &c.Hardware
+	defaultDuration(&h.Period, time.Minute)
+	if h.GPU.Resource == "" {
+		h.GPU.Resource = DefaultGPUResource
+	}
+	h.GPU.setDefaults(false, true, false)
+	for i := range h.PCI {
+		h.PCI[i].setDefaults(true, true, true)
+	}
 	if c.Faults.Enabled == nil {
 		c.Faults.Enabled = ptr(true)
 	}
@@ -338,18 +457,33 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// DefaultRules taints NoSchedule while each default condition is True.
+func (a *HardwareAction) setDefaults(advertise, taint, label bool) {
+	if a.Advertise == nil {
+		a.Advertise = ptr(advertise)
+	}
+	if a.Taint == nil {
+		a.Taint = ptr(taint)
+	}
+	if a.Label == nil {
+		a.Label = ptr(label)
+	}
+}
+
+// DefaultRules taints NoSchedule while each default condition is True, and
+// PreferNoSchedule while a GPU is degraded.
 func DefaultRules() []Rule {
-	mk := func(cond corev1.NodeConditionType, key string) Rule {
+	mk := func(cond corev1.NodeConditionType, key string, effect corev1.TaintEffect) Rule {
 		r := Rule{Condition: cond, Status: corev1.ConditionTrue}
 		r.Taint.Key = key
-		r.Taint.Effect = corev1.TaintEffectNoSchedule
+		r.Taint.Effect = effect
 		return r
 	}
 	return []Rule{
-		mk(DefaultMemoryCondition, "selftaint.io/memory-pressure"),
-		mk(DefaultDiskCondition, "selftaint.io/disk-pressure"),
-		mk(DefaultPIDCondition, "selftaint.io/pid-pressure"),
+		mk(DefaultMemoryCondition, "selftaint.io/memory-pressure", corev1.TaintEffectNoSchedule),
+		mk(DefaultDiskCondition, "selftaint.io/disk-pressure", corev1.TaintEffectNoSchedule),
+		mk(DefaultPIDCondition, "selftaint.io/pid-pressure", corev1.TaintEffectNoSchedule),
+		mk(DefaultGPUCondition, "selftaint.io/gpu-failure", corev1.TaintEffectNoSchedule),
+		mk(DefaultGPUDegradedCondition, "selftaint.io/gpu-degraded", corev1.TaintEffectPreferNoSchedule),
 	}
 }
 
@@ -401,9 +535,50 @@ func (c *Config) Validate() field.ErrorList {
 	p := c.Probes.PID
 	common("pid", p.Common)
 	errs = append(errs, p.UsedAbove.parseError(pp.Child("pid", "usedAbove"))...)
+	g := c.Probes.GPU
+	common("gpu", g.Common)
+	gd := pp.Child("gpu", "degraded")
+	errs = append(errs, g.Degraded.For.validate(gd.Child("for"), true)...)
+	errs = append(errs, g.Degraded.ClearAfter.validate(gd.Child("clearAfter"), true)...)
+	errs = append(errs, validateConditionType(gd.Child("condition"), g.Degraded.Condition)...)
+	if prev, dup := conds[g.Degraded.Condition]; dup {
+		errs = append(errs, field.Duplicate(gd.Child("condition"), fmt.Sprintf("%s (also %s)", g.Degraded.Condition, prev)))
+	}
+	conds[g.Degraded.Condition] = gd.Child("condition")
+	known[g.Degraded.Condition] = true
+	errs = append(errs, c.Hardware.validate(field.NewPath("hardware"))...)
 
 	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
 	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
+	return errs
+}
+
+func (h Hardware) validate(p *field.Path) field.ErrorList {
+	errs := h.Period.validate(p.Child("period"), false)
+	if err := hardware.ValidateResourceName(h.GPU.Resource); err != nil {
+		errs = append(errs, field.Invalid(p.Child("gpu", "resource"), h.GPU.Resource, err.Error()))
+	}
+	// Rules for one resource add up their devices; they must agree on
+	// what to do about it.
+	first := map[string]int{}
+	for i, r := range h.PCI {
+		rp := p.Child("pci").Index(i)
+		rule := hardware.PCIRule{Resource: r.Resource, Vendor: r.Vendor, Device: r.Device, Class: r.Class}
+		if err := rule.Validate(); err != nil {
+			errs = append(errs, field.Invalid(rp, fmt.Sprintf("resource %q vendor %q device %q class %q", r.Resource, r.Vendor, r.Device, r.Class), err.Error()))
+		}
+		if r.Resource == h.GPU.Resource {
+			errs = append(errs, field.Invalid(rp.Child("resource"), r.Resource, "is the GPU resource (hardware.gpu.resource); GPUs are counted through NVML"))
+		}
+		j, seen := first[r.Resource]
+		if !seen {
+			first[r.Resource] = i
+			continue
+		}
+		if a := h.PCI[j].HardwareAction; *a.Advertise != *r.Advertise || *a.Taint != *r.Taint || *a.Label != *r.Label {
+			errs = append(errs, field.Invalid(rp, r.Resource, fmt.Sprintf("advertise, taint and label must match hardware.pci[%d], which names the same resource", j)))
+		}
+	}
 	return errs
 }
 

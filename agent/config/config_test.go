@@ -33,7 +33,14 @@ func TestParseDefaults(t *testing.T) {
 		{"disk.inodesFreeBelow", c.Probes.Disk.InodesFreeBelow.T, probes.Threshold{Value: 5, Percent: true}},
 		{"pid.usedAbove", c.Probes.PID.UsedAbove.T, probes.Threshold{Value: 90, Percent: true}},
 		{"pid.enabled", c.Probes.PID.IsEnabled(), true},
-		{"rules", len(c.Rules), 3},
+		{"rules", len(c.Rules), 5},
+		{"gpu.interval", c.Probes.GPU.Interval.D, 5 * time.Second},
+		{"gpu.for", c.Probes.GPU.For.D, time.Duration(0)},
+		{"gpu.degraded.condition", c.Probes.GPU.Degraded.Condition, DefaultGPUDegradedCondition},
+		{"hardware.gpu.resource", c.Hardware.GPU.Resource, DefaultGPUResource},
+		{"hardware.gpu.advertise", *c.Hardware.GPU.Advertise, false},
+		{"hardware.gpu.taint", *c.Hardware.GPU.Taint, true},
+		{"hardware.period", c.Hardware.Period.D, time.Minute},
 		{"rules[0].effect", c.Rules[0].Taint.Effect, corev1.TaintEffectNoSchedule},
 		{"rules[0].status", c.Rules[0].Status, corev1.ConditionTrue},
 		{"faults.enabled", c.Faults.IsEnabled(), true},
@@ -131,7 +138,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 }
 
 func TestFaultsConfig(t *testing.T) {
-	c, err := Parse([]byte("faults:\n  enabled: false\n  defaultDuration: 1m\n  maxDuration: 1m\nprobes:\n  pid:\n    enabled: false\n"))
+	c, err := Parse([]byte("faults:\n  enabled: false\n  defaultDuration: 1m\n  maxDuration: 1m\nprobes:\n  pid:\n    enabled: false\n  gpu:\n    enabled: false\n"))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -142,7 +149,7 @@ func TestFaultsConfig(t *testing.T) {
 	wantConds := map[corev1.NodeConditionType]bool{DefaultMemoryCondition: true, DefaultDiskCondition: true}
 	wantProbes := map[string]corev1.NodeConditionType{"memory": DefaultMemoryCondition, "disk": DefaultDiskCondition}
 	if !maps.Equal(conds, wantConds) || !maps.Equal(probeConds, wantProbes) {
-		t.Errorf("FaultTargets() = %v, %v, want %v, %v (the disabled pid probe is no target)", conds, probeConds, wantConds, wantProbes)
+		t.Errorf("FaultTargets() = %v, %v, want %v, %v (the disabled pid and gpu probes are no targets)", conds, probeConds, wantConds, wantProbes)
 	}
 }
 
@@ -153,5 +160,46 @@ func TestEmptyRulesMeansNoTaints(t *testing.T) {
 	}
 	if len(c.Rules) != 0 {
 		t.Errorf("rules = %v, want none", c.Rules)
+	}
+}
+
+func TestHardwareConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		config  string
+		wantErr []string
+	}{
+		{"pci rule defaults", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\", class: \"0x1200\"}\n", nil},
+		{"bad resource name", "hardware:\n  pci:\n  - {resource: fpga, vendor: \"0x10ee\"}\n", []string{"hardware.pci[0]", "fpga"}},
+		{"kubernetes.io resource", "hardware:\n  gpu:\n    resource: kubernetes.io/gpu\n", []string{"hardware.gpu.resource"}},
+		{"bad vendor", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"xilinx\"}\n", []string{"hardware.pci[0]", "xilinx"}},
+		{"gpu resource by pci", "hardware:\n  pci:\n  - {resource: nvidia.com/gpu, vendor: \"0x10de\"}\n", []string{"hardware.pci[0].resource", "GPU resource"}},
+		{"rules disagree", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\"}\n  - {resource: example.com/fpga, vendor: \"0x1172\", label: false}\n", []string{"hardware.pci[1]", "must match hardware.pci[0]"}},
+		{"unknown field", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendr: \"0x10ee\"}\n", []string{`unknown field "hardware.pci[0].vendr"`}},
+		{"gpu degraded duplicate condition", "probes:\n  gpu:\n    degraded:\n      condition: SelftaintGPUFailure\n", []string{"probes.gpu.degraded.condition", "Duplicate"}},
+		{"gpu degraded reserved condition", "probes:\n  gpu:\n    degraded:\n      condition: Ready\n", []string{"probes.gpu.degraded.condition", "kubelet"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.config))
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				r := c.Hardware.PCI[0]
+				if !*r.Advertise || !*r.Taint || !*r.Label {
+					t.Errorf("pci rule actions %v %v %v, want all true by default", *r.Advertise, *r.Taint, *r.Label)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse succeeded, want an error mentioning %q", tt.wantErr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
 	}
 }

@@ -67,18 +67,24 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("building API client: %w", err)
 	}
-	specs, err := cfg.ProbeSpecs(probes.Host{Root: f.hostRoot})
+	m, err := openMachine(cfg, probes.Host{Root: f.hostRoot}, logger)
 	if err != nil {
 		return err
+	}
+	defer m.close()
+	if m.gpuOff != "" {
+		logger.Info(m.gpuOff)
 	}
 	a, err := agent.New(agent.Options{
 		NodeName:        f.nodeName,
 		Client:          client,
-		Probes:          specs,
+		Probes:          m.specs,
 		Rules:           cfg.TaintRules(),
 		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
 		Logger:          logger,
 		Faults:          cfg.FaultOptions(),
+		Hardware:        m.inventory,
+		HardwarePeriod:  cfg.Hardware.Period.D,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -27,8 +28,23 @@ type checkRow struct {
 
 // checkReport is selftaint check's whole output.
 type checkReport struct {
-	Probes []checkRow     `json:"probes"`
-	Taints []corev1.Taint `json:"taints"`
+	Probes []checkRow `json:"probes"`
+	// GPUSupport is "on", or why it is off.
+	GPUSupport string `json:"gpuSupport"`
+	// Hardware is the special-hardware inventory.
+	Hardware []agent.Resource `json:"hardware"`
+	Taints   []corev1.Taint   `json:"taints"`
+}
+
+// hardwareTaintsOf is the taints the inventory asks for.
+func hardwareTaintsOf(rs []agent.Resource) []corev1.Taint {
+	var out []corev1.Taint
+	for _, r := range rs {
+		if r.Taint && r.Count > 0 {
+			out = append(out, corev1.Taint{Key: string(r.Name), Value: agent.HardwareTaintValue, Effect: corev1.TaintEffectNoSchedule})
+		}
+	}
+	return out
 }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -47,11 +63,20 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	specs, err := cfg.ProbeSpecs(probes.Host{Root: *hostRoot})
+	m, err := openMachine(cfg, probes.Host{Root: *hostRoot}, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return err
 	}
-	rep := check(ctx, specs, cfg.TaintRules())
+	defer m.close()
+	rep := check(ctx, m.specs, cfg.TaintRules())
+	rep.GPUSupport = "on"
+	if m.gpuOff != "" {
+		rep.GPUSupport = m.gpuOff
+	}
+	if rep.Hardware, err = m.inventory.Inventory(ctx); err != nil {
+		return fmt.Errorf("hardware inventory: %w", err)
+	}
+	rep.Taints = append(rep.Taints, hardwareTaintsOf(rep.Hardware)...)
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -95,6 +120,30 @@ func printCheck(w io.Writer, rep checkReport) error {
 	fmt.Fprintln(w)
 	for _, r := range rep.Probes {
 		fmt.Fprintf(w, "%s: %s\n", r.Probe, r.Message)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "GPU support: %s\n", rep.GPUSupport)
+	if len(rep.Hardware) == 0 {
+		fmt.Fprintln(w, "Special hardware: none configured or found")
+	} else {
+		fmt.Fprintln(w, "Special hardware:")
+		for _, r := range rep.Hardware {
+			var does []string
+			if r.Advertise {
+				does = append(does, "advertise")
+			}
+			if r.Taint {
+				does = append(does, "taint")
+			}
+			if r.Label {
+				does = append(does, "label "+agent.HardwareLabel(r.Name))
+			}
+			fmt.Fprintf(w, "  %s: %d", r.Name, r.Count)
+			if r.Detail != "" {
+				fmt.Fprintf(w, " (%s)", r.Detail)
+			}
+			fmt.Fprintf(w, "; selftaint would %s\n", strings.Join(does, ", "))
+		}
 	}
 	fmt.Fprintln(w)
 	if len(rep.Taints) == 0 {

@@ -66,6 +66,11 @@ func (f *faultFlags) env() (*faultEnv, error) {
 	return &faultEnv{cfg: cfg, known: known, probeConditions: probeConditions, kubeconfig: f.kubeconfig}, nil
 }
 
+// anyVirtualNode stands for any virtual node, for what it takes faults on.
+func anyVirtualNode() *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{virtual.LabelVirtual: "true"}}}
+}
+
 // knownFor is the conditions a fault on node n may name: the config's, and
 // on a virtual node also the kubelet's standard conditions, which it
 // reports and takes faults on.
@@ -210,18 +215,12 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	nodes, err := env.connect()
-	if err != nil {
-		return err
-	}
-	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading node %s: %w", node, err)
-	}
 	key := agent.FaultAnnotationKey(*target)
 	// Check it as the agent will, so a fault is never written only to be
-	// rejected on the node.
-	f, err := agent.ParseFault(key, value, env.knownFor(n), env.probeConditions)
+	// rejected on the node: first what can be checked without the
+	// cluster, then the target against the node (only a virtual node takes
+	// faults on the kubelet's conditions).
+	f, err := agent.ParseFault(key, value, env.knownFor(anyVirtualNode()), env.probeConditions)
 	if err != nil {
 		return fmt.Errorf("the agent would reject this fault: %w (the known targets come from --config)", err)
 	}
@@ -231,6 +230,17 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
 	if err != nil {
 		return err
+	}
+	nodes, err := env.connect()
+	if err != nil {
+		return err
+	}
+	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
+	if _, err := agent.ParseFault(key, value, env.knownFor(n), env.probeConditions); err != nil {
+		return fmt.Errorf("the agent on node %s would reject this fault: %w (only virtual nodes take faults on the kubelet's conditions)", node, err)
 	}
 	if _, err := nodes.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "selftaint-fault"}); err != nil {
 		return fmt.Errorf("writing the fault on node %s: %w", node, err)

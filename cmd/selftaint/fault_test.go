@@ -200,7 +200,7 @@ func TestFaultCLIErrors(t *testing.T) {
 		{"inject for zero", []string{"fault", "inject", "n1", "--condition=memory", "--for=0s"}, 1, "--for must be greater than zero"},
 		{"inject for negative", []string{"fault", "inject", "n1", "--condition=memory", "--for=-1m"}, 1, "--for must be greater than zero"},
 		{"inject for too long", []string{"fault", "inject", "n1", "--condition=memory", "--for=2h"}, 1, "longer than the maximum fault duration 1h0m0s"},
-		{"inject unknown condition", []string{"fault", "inject", "n1", "--condition=SelftaintGPUFailure"}, 1, `unknown target "SelftaintGPUFailure"`},
+		{"inject unknown condition", []string{"fault", "inject", "n1", "--condition=SelftaintBogus"}, 1, `unknown target "SelftaintBogus"`},
 		{"inject bad status", []string{"fault", "inject", "n1", "--condition=memory", "--status=true"}, 1, `status "true" is not True, False or Unknown`},
 		{"inject bad reason", []string{"fault", "inject", "n1", "--condition=memory", "--reason=two words"}, 1, "must be CamelCase"},
 		{"inject bad flag", []string{"fault", "inject", "n1", "--condtion=memory"}, 2, "flag provided but not defined: -condtion"},
@@ -234,6 +234,14 @@ func TestFaultCLIErrors(t *testing.T) {
 	}
 	if l, err := cp.Client().CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Errorf("nodes after failed commands: %v (err %v), want none", l, err)
+	}
+	// The kubelet's conditions take faults on virtual nodes only.
+	cp.CreateNode(t, "real", nil)
+	if code, _, stderr := runCLI(t, "fault", "inject", "real", "--condition=Ready", "--status=False", kc); code != 1 || !strings.Contains(stderr, "only virtual nodes") {
+		t.Errorf("inject Ready on a real node: exit %d, stderr %q; want 1 and a word on virtual nodes", code, stderr)
+	}
+	if n := nodeNow(t, cp.Client(), "real"); len(n.Annotations) != 0 {
+		t.Errorf("annotations on real after a refused fault: %v", n.Annotations)
 	}
 }
 

@@ -1,0 +1,377 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/selftaint/selftaint/taints"
+)
+
+// HardwareTaintValue is the value of a special-hardware taint. Its key is
+// the resource name and its effect NoSchedule, so the
+// ExtendedResourceToleration admission plugin tolerates it for exactly the
+// pods that request the resource.
+const HardwareTaintValue = "present"
+
+// DefaultHardwarePeriod is how often the hardware inventory is taken again.
+const DefaultHardwarePeriod = time.Minute
+
+// HardwareLabel is the label key that says a node has resource r, for pods
+// that must land only there (the taint repels, the label attracts). It
+// follows NVIDIA GPU feature discovery's nvidia.com/gpu.present.
+func HardwareLabel(r corev1.ResourceName) string { return string(r) + ".present" }
+
+// Resource is one kind of special hardware the node has and what selftaint
+// does about it.
+type Resource struct {
+	// Name is the extended resource name, e.g. example.com/fpga.
+	Name corev1.ResourceName `json:"name"`
+	// Count is how many the node has now.
+	Count int64 `json:"count"`
+	// Advertise puts Count in the Node's status capacity and allocatable.
+	Advertise bool `json:"advertise"`
+	// Taint keeps the taint Name=present:NoSchedule while Count > 0.
+	Taint bool `json:"taint"`
+	// Label keeps the label HardwareLabel(Name)=true while Count > 0.
+	Label bool `json:"label"`
+	// Detail says what was found, for logs and Events.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Inventory reports the special hardware the node has now. An error keeps
+// the last good inventory in force.
+type Inventory interface {
+	Inventory(ctx context.Context) ([]Resource, error)
+}
+
+// InventoryFunc adapts a function to Inventory.
+type InventoryFunc func(ctx context.Context) ([]Resource, error)
+
+// Inventory calls f.
+func (f InventoryFunc) Inventory(ctx context.Context) ([]Resource, error) { return f(ctx) }
+
+// runInventory takes the inventory now and every period, and enqueues a
+// reconcile when it changes.
+func (a *Agent) runInventory(ctx context.Context) {
+	var lastErr string
+	for {
+		res, err := a.opts.Hardware.Inventory(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if msg := err.Error(); msg != lastErr {
+				a.log.Warn("hardware inventory failed; keeping the last good one", "err", err)
+				lastErr = msg
+			}
+		default:
+			lastErr = ""
+			res = slices.Clone(res)
+			slices.SortFunc(res, func(x, y Resource) int { return strings.Compare(string(x.Name), string(y.Name)) })
+			a.mu.Lock()
+			changed := !a.haveHardware || !slices.EqualFunc(a.hardware, res, sameResource)
+			a.hardware, a.haveHardware = res, true
+			a.mu.Unlock()
+			if changed {
+				a.log.Info("hardware inventory", "resources", formatResources(res))
+				if a.queue != nil {
+					a.queue.Add(a.opts.NodeName)
+				}
+			}
+		}
+		t := a.clock.NewTimer(a.opts.HardwarePeriod)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func sameResource(x, y Resource) bool {
+	return x.Name == y.Name && x.Count == y.Count && x.Advertise == y.Advertise && x.Taint == y.Taint && x.Label == y.Label
+}
+
+func formatResources(rs []Resource) string {
+	if len(rs) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s=%d", r.Name, r.Count)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// hardwareTaints are the taints the inventory asks for.
+func hardwareTaints(rs []Resource) []corev1.Taint {
+	var out []corev1.Taint
+	for _, r := range rs {
+		if r.Taint && r.Count > 0 {
+			out = append(out, corev1.Taint{Key: string(r.Name), Value: HardwareTaintValue, Effect: corev1.TaintEffectNoSchedule})
+		}
+	}
+	return out
+}
+
+// hardwareLabels are the labels the inventory asks for.
+func hardwareLabels(rs []Resource) map[string]string {
+	out := map[string]string{}
+	for _, r := range rs {
+		if r.Label && r.Count > 0 {
+			out[HardwareLabel(r.Name)] = "true"
+		}
+	}
+	return out
+}
+
+// advertisedResources is what we should have in status capacity and
+// allocatable: the advertised resources present, except any another writer
+// already advertises.
+func (a *Agent) advertisedResources(node *corev1.Node, rs []Resource, before map[corev1.ResourceName]bool) map[corev1.ResourceName]int64 {
+	out := map[corev1.ResourceName]int64{}
+	var held []string
+	for _, r := range rs {
+		if !r.Advertise || r.Count <= 0 {
+			continue
+		}
+		if heldByOther(node, a.opts.FieldManager, r.Name, before[r.Name]) {
+			held = append(held, string(r.Name))
+			continue
+		}
+		out[r.Name] = r.Count
+	}
+	a.reportHeldResources(node, held)
+	return out
+}
+
+// reportHeldResources tells, once per change, about resources we would
+// advertise that another writer already advertises.
+func (a *Agent) reportHeldResources(node *corev1.Node, held []string) {
+	s := strings.Join(held, ", ")
+	a.mu.Lock()
+	changed := s != a.lastHeldResources
+	a.lastHeldResources = s
+	a.mu.Unlock()
+	if !changed || s == "" {
+		return
+	}
+	a.recorder.Eventf(node, corev1.EventTypeWarning, "ResourceHeldByOther",
+		"would advertise %s, but another writer (a device plugin through the kubelet?) already does; leaving it alone", s)
+	a.log.Warn("extended resource advertised by another writer; not touching it", "resources", s)
+}
+
+// heldByOther reports whether someone else advertises resource r: the
+// Node's status capacity has a non-zero amount of it that we neither own
+// (by managed fields) nor advertised before. A zero amount is what the
+// kubelet writes over extended resources when it restarts: that one we
+// assert again. A capacity set when the Node was created has no managed
+// fields at all, so ownership is judged by ours, not by others'.
+func heldByOther(node *corev1.Node, manager string, r corev1.ResourceName, advertisedBefore bool) bool {
+	q, ok := node.Status.Capacity[r]
+	if !ok || q.IsZero() || advertisedBefore {
+		return false
+	}
+	return !ownedCapacity(node, manager)[r]
+}
+
+// capacityKeys lists the status.capacity keys in a managedFields entry.
+func capacityKeys(raw []byte) map[corev1.ResourceName]bool {
+	var f struct {
+		Status struct {
+			Capacity map[string]json.RawMessage `json:"f:capacity"`
+		} `json:"f:status"`
+	}
+	if json.Unmarshal(raw, &f) != nil {
+		return nil
+	}
+	out := map[corev1.ResourceName]bool{}
+	for k := range f.Status.Capacity {
+		if name, ok := strings.CutPrefix(k, "f:"); ok {
+			out[corev1.ResourceName(name)] = true
+		}
+	}
+	return out
+}
+
+// ownedCapacity is the resources our field manager owns in the Node's
+// status capacity: what an earlier run advertised.
+func ownedCapacity(node *corev1.Node, manager string) map[corev1.ResourceName]bool {
+	out := map[corev1.ResourceName]bool{}
+	for _, mf := range node.ManagedFields {
+		if mf.Manager != manager || mf.FieldsV1 == nil {
+			continue
+		}
+		for r := range capacityKeys(mf.FieldsV1.Raw) {
+			out[r] = true
+		}
+	}
+	return out
+}
+
+// resourcesNeedWrite reports whether the Node's capacity or allocatable
+// differs from want.
+func resourcesNeedWrite(node *corev1.Node, want map[corev1.ResourceName]int64) bool {
+	for r, n := range want {
+		c, okc := node.Status.Capacity[r]
+		al, oka := node.Status.Allocatable[r]
+		if !okc || !oka || c.Value() != n || al.Value() != n {
+			return true
+		}
+	}
+	return false
+}
+
+// removeResources withdraws the resources we advertised and no longer
+// want, with a JSON patch on the status subresource that first tests each
+// value, so an amount someone else wrote meanwhile is not removed.
+//
+// Leaving them out of the next server-side apply is not safe: when none of
+// our fields remain under status.capacity, the API server prunes the whole
+// map if nobody else is recorded as owning it, and a Node's registration
+// capacity (cpu, memory, pods) often has no recorded owner.
+func (a *Agent) removeResources(ctx context.Context, node *corev1.Node, want map[corev1.ResourceName]int64, advertised map[corev1.ResourceName]bool) (*corev1.Node, error) {
+	var ops []map[string]any
+	var gone []corev1.ResourceName
+	for _, r := range slices.Sorted(maps.Keys(advertised)) {
+		if _, keep := want[r]; keep {
+			continue
+		}
+		gone = append(gone, r)
+		for field, list := range map[string]corev1.ResourceList{"capacity": node.Status.Capacity, "allocatable": node.Status.Allocatable} {
+			q, ok := list[r]
+			if !ok {
+				continue
+			}
+			path := "/status/" + field + "/" + jsonPointerEscape(string(r))
+			ops = append(ops, map[string]any{"op": "test", "path": path, "value": q.String()}, map[string]any{"op": "remove", "path": path})
+		}
+	}
+	if len(gone) == 0 {
+		return node, nil
+	}
+	written := node
+	if len(ops) > 0 {
+		patch, err := json.Marshal(ops)
+		if err != nil {
+			return nil, fmt.Errorf("building resource removal patch: %w", err)
+		}
+		written, err = a.opts.Client.Nodes().Patch(ctx, a.opts.NodeName, types.JSONPatchType, patch,
+			metav1.PatchOptions{FieldManager: a.opts.FieldManager}, "status")
+		if err != nil {
+			return nil, fmt.Errorf("withdrawing extended resources %v: %w", gone, err)
+		}
+		a.remember(written)
+	}
+	a.mu.Lock()
+	for _, r := range gone {
+		delete(a.advertised, r)
+	}
+	a.mu.Unlock()
+	for _, r := range gone {
+		a.recorder.Eventf(written, corev1.EventTypeNormal, "ResourceRemoved", "no longer advertising %s: the hardware is gone", r)
+		a.log.Info("withdrew extended resource", "resource", r)
+	}
+	return written, nil
+}
+
+func quantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+
+// hardwareWhy explains a hardware taint, for Events; ok is false when t is
+// not one.
+func hardwareWhy(t corev1.Taint, rs []Resource) (string, bool) {
+	for _, r := range rs {
+		if r.Taint && string(r.Name) == t.Key && t.Effect == corev1.TaintEffectNoSchedule {
+			why := fmt.Sprintf("the node has %d %s", r.Count, r.Name)
+			if r.Detail != "" {
+				why += " (" + r.Detail + ")"
+			}
+			return why, true
+		}
+	}
+	return "", false
+}
+
+// ruleTaint reports whether a rule produces taint id.
+func (a *Agent) ruleTaint(id taints.TaintID) bool { return len(a.ruleFor[id]) > 0 }
+
+// hardwareState is the inventory as one sync sees it.
+type hardwareState struct {
+	resources []Resource
+	// known is false until the first inventory: until then, hardware
+	// taints and labels we own are kept, never lifted.
+	known bool
+}
+
+// reportResources records what a status write advertised and tells about
+// changes: a resource first advertised, or restored after another writer
+// zeroed or removed it.
+func (a *Agent) reportResources(written, old *corev1.Node, resources map[corev1.ResourceName]int64) {
+	a.mu.Lock()
+	before := maps.Clone(a.advertised)
+	for r := range resources {
+		a.advertised[r] = true
+	}
+	a.mu.Unlock()
+	for _, r := range slices.Sorted(maps.Keys(resources)) {
+		n := resources[r]
+		q, had := old.Status.Capacity[r]
+		switch {
+		case before[r] && (!had || q.Value() != n):
+			a.recorder.Eventf(written, corev1.EventTypeWarning, "ResourceRestored", "%s was %s by another writer; advertised %d again", r, zeroedOrRemoved(had), n)
+			a.log.Warn("re-asserted an extended resource another writer changed", "resource", r, "count", n)
+		case !before[r]:
+			a.recorder.Eventf(written, corev1.EventTypeNormal, "ResourceAdvertised", "advertising %d %s", n, r)
+			a.log.Info("advertising extended resource", "resource", r, "count", n)
+		case q.Value() != n:
+			a.recorder.Eventf(written, corev1.EventTypeNormal, "ResourceAdvertised", "advertising %d %s (was %s)", n, r, q.String())
+		}
+	}
+}
+
+func zeroedOrRemoved(had bool) string {
+	if had {
+		return "changed"
+	}
+	return "removed"
+}
+
+// reportForeignLabels tells, once per change, about labels we want that
+// another writer already set.
+func (a *Agent) reportForeignLabels(node *corev1.Node, foreign []string) {
+	s := strings.Join(foreign, ", ")
+	a.mu.Lock()
+	changed := s != a.lastForeignLabels
+	a.lastForeignLabels = s
+	a.mu.Unlock()
+	if !changed || s == "" {
+		return
+	}
+	a.recorder.Eventf(node, corev1.EventTypeWarning, "LabelHeldByOther",
+		"wanted label(s) %s, but another writer already set them; leaving theirs in place and not claiming them", s)
+	a.log.Warn("label held by another writer; not claiming it", "labels", s)
+}
+
+// reportLabels tells about the labels a write set and removed.
+func (a *Agent) reportLabels(node *corev1.Node, p taints.LabelPlan) {
+	for _, k := range slices.Sorted(maps.Keys(p.Set)) {
+		a.recorder.Eventf(node, corev1.EventTypeNormal, "LabelSet", "set label %s=%s", k, p.Set[k])
+		a.log.Info("set label", "label", k, "value", p.Set[k])
+	}
+	for _, k := range p.Remove {
+		a.recorder.Eventf(node, corev1.EventTypeNormal, "LabelRemoved", "removed label %s: the hardware is gone", k)
+		a.log.Info("removed label", "label", k)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/hardware"
+	"github.com/selftaint/selftaint/probes"
+)
+
+// machine is everything the agent and check look at on this host: the
+// probes (the GPU ones when there is a driver) and the hardware inventory.
+type machine struct {
+	specs     []agent.ProbeSpec
+	inventory agent.Inventory
+	// gpuOff says why there is no GPU support, when there is none.
+	gpuOff string
+	close  func()
+}
+
+// openMachine builds the probes and inventory the config asks for. NVML is
+// opened only when the GPU probe or GPU inventory can use it; without the
+// driver library GPU support is off and that is said once, in gpuOff, and
+// logged by the caller: the agent runs normally.
+func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machine, error) {
+	specs, err := cfg.ProbeSpecs(host)
+	if err != nil {
+		return nil, err
+	}
+	m := &machine{specs: specs, close: func() {}}
+	lib, err := hardware.OpenNVML(cfg.Hardware.NVML.LibraryPath)
+	switch {
+	case err == nil:
+	case errors.Is(err, hardware.ErrNVMLNotFound), errors.Is(err, nvml.ERROR_DRIVER_NOT_LOADED):
+		m.gpuOff = fmt.Sprintf("no NVIDIA driver (%v): GPU probe and GPU inventory are off", err)
+		lib = nil
+	default:
+		m.gpuOff = fmt.Sprintf("NVML failed to start (%v): GPU probe and GPU inventory are off", err)
+		lib = nil
+	}
+	gpuSpecs, monitor, err := cfg.GPUProbeSpecs(lib)
+	if err != nil {
+		if lib != nil {
+			_ = hardware.ShutdownNVML(lib)
+		}
+		return nil, err
+	}
+	m.specs = append(m.specs, gpuSpecs...)
+	m.inventory = cfg.Inventory(host, lib, log)
+	if lib != nil {
+		m.close = func() {
+			if monitor != nil {
+				if err := monitor.Close(); err != nil {
+					log.Warn("closing the GPU monitor", "err", err)
+				}
+			}
+			if err := hardware.ShutdownNVML(lib); err != nil {
+				log.Warn("shutting NVML down", "err", err)
+			}
+		}
+	}
+	return m, nil
+}

@@ -113,6 +113,8 @@ type Options struct {
 	// HardwarePeriod is how often the inventory is taken; default
 	// DefaultHardwarePeriod.
 	HardwarePeriod time.Duration
+	// Init, if set, manages the uninitialized taint.
+	Init *InitOptions
 }
 
 // FaultOptions configure fault injection through Node annotations.
@@ -170,6 +172,8 @@ type Agent struct {
 	// advertised is the extended resources our last status write (or the
 	// Node's managed fields at start) says we advertise.
 	advertised map[corev1.ResourceName]bool
+	// reported is the probes that have given a verdict since start.
+	reported map[string]bool
 	// published is the last state of each condition written to (or adopted
 	// from) the Node; its transition time is carried while the status holds.
 	published map[corev1.NodeConditionType]publishedState
@@ -229,6 +233,7 @@ func New(opts Options) (*Agent, error) {
 		faultsSeen:    map[string]faultVerdict{},
 		faultsApplied: map[string]string{},
 		advertised:    map[corev1.ResourceName]bool{},
+		reported:      map[string]bool{},
 	}
 	if opts.HardwarePeriod <= 0 {
 		a.opts.HardwarePeriod = DefaultHardwarePeriod
@@ -252,6 +257,15 @@ func New(opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("agent: condition %s: healthy status must be True or False, got %q", p.Condition, h)
 		}
 		entries = append(entries, p.Entry)
+	}
+	if in := opts.Init; in != nil {
+		if in.Condition == "" {
+			return nil, errors.New("agent: the initialization condition is required")
+		}
+		if _, dup := a.dampers[in.Condition]; dup {
+			return nil, fmt.Errorf("agent: condition %s is fed by a probe; it cannot also report initialization", in.Condition)
+		}
+		a.healthy[in.Condition] = corev1.ConditionFalse
 	}
 	runner, err := probes.NewRunner(entries, probes.RunnerOptions{
 		Clock:  probeClock{opts.Clock},
@@ -408,6 +422,8 @@ func (a *Agent) Observe(r probes.Result) {
 	now := a.clock.Now()
 	a.mu.Lock()
 	d := a.dampers[spec.Condition]
+	firstVerdict := !a.reported[r.Probe]
+	a.reported[r.Probe] = true
 	before, hadBefore := d.State()
 	d.Observe(ConditionStatus(r.Status, spec.HealthyStatus()), r.Reason, r.Message, now)
 	after, hasAfter := d.State()
@@ -417,7 +433,7 @@ func (a *Agent) Observe(r probes.Result) {
 	if a.queue == nil {
 		return // not running yet; the first sync picks the state up
 	}
-	if hadBefore != hasAfter || before.Status != after.Status || before.Reason != after.Reason {
+	if firstVerdict || hadBefore != hasAfter || before.Status != after.Status || before.Reason != after.Reason {
 		a.queue.Add(a.opts.NodeName)
 	}
 	if pending {
@@ -495,8 +511,18 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	for t, s := range states {
 		states[t] = a.transitionLocked(t, s, fromFault[t], now)
 	}
-	hw := hardwareState{resources: a.hardware, known: a.haveHardware}
+	hw := hardwareState{resources: a.hardware, known: a.haveHardware || a.opts.Hardware == nil}
 	advertised := maps.Clone(a.advertised)
+	var in *initState
+	if a.opts.Init != nil {
+		st := a.evalInitLocked(node, states, hw.known)
+		c := a.opts.Init.Condition
+		if p, ok := a.published[c]; !st.decided && ok {
+			st.state = p.State
+		}
+		states[c] = a.transitionLocked(c, st.state, false, now)
+		in = &st
+	}
 	a.mu.Unlock()
 
 	a.reportFaults(node, faults)
@@ -516,7 +542,7 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 		a.published[t] = publishedState{State: s, fault: fromFault[t]}
 	}
 	a.mu.Unlock()
-	if err := a.reconcileMetadata(ctx, node, states, hw, now); err != nil {
+	if err := a.reconcileMetadata(ctx, node, states, hw, in, now); err != nil {
 		return time.Time{}, err
 	}
 	if err := a.removeExpiredFaults(ctx, node, faults.expired); err != nil {
@@ -715,6 +741,9 @@ func (a *Agent) desiredTaints(node *corev1.Node, owned []taints.TaintID, states 
 		if !ownedSet[id] || have[id] {
 			continue
 		}
+		if a.opts.Init != nil && id == a.initTaintID() {
+			continue // withInitTaint decides it
+		}
 		keep := !hw.known && !a.ruleTaint(id)
 		for _, r := range a.ruleFor[id] {
 			if _, decided := statuses[r.Condition]; !decided {
@@ -750,7 +779,7 @@ func desiredLabels(node *corev1.Node, owned []string, hw hardwareState) map[stri
 // resourceVersion makes it a compare-and-swap: if anyone changed the Node
 // since we read it, the API server answers 409 and we re-plan from the
 // fresh copy, so a taint added in between survives.
-func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.LabelPlan) ([]byte, error) {
+func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.LabelPlan, annotations map[string]string) ([]byte, error) {
 	var owned any // null removes the annotation
 	if len(plan.Owned) > 0 {
 		owned = taints.FormatOwned(plan.Owned)
@@ -763,13 +792,14 @@ func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.Label
 	if len(plan.Taints) > 0 {
 		list = plan.Taints
 	}
-	meta := map[string]any{
-		"resourceVersion": resourceVersion,
-		"annotations": map[string]any{
-			taints.OwnedTaintsAnnotation: owned,
-			taints.OwnedLabelsAnnotation: ownedLabels,
-		},
+	ann := map[string]any{
+		taints.OwnedTaintsAnnotation: owned,
+		taints.OwnedLabelsAnnotation: ownedLabels,
 	}
+	for k, v := range annotations {
+		ann[k] = v
+	}
+	meta := map[string]any{"resourceVersion": resourceVersion, "annotations": ann}
 	if len(labels.Set) > 0 || len(labels.Remove) > 0 {
 		l := map[string]any{}
 		for k, v := range labels.Set {
@@ -804,20 +834,29 @@ func (a *Agent) ownership(node *corev1.Node) ([]taints.TaintID, []string) {
 
 // reconcileMetadata brings the Node's taints and our labels in line with
 // the conditions and the hardware inventory, in one compare-and-swap patch.
-func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, now time.Time) error {
+func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState, now time.Time) error {
 	for attempt := 0; ; attempt++ {
 		owned, ownedLabels := a.ownership(node)
-		plan := taints.PlanTaints(node.Spec.Taints, owned, a.desiredTaints(node, owned, states, hw), now)
+		owned = a.claimInitTaint(node, owned)
+		desired := a.desiredTaints(node, owned, states, hw)
+		extra := map[string]string{}
+		if in != nil {
+			desired = a.withInitTaint(node, desired, *in)
+			if _, done := node.Annotations[InitializedAnnotation]; in.first && !done {
+				extra[InitializedAnnotation] = initTimestamp(now)
+			}
+		}
+		plan := taints.PlanTaints(node.Spec.Taints, owned, desired, now)
 		labels := taints.PlanLabels(node.Labels, ownedLabels, desiredLabels(node, ownedLabels, hw))
 		a.reportForeign(node, plan.Foreign)
 		a.reportForeignLabels(node, labels.Foreign)
-		if !plan.Changed && !labels.Changed {
+		if !plan.Changed && !labels.Changed && len(extra) == 0 {
 			return nil
 		}
 		if a.opts.BeforeTaintWrite != nil {
 			a.opts.BeforeTaintWrite(ctx, node)
 		}
-		patch, err := metadataPatch(node.ResourceVersion, plan, labels)
+		patch, err := metadataPatch(node.ResourceVersion, plan, labels, extra)
 		if err != nil {
 			return fmt.Errorf("building taint patch: %w", err)
 		}
@@ -838,6 +877,10 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states
 		a.remember(written)
 		a.reportPlan(written, plan, states, hw)
 		a.reportLabels(written, labels)
+		if len(extra) > 0 {
+			a.recorder.Eventf(written, corev1.EventTypeNormal, "NodeInitialized", "%s", in.state.Message)
+			a.log.Info("node initialized", "detail", in.state.Message)
+		}
 		return nil
 	}
 }
@@ -846,6 +889,9 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states
 func (a *Agent) why(t corev1.Taint, states map[corev1.NodeConditionType]taints.State, hw hardwareState) string {
 	if why, ok := hardwareWhy(t, hw.resources); ok {
 		return why
+	}
+	if a.opts.Init != nil && taints.IDOf(t) == a.initTaintID() {
+		return "the node is not initialized yet: " + states[a.opts.Init.Condition].Message
 	}
 	for _, r := range a.ruleFor[taints.IDOf(t)] {
 		if s, ok := states[r.Condition]; ok && r.Applies(s.Status) {

@@ -9,18 +9,23 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/custom"
 	"github.com/selftaint/selftaint/probes/disk"
 	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/probes/memory"
+	"github.com/selftaint/selftaint/probes/network"
 	"github.com/selftaint/selftaint/probes/pid"
 )
 
-// ProbeSpecs builds the enabled probes, reading the host under host.Root.
-func (c *Config) ProbeSpecs(host probes.Host) ([]agent.ProbeSpec, error) {
+// ProbeSpecs builds the enabled host probes (memory, disk, PID, network),
+// reading the host under host.Root. apiServer is the API server's
+// "host:port" for the network probe to check, empty for none.
+func (c *Config) ProbeSpecs(host probes.Host, apiServer string) ([]agent.ProbeSpec, error) {
 	var specs []agent.ProbeSpec
 	add := func(cm Common, p probes.Probe, err error) error {
 		if err != nil {
@@ -55,6 +60,12 @@ func (c *Config) ProbeSpecs(host probes.Host) ([]agent.ProbeSpec, error) {
 			return nil, err
 		}
 	}
+	if n := c.Probes.Network; n.IsEnabled() {
+		p, err := network.New(c.networkConfig(apiServer), host)
+		if err := add(n.Common, p, err); err != nil {
+			return nil, err
+		}
+	}
 	return specs, nil
 }
 
@@ -74,6 +85,82 @@ func (c *Config) probeList() []namedProbe {
 	return []namedProbe{
 		{memory.Name, c.Probes.Memory.Common}, {disk.Name, c.Probes.Disk.Common}, {pid.Name, c.Probes.PID.Common},
 		{gpu.NameFatal, c.Probes.GPU.Common}, {gpu.NameDegraded, c.Probes.GPU.degradedCommon()},
+		{network.Name, c.Probes.Network.Common},
+	}
+}
+
+// CheckProbeSpecs builds the checks users bring: the custom checks, sharing
+// one concurrency limit, and each NPD config's permanent rules, with the
+// file's own limits as NPD runs them. What an NPD file asks that selftaint
+// does not do (temporary rules, NPD's own tainting) is logged.
+func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
+	var specs []agent.ProbeSpec
+	fed := map[string]string{}
+	add := func(g *custom.Group, conds []custom.Condition, from string) error {
+		ps, err := g.NewProbes(conds)
+		if err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		for _, p := range ps {
+			if prev, dup := fed[p.Condition()]; dup {
+				return fmt.Errorf("%s: condition %s is also fed by %s", from, p.Condition(), prev)
+			}
+			fed[p.Condition()] = from
+			// NPD updates a permanent condition as soon as a plugin
+			// reports: no damping.
+			specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition())})
+		}
+		return nil
+	}
+	if len(c.Checks.Custom) > 0 {
+		conds, err := custom.ConditionsFromChecks(c.customChecks())
+		if err != nil {
+			return nil, fmt.Errorf("checks.custom: %w", err)
+		}
+		g, err := custom.NewGroup(custom.Options{Concurrency: c.Checks.Concurrency, MaxOutputLength: c.Checks.MaxOutputLength})
+		if err != nil {
+			return nil, fmt.Errorf("checks: %w", err)
+		}
+		if err := add(g, conds, "checks.custom"); err != nil {
+			return nil, err
+		}
+	}
+	for i, path := range c.Checks.NPDConfigs {
+		from := fmt.Sprintf("checks.npdConfigs[%d] (%s)", i, path)
+		npd, err := custom.LoadNPDConfig(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		for _, w := range npd.Warnings {
+			log.Warn("NPD config: not acted on", "file", path, "warning", w)
+		}
+		for _, cond := range npd.Conditions {
+			for _, msg := range validateConditionType(field.NewPath(from), corev1.NodeConditionType(cond.Type)) {
+				return nil, fmt.Errorf("condition %q: %s", cond.Type, msg.Error())
+			}
+		}
+		g, err := custom.NewGroup(npd.Options())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		if err := add(g, npd.Conditions, from); err != nil {
+			return nil, err
+		}
+	}
+	return specs, nil
+}
+
+// InitOptions is the agent's initialization settings, or nil when off.
+func (c *Config) InitOptions() *agent.InitOptions {
+	in := c.Initialization
+	if !in.IsEnabled() {
+		return nil
+	}
+	return &agent.InitOptions{
+		Condition:  in.Condition,
+		Taint:      corev1.Taint{Key: in.Taint.Key, Value: in.Taint.Value, Effect: in.Taint.Effect},
+		Continuous: in.Mode == InitContinuous,
+		Required:   in.RequiredConditions,
 	}
 }
 
@@ -181,6 +268,17 @@ func (c *Config) SimulatedProbeSpecs(newProbe func(name string) probes.Probe) []
 			Damping:   p.c.Damping(),
 		})
 	}
+	seen := map[corev1.NodeConditionType]bool{}
+	for _, ck := range c.Checks.Custom {
+		if seen[ck.Condition] {
+			continue
+		}
+		seen[ck.Condition] = true
+		specs = append(specs, agent.ProbeSpec{
+			Entry:     probes.Entry{Probe: newProbe(custom.ProbeNamePrefix + string(ck.Condition)), Interval: ck.Interval.D, Timeout: ck.Timeout.D},
+			Condition: ck.Condition,
+		})
+	}
 	return specs
 }
 
@@ -194,6 +292,10 @@ func (c *Config) FaultTargets() (conditions map[corev1.NodeConditionType]bool, p
 			conditions[p.c.Condition] = true
 			probeConditions[p.name] = p.c.Condition
 		}
+	}
+	for _, ck := range c.Checks.Custom {
+		conditions[ck.Condition] = true
+		probeConditions[custom.ProbeNamePrefix+string(ck.Condition)] = ck.Condition
 	}
 	return conditions, probeConditions
 }

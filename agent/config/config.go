@@ -20,7 +20,9 @@ import (
 
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/custom"
 	"github.com/selftaint/selftaint/probes/gpu"
+	"github.com/selftaint/selftaint/probes/network"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -36,6 +38,20 @@ const (
 	// pending retirement, hardware slowdown).
 	DefaultGPUCondition         corev1.NodeConditionType = "SelftaintGPUFailure"
 	DefaultGPUDegradedCondition corev1.NodeConditionType = "SelftaintGPUDegraded"
+	DefaultNetworkCondition     corev1.NodeConditionType = "SelftaintNetworkUnavailable"
+	// DefaultInitCondition is True until the node is initialized.
+	DefaultInitCondition corev1.NodeConditionType = "SelftaintUninitialized"
+)
+
+// Initialization taints.
+const (
+	// DefaultInitTaintKey is the taint a node carries until initialized.
+	DefaultInitTaintKey = "selftaint.io/uninitialized"
+	// AutoscalerStartupTaintKey is the key used with
+	// initialization.autoscalerStartupTaint: the cluster autoscaler treats
+	// taints under startup-taint.cluster-autoscaler.kubernetes.io/ as a
+	// node still starting, not as a reason the node cannot take pods.
+	AutoscalerStartupTaintKey = "startup-taint.cluster-autoscaler.kubernetes.io/selftaint-uninitialized"
 )
 
 // DefaultGPUResource is the resource name NVIDIA GPUs go by; the NVIDIA
@@ -65,6 +81,75 @@ type Config struct {
 	// Hardware configures the special-hardware inventory: extended
 	// resources, taints and labels.
 	Hardware Hardware `json:"hardware"`
+	// Checks are executables users bring (node-problem-detector's custom
+	// plugin protocol).
+	Checks Checks `json:"checks"`
+	// Initialization configures the uninitialized taint.
+	Initialization Initialization `json:"initialization"`
+}
+
+// Checks configures user-supplied checks.
+type Checks struct {
+	// Concurrency is how many check executables run at once. Default 3.
+	Concurrency int `json:"concurrency"`
+	// MaxOutputLength caps the message (the first line of output), in
+	// bytes. Default 80, as NPD.
+	MaxOutputLength int `json:"maxOutputLength"`
+	// Custom are checks given here.
+	Custom []CustomCheck `json:"custom,omitempty"`
+	// NPDConfigs are node-problem-detector custom-plugin-monitor JSON
+	// files, read unchanged: their permanent rules become conditions.
+	NPDConfigs []string `json:"npdConfigs,omitempty"`
+}
+
+// CustomCheck is one executable: exit 0 OK, 1 a problem, anything else
+// unknown; the first line of output is the message.
+type CustomCheck struct {
+	Name      string                   `json:"name"`
+	Condition corev1.NodeConditionType `json:"condition"`
+	// Reason while the check fails. Default CustomCheckFailed.
+	Reason   string   `json:"reason,omitempty"`
+	Path     string   `json:"path"`
+	Args     []string `json:"args,omitempty"`
+	Interval Duration `json:"interval"`
+	Timeout  Duration `json:"timeout"`
+}
+
+// Initialization configures the taint a node carries until selftaint has
+// finished its first full probe round and hardware inventory and every
+// required condition is healthy.
+type Initialization struct {
+	// Enabled turns it on. Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Mode is "bootstrap" (once initialized, never tainted again) or
+	// "continuous" (tainted again whenever a required condition fails).
+	// Default bootstrap.
+	Mode string `json:"mode"`
+	// Condition is the condition type that reports the state: True while
+	// uninitialized, with what is pending. Default SelftaintUninitialized.
+	Condition corev1.NodeConditionType `json:"condition"`
+	// Taint is the uninitialized taint. Default
+	// selftaint.io/uninitialized:NoSchedule. Register nodes with it
+	// (kubelet --register-with-taints=selftaint.io/uninitialized=:NoSchedule)
+	// so no pod lands before selftaint has looked.
+	Taint TaintSpec `json:"taint"`
+	// AutoscalerStartupTaint uses the cluster autoscaler's startup-taint
+	// key instead (see AutoscalerStartupTaintKey).
+	AutoscalerStartupTaint bool `json:"autoscalerStartupTaint,omitempty"`
+	// RequiredConditions must be at their healthy status (False) before
+	// the node counts as initialized, e.g. a check that the GPU driver is
+	// loaded.
+	RequiredConditions []corev1.NodeConditionType `json:"requiredConditions,omitempty"`
+}
+
+// IsEnabled reports whether the uninitialized taint is managed.
+func (i Initialization) IsEnabled() bool { return i.Enabled == nil || *i.Enabled }
+
+// TaintSpec is a taint in the config.
+type TaintSpec struct {
+	Key    string             `json:"key"`
+	Value  string             `json:"value,omitempty"`
+	Effect corev1.TaintEffect `json:"effect"`
 }
 
 // Hardware configures what selftaint does about special hardware.
@@ -135,10 +220,43 @@ func (f Faults) IsEnabled() bool { return f.Enabled == nil || *f.Enabled }
 
 // Probes configures each probe.
 type Probes struct {
-	Memory MemoryProbe `json:"memory"`
-	Disk   DiskProbe   `json:"disk"`
-	PID    PIDProbe    `json:"pid"`
-	GPU    GPUProbe    `json:"gpu"`
+	Memory  MemoryProbe  `json:"memory"`
+	Disk    DiskProbe    `json:"disk"`
+	PID     PIDProbe     `json:"pid"`
+	GPU     GPUProbe     `json:"gpu"`
+	Network NetworkProbe `json:"network"`
+}
+
+// NetworkProbe configures the network probe: the uplink is up with
+// carrier and an address, a default route exists, the CNI config is there,
+// and the targets answer. It needs the host's network namespace
+// (hostNetwork in the DaemonSet).
+type NetworkProbe struct {
+	Common `json:",inline"`
+	// Interfaces to check; default those of the default routes.
+	Interfaces []string `json:"interfaces,omitempty"`
+	// DefaultRoute: any (default), ipv4, ipv6, both or none.
+	DefaultRoute string `json:"defaultRoute"`
+	// CheckCNIConfig: the CNI config directory must hold a config.
+	// Default true.
+	CheckCNIConfig *bool `json:"checkCNIConfig,omitempty"`
+	// CNIConfDir default /etc/cni/net.d (on the host).
+	CNIConfDir string `json:"cniConfDir"`
+	// CheckAPIServer connects to the API server's service address
+	// (KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT) when running in a
+	// cluster. Default true.
+	CheckAPIServer *bool `json:"checkAPIServer,omitempty"`
+	// Targets must answer: {tcp: "host:port"} or {dns: "name"}.
+	Targets []NetworkTarget `json:"targets,omitempty"`
+	// TargetTimeout bounds each target without its own. Default 2s.
+	TargetTimeout Duration `json:"targetTimeout"`
+}
+
+// NetworkTarget is one reachability check; exactly one of TCP and DNS.
+type NetworkTarget struct {
+	TCP     string   `json:"tcp,omitempty"`
+	DNS     string   `json:"dns,omitempty"`
+	Timeout Duration `json:"timeout"`
 }
 
 // Common is what every probe has.
@@ -433,6 +551,51 @@ func (c *Config) setDefaults() {
 	if g.SkipXids == nil {
 		g.SkipXids = gpu.DefaultSkipXids()
 	}
+	n := &c.Probes.Network
+	defaultCommon(&n.Common, hostDefaults(DefaultNetworkCondition))
+	if n.DefaultRoute == "" {
+		n.DefaultRoute = string(network.RouteAny)
+	}
+	if n.CheckCNIConfig == nil {
+		n.CheckCNIConfig = ptr(true)
+	}
+	if n.CNIConfDir == "" {
+		n.CNIConfDir = network.DefaultCNIConfDir
+	}
+	if n.CheckAPIServer == nil {
+		n.CheckAPIServer = ptr(true)
+	}
+	defaultDuration(&n.TargetTimeout, network.DefaultTargetTimeout)
+	ch := &c.Checks
+	if ch.Concurrency == 0 {
+		ch.Concurrency = custom.DefaultConcurrency
+	}
+	if ch.MaxOutputLength == 0 {
+		ch.MaxOutputLength = custom.DefaultMaxOutputLength
+	}
+	for i := range ch.Custom {
+		defaultDuration(&ch.Custom[i].Interval, custom.DefaultInterval)
+		defaultDuration(&ch.Custom[i].Timeout, custom.DefaultTimeout)
+	}
+	in := &c.Initialization
+	if in.Enabled == nil {
+		in.Enabled = ptr(true)
+	}
+	if in.Mode == "" {
+		in.Mode = InitBootstrap
+	}
+	if in.Condition == "" {
+		in.Condition = DefaultInitCondition
+	}
+	if in.Taint.Key == "" {
+		in.Taint.Key = DefaultInitTaintKey
+		if in.AutoscalerStartupTaint {
+			in.Taint.Key = AutoscalerStartupTaintKey
+		}
+	}
+	if in.Taint.Effect == "" {
+		in.Taint.Effect = corev1.TaintEffectNoSchedule
+	}
 	h := &c.Hardware
 	defaultDuration(&h.Period, time.Minute)
 	if h.GPU.Resource == "" {
@@ -484,6 +647,7 @@ func DefaultRules() []Rule {
 		mk(DefaultPIDCondition, "selftaint.io/pid-pressure", corev1.TaintEffectNoSchedule),
 		mk(DefaultGPUCondition, "selftaint.io/gpu-failure", corev1.TaintEffectNoSchedule),
 		mk(DefaultGPUDegradedCondition, "selftaint.io/gpu-degraded", corev1.TaintEffectPreferNoSchedule),
+		mk(DefaultNetworkCondition, "selftaint.io/network-unavailable", corev1.TaintEffectNoSchedule),
 	}
 }
 
@@ -547,9 +711,86 @@ func (c *Config) Validate() field.ErrorList {
 	conds[g.Degraded.Condition] = gd.Child("condition")
 	known[g.Degraded.Condition] = true
 	errs = append(errs, c.Hardware.validate(field.NewPath("hardware"))...)
+	nw := c.Probes.Network
+	common("network", nw.Common)
+	errs = append(errs, nw.TargetTimeout.validate(pp.Child("network", "targetTimeout"), false)...)
+	if err := c.networkConfig("").Validate(); err != nil {
+		errs = append(errs, field.Invalid(pp.Child("network"), "", err.Error()))
+	}
+	for i, tg := range nw.Targets {
+		tp := pp.Child("network", "targets").Index(i)
+		errs = append(errs, tg.Timeout.validate(tp.Child("timeout"), false)...)
+		if (tg.TCP == "") == (tg.DNS == "") {
+			errs = append(errs, field.Invalid(tp, fmt.Sprintf("tcp %q dns %q", tg.TCP, tg.DNS), "give exactly one of tcp and dns"))
+		}
+	}
+	if !strings.HasPrefix(nw.CNIConfDir, "/") {
+		errs = append(errs, field.Invalid(pp.Child("network", "cniConfDir"), nw.CNIConfDir, "must be an absolute path on the host"))
+	}
+	cp := field.NewPath("checks")
+	if c.Checks.Concurrency < 1 {
+		errs = append(errs, field.Invalid(cp.Child("concurrency"), c.Checks.Concurrency, "must be at least 1"))
+	}
+	if c.Checks.MaxOutputLength < 1 {
+		errs = append(errs, field.Invalid(cp.Child("maxOutputLength"), c.Checks.MaxOutputLength, "must be at least 1"))
+	}
+	customConds := map[corev1.NodeConditionType]bool{}
+	for i, ck := range c.Checks.Custom {
+		p := cp.Child("custom").Index(i)
+		errs = append(errs, ck.Interval.validate(p.Child("interval"), false)...)
+		errs = append(errs, ck.Timeout.validate(p.Child("timeout"), false)...)
+		errs = append(errs, validateConditionType(p.Child("condition"), ck.Condition)...)
+		if prev, dup := conds[ck.Condition]; dup && !customConds[ck.Condition] {
+			errs = append(errs, field.Duplicate(p.Child("condition"), fmt.Sprintf("%s (also %s)", ck.Condition, prev)))
+		}
+		conds[ck.Condition] = p.Child("condition")
+		customConds[ck.Condition] = true
+		known[ck.Condition] = true
+	}
+	if _, err := custom.ConditionsFromChecks(c.customChecks()); err != nil {
+		errs = append(errs, field.Invalid(cp.Child("custom"), "", err.Error()))
+	}
+	for i, path := range c.Checks.NPDConfigs {
+		if !strings.HasPrefix(path, "/") {
+			errs = append(errs, field.Invalid(cp.Child("npdConfigs").Index(i), path, "must be an absolute path"))
+		}
+	}
+	errs = append(errs, c.Initialization.validate(field.NewPath("initialization"), conds)...)
+	known[c.Initialization.Condition] = true
 
 	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
 	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
+	return errs
+}
+
+// Initialization modes.
+const (
+	InitBootstrap  = "bootstrap"
+	InitContinuous = "continuous"
+)
+
+func (i Initialization) validate(p *field.Path, conds map[corev1.NodeConditionType]*field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if i.Mode != InitBootstrap && i.Mode != InitContinuous {
+		errs = append(errs, field.NotSupported(p.Child("mode"), i.Mode, []string{InitBootstrap, InitContinuous}))
+	}
+	errs = append(errs, validateConditionType(p.Child("condition"), i.Condition)...)
+	if prev, dup := conds[i.Condition]; dup {
+		errs = append(errs, field.Duplicate(p.Child("condition"), fmt.Sprintf("%s (also %s)", i.Condition, prev)))
+	}
+	rule := taints.Rule{Condition: i.Condition, Status: corev1.ConditionTrue, Taint: corev1.Taint{Key: i.Taint.Key, Value: i.Taint.Value, Effect: i.Taint.Effect}}
+	for _, e := range taints.ValidateRules([]taints.Rule{rule}, map[corev1.NodeConditionType]bool{i.Condition: true}, p) {
+		e.Field = strings.Replace(e.Field, p.String()+"[0]", p.String(), 1)
+		errs = append(errs, e)
+	}
+	if i.AutoscalerStartupTaint && i.Taint.Key != AutoscalerStartupTaintKey {
+		errs = append(errs, field.Invalid(p.Child("taint", "key"), i.Taint.Key, "autoscalerStartupTaint sets the key; leave taint.key out"))
+	}
+	for j, c := range i.RequiredConditions {
+		if _, ok := conds[c]; !ok {
+			errs = append(errs, field.Invalid(p.Child("requiredConditions").Index(j), string(c), "no probe or check feeds this condition"))
+		}
+	}
 	return errs
 }
 
@@ -625,4 +866,40 @@ func (c *Config) TaintRules() []taints.Rule {
 // Damping returns a probe's damping.
 func (c Common) Damping() taints.Damping {
 	return taints.Damping{For: c.For.D, ClearAfter: c.ClearAfter.D}
+}
+
+// networkConfig is the network probe's config; apiServer is the API
+// server's "host:port" to check, empty for none.
+func (c *Config) networkConfig(apiServer string) network.Config {
+	n := c.Probes.Network
+	cfg := network.Config{
+		Interfaces:    n.Interfaces,
+		DefaultRoute:  network.RouteRequirement(n.DefaultRoute),
+		SkipCNIConfig: !*n.CheckCNIConfig,
+		CNIConfDir:    n.CNIConfDir,
+		TargetTimeout: n.TargetTimeout.D,
+	}
+	if *n.CheckAPIServer {
+		cfg.APIServer = apiServer
+	}
+	for _, t := range n.Targets {
+		tg := network.Target{Kind: network.TargetTCP, Address: t.TCP, Timeout: t.Timeout.D}
+		if t.DNS != "" {
+			tg.Kind, tg.Address = network.TargetDNS, t.DNS
+		}
+		cfg.Targets = append(cfg.Targets, tg)
+	}
+	return cfg
+}
+
+// customChecks converts the custom checks to the custom package's form.
+func (c *Config) customChecks() []custom.Check {
+	out := make([]custom.Check, 0, len(c.Checks.Custom))
+	for _, ck := range c.Checks.Custom {
+		out = append(out, custom.Check{
+			Name: ck.Name, Condition: string(ck.Condition), Reason: ck.Reason, Path: ck.Path, Args: ck.Args,
+			Interval: ck.Interval.D, Timeout: ck.Timeout.D,
+		})
+	}
+	return out
 }

@@ -33,7 +33,11 @@ func TestParseDefaults(t *testing.T) {
 		{"disk.inodesFreeBelow", c.Probes.Disk.InodesFreeBelow.T, probes.Threshold{Value: 5, Percent: true}},
 		{"pid.usedAbove", c.Probes.PID.UsedAbove.T, probes.Threshold{Value: 90, Percent: true}},
 		{"pid.enabled", c.Probes.PID.IsEnabled(), true},
-		{"rules", len(c.Rules), 5},
+		{"rules", len(c.Rules), 6},
+		{"network.condition", c.Probes.Network.Condition, DefaultNetworkCondition},
+		{"initialization.mode", c.Initialization.Mode, InitBootstrap},
+		{"initialization.taint", c.InitOptions().Taint, corev1.Taint{Key: DefaultInitTaintKey, Effect: corev1.TaintEffectNoSchedule}},
+		{"checks.concurrency", c.Checks.Concurrency, 3},
 		{"gpu.interval", c.Probes.GPU.Interval.D, 5 * time.Second},
 		{"gpu.for", c.Probes.GPU.For.D, time.Duration(0)},
 		{"gpu.degraded.condition", c.Probes.GPU.Degraded.Condition, DefaultGPUDegradedCondition},
@@ -138,7 +142,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 }
 
 func TestFaultsConfig(t *testing.T) {
-	c, err := Parse([]byte("faults:\n  enabled: false\n  defaultDuration: 1m\n  maxDuration: 1m\nprobes:\n  pid:\n    enabled: false\n  gpu:\n    enabled: false\n"))
+	c, err := Parse([]byte("faults:\n  enabled: false\n  defaultDuration: 1m\n  maxDuration: 1m\nprobes:\n  pid:\n    enabled: false\n  gpu:\n    enabled: false\n  network:\n    enabled: false\n"))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -149,7 +153,7 @@ func TestFaultsConfig(t *testing.T) {
 	wantConds := map[corev1.NodeConditionType]bool{DefaultMemoryCondition: true, DefaultDiskCondition: true}
 	wantProbes := map[string]corev1.NodeConditionType{"memory": DefaultMemoryCondition, "disk": DefaultDiskCondition}
 	if !maps.Equal(conds, wantConds) || !maps.Equal(probeConds, wantProbes) {
-		t.Errorf("FaultTargets() = %v, %v, want %v, %v (the disabled pid and gpu probes are no targets)", conds, probeConds, wantConds, wantProbes)
+		t.Errorf("FaultTargets() = %v, %v, want %v, %v (the disabled pid, gpu and network probes are no targets)", conds, probeConds, wantConds, wantProbes)
 	}
 }
 
@@ -189,6 +193,48 @@ func TestHardwareConfig(t *testing.T) {
 				r := c.Hardware.PCI[0]
 				if !*r.Advertise || !*r.Taint || !*r.Label {
 					t.Errorf("pci rule actions %v %v %v, want all true by default", *r.Advertise, *r.Taint, *r.Label)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse succeeded, want an error mentioning %q", tt.wantErr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestChecksAndInitConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		config  string
+		wantErr []string
+	}{
+		{"custom check", "checks:\n  custom:\n  - {name: ntp, condition: NTPProblem, path: /bin/true}\ninitialization:\n  requiredConditions: [NTPProblem]\n", nil},
+		{"autoscaler taint", "initialization:\n  autoscalerStartupTaint: true\n", nil},
+		{"bad mode", "initialization:\n  mode: sometimes\n", []string{"initialization.mode", "sometimes"}},
+		{"reserved init taint", "initialization:\n  taint: {key: node.kubernetes.io/not-ready, effect: NoSchedule}\n", []string{"initialization.taint.key", "node lifecycle"}},
+		{"unknown required condition", "initialization:\n  requiredConditions: [Nope]\n", []string{"initialization.requiredConditions[0]", "no probe or check feeds"}},
+		{"check on kubelet condition", "checks:\n  custom:\n  - {name: x, condition: Ready, path: /bin/true}\n", []string{"checks.custom[0].condition", "kubelet"}},
+		{"check without path", "checks:\n  custom:\n  - {name: x, condition: XProblem}\n", []string{"checks.custom"}},
+		{"check timeout above interval", "checks:\n  custom:\n  - {name: x, condition: XProblem, path: /bin/true, interval: 5s, timeout: 10s}\n", []string{"checks.custom"}},
+		{"relative npd config", "checks:\n  npdConfigs: [npd.json]\n", []string{"checks.npdConfigs[0]", "absolute"}},
+		{"network target both", "probes:\n  network:\n    targets: [{tcp: \"a:1\", dns: b}]\n", []string{"probes.network.targets[0]", "exactly one"}},
+		{"network bad route", "probes:\n  network:\n    defaultRoute: sometimes\n", []string{"probes.network", "sometimes"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.config))
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				if c.Initialization.AutoscalerStartupTaint && c.InitOptions().Taint.Key != AutoscalerStartupTaintKey {
+					t.Errorf("init taint %v, want the autoscaler's startup-taint key", c.InitOptions().Taint)
 				}
 				return
 			}

@@ -85,6 +85,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		Faults:          cfg.FaultOptions(),
 		Hardware:        m.inventory,
 		HardwarePeriod:  cfg.Hardware.Period.D,
+		Init:            cfg.InitOptions(),
 	})
 	if err != nil {
 		return err

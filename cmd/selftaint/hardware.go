@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -12,6 +14,17 @@ import (
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 )
+
+// apiServerFromEnv is the API server's service address inside a cluster
+// (KUBERNETES_SERVICE_HOST and _PORT), for the network probe; empty
+// outside one.
+func apiServerFromEnv() string {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return ""
+	}
+	return net.JoinHostPort(host, port)
+}
 
 // machine is everything the agent and check look at on this host: the
 // probes (the GPU ones when there is a driver) and the hardware inventory.
@@ -28,10 +41,15 @@ type machine struct {
 // driver library GPU support is off and that is said once, in gpuOff, and
 // logged by the caller: the agent runs normally.
 func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machine, error) {
-	specs, err := cfg.ProbeSpecs(host)
+	specs, err := cfg.ProbeSpecs(host, apiServerFromEnv())
 	if err != nil {
 		return nil, err
 	}
+	checks, err := cfg.CheckProbeSpecs(log)
+	if err != nil {
+		return nil, err
+	}
+	specs = append(specs, checks...)
 	m := &machine{specs: specs, close: func() {}}
 	lib, err := hardware.OpenNVML(cfg.Hardware.NVML.LibraryPath)
 	switch {

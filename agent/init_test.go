@@ -111,4 +111,3 @@ func TestUninitializedTaintAddedUntilReady(t *testing.T) {
 		return !hasTaint(n, initTaint) && done
 	})
 }
-

@@ -934,11 +934,7 @@ func (a *Agent) reportForeign(node *corev1.Node, foreign []corev1.Taint) {
 		ids = append(ids, taints.IDOf(t))
 	}
 	s := taints.FormatOwned(ids)
-	a.mu.Lock()
-	changed := s != a.lastForeign
-	a.lastForeign = s
-	a.mu.Unlock()
-	if !changed || s == "" {
+	if !a.changedSince(&a.lastForeign, s) {
 		return
 	}
 	a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintHeldByOther",

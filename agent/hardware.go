@@ -161,11 +161,7 @@ func (a *Agent) advertisedResources(node *corev1.Node, rs []Resource, before map
 // advertise that another writer already advertises.
 func (a *Agent) reportHeldResources(node *corev1.Node, held []string) {
 	s := strings.Join(held, ", ")
-	a.mu.Lock()
-	changed := s != a.lastHeldResources
-	a.lastHeldResources = s
-	a.mu.Unlock()
-	if !changed || s == "" {
+	if !a.changedSince(&a.lastHeldResources, s) {
 		return
 	}
 	a.recorder.Eventf(node, corev1.EventTypeWarning, "ResourceHeldByOther",
@@ -352,11 +348,7 @@ func zeroedOrRemoved(had bool) string {
 // another writer already set.
 func (a *Agent) reportForeignLabels(node *corev1.Node, foreign []string) {
 	s := strings.Join(foreign, ", ")
-	a.mu.Lock()
-	changed := s != a.lastForeignLabels
-	a.lastForeignLabels = s
-	a.mu.Unlock()
-	if !changed || s == "" {
+	if !a.changedSince(&a.lastForeignLabels, s) {
 		return
 	}
 	a.recorder.Eventf(node, corev1.EventTypeWarning, "LabelHeldByOther",
@@ -374,4 +366,15 @@ func (a *Agent) reportLabels(node *corev1.Node, p taints.LabelPlan) {
 		a.recorder.Eventf(node, corev1.EventTypeNormal, "LabelRemoved", "removed label %s: the hardware is gone", k)
 		a.log.Info("removed label", "label", k)
 	}
+}
+
+// changedSince records s as the conflict last reported in *last and says
+// whether it is new and worth reporting: each conflict is told once, not on
+// every reconcile.
+func (a *Agent) changedSince(last *string, s string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	changed := s != *last
+	*last = s
+	return changed && s != ""
 }

@@ -87,12 +87,36 @@ func execPlugin(ctx context.Context, path string, args []string, maxBytes int) (
 	}
 
 	err = cmd.Wait() // reaps the plugin
+	reapGroup(pid)
 	res.state = cmd.ProcessState
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
 		return res, err
 	}
 	return res, nil
+}
+
+// reapGroup reaps what the plugin left in its process group once those
+// processes are ours to reap: killed, they are re-parented to PID 1, and in
+// a container selftaint is PID 1; without this they would stay zombies.
+// Where we are not their reaper, Wait4 answers ECHILD at once.
+func reapGroup(pgid int) {
+	deadline := time.Now().Add(time.Second)
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-pgid, &ws, unix.WNOHANG, nil)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return // ECHILD: nothing of the group is ours
+		case wpid > 0:
+			continue // reaped one; look for more
+		case time.Now().After(deadline):
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // still dying
+	}
 }
 
 // waitExited blocks until process pid has exited, leaving it unreaped.

@@ -1,0 +1,649 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/virtual"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// TestOnControlPlane creates every manifest on a real etcd and
+// kube-apiserver (RBAC authorization, the default admission plugins, which
+// include ValidatingAdmissionPolicy) and
+// then, as the service accounts themselves (impersonated, with the node
+// name a pod-bound token carries):
+//   - runs the agent: it writes its condition, taint and Events and removes
+//     an expired fault, and is never refused;
+//   - checks the agent can do nothing else (secrets, deleting Nodes, ...);
+//   - checks the admission policy: the agent's own Node's taints yes, any
+//     other Node, spec field or label no; other users unaffected;
+//   - runs virtual nodes: registered, Lease renewed, a pod run and deleted,
+//     Nodes deleted on exit, never refused.
+func TestOnControlPlane(t *testing.T) {
+	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and waits for the agent and virtual nodes")
+	// kube-controller-manager runs only the controller that type-checks
+	// admission policies' CEL against the API's schema (it writes the
+	// policy's status.typeChecking); nothing else, so no DaemonSet or
+	// Deployment controller creates pods from the manifests.
+	cp := testcp.Start(t, testcp.Options{
+		ControllerManager:     true,
+		ControllerManagerArgs: []string{"--controllers=validatingadmissionpolicy-status-controller"},
+	})
+	admin := cp.Client()
+
+	var all []manifest
+	for _, dir := range manifestDirs {
+		all = append(all, readManifests(t, dir)...)
+	}
+	// Namespaces first, then everything in kustomization order.
+	slices.SortStableFunc(all, func(a, b manifest) int {
+		return boolInt(a.kind() != "Namespace") - boolInt(b.kind() != "Namespace")
+	})
+	for _, m := range all {
+		if err := create(t.Context(), admin, m); err != nil {
+			t.Fatalf("creating %s: %v", m, err)
+		}
+	}
+	waitPolicyActive(t, cp)
+
+	t.Run("AgentRBACIsEnough", func(t *testing.T) { testAgentRBACIsEnough(t, cp) })
+	t.Run("AgentRBACIsTight", func(t *testing.T) { testAgentRBACIsTight(t, cp) })
+	t.Run("AdmissionPolicy", func(t *testing.T) { testAdmissionPolicy(t, cp) })
+	t.Run("VirtualRBACIsEnough", func(t *testing.T) { testVirtualRBACIsEnough(t, cp) })
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// create creates one manifest's object as it is in the file.
+func create(ctx context.Context, c kubernetes.Interface, m manifest) error {
+	opts := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
+	var err error
+	switch o := m.obj.(type) {
+	case *corev1.Namespace:
+		_, err = c.CoreV1().Namespaces().Create(ctx, o, opts)
+	case *corev1.ServiceAccount:
+		_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, opts)
+	case *corev1.ConfigMap:
+		_, err = c.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
+	case *rbacv1.ClusterRole:
+		_, err = c.RbacV1().ClusterRoles().Create(ctx, o, opts)
+	case *rbacv1.ClusterRoleBinding:
+		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, opts)
+	case *rbacv1.Role:
+		_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, opts)
+	case *rbacv1.RoleBinding:
+		_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, opts)
+	case *appsv1.DaemonSet:
+		_, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, opts)
+	case *appsv1.Deployment:
+		_, err = c.AppsV1().Deployments(o.Namespace).Create(ctx, o, opts)
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, opts)
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, opts)
+	default:
+		return fmt.Errorf("the test does not know how to create a %T", m.obj)
+	}
+	return err
+}
+
+// saUser is the user a pod's token for service account sa authenticates as.
+func saUser(sa string) string { return "system:serviceaccount:" + namespace + ":" + sa }
+
+func saGroups() []string {
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+}
+
+// asServiceAccount is a client config that acts as service account sa, as
+// a token bound to a pod on node (none if empty) would.
+func asServiceAccount(cp *testcp.ControlPlane, sa, node string) *rest.Config {
+	rc := cp.RESTConfig()
+	rc.Impersonate = rest.ImpersonationConfig{UserName: saUser(sa), Groups: saGroups()}
+	if node != "" {
+		rc.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
+	}
+	return rc
+}
+
+func coreClient(t *testing.T, rc *rest.Config) *typedcorev1.CoreV1Client {
+	t.Helper()
+	c, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// logBuffer collects the logs of the code under test: its slog logger and,
+// through klog, client-go's (reflector and event broadcaster errors).
+type logBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// captureLogs returns a logger writing to a buffer, and routes klog there
+// too until the test ends; on failure the logs are shown.
+func captureLogs(t *testing.T) (*slog.Logger, *logBuffer) {
+	t.Helper()
+	buf := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	klog.SetSlogLogger(logger)
+	t.Cleanup(func() {
+		klog.ClearLogger()
+		if t.Failed() {
+			t.Logf("logs:\n%s", buf.String())
+		}
+	})
+	return logger, buf
+}
+
+// checkNotRefused fails t if the logs show a request refused by RBAC or by
+// admission.
+func checkNotRefused(t *testing.T, logs *logBuffer) {
+	t.Helper()
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if l := strings.ToLower(line); strings.Contains(l, "forbidden") || strings.Contains(l, "denied") {
+			t.Errorf("a request was refused: %s", line)
+		}
+	}
+}
+
+// poll calls ok every 50ms until it returns true, failing t with what and
+// the last error after timeout.
+func poll(t *testing.T, timeout time.Duration, what string, ok func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		done, err := ok()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitPolicyActive waits until the admission policy is in force (the API
+// server loads policies asynchronously) and checks the API server's type
+// check of its CEL against the Node schema found nothing.
+func waitPolicyActive(t *testing.T, cp *testcp.ControlPlane) {
+	t.Helper()
+	cp.CreateNode(t, "policy-canary", nil)
+	stranger := coreClient(t, asServiceAccount(cp, agentSA, "some-other-node"))
+	patch := []byte(`{"metadata":{"annotations":{"selftaint.io/canary":"x"}}}`)
+	poll(t, time.Minute, "the admission policy to deny a write to another node", func() (bool, error) {
+		_, err := stranger.Nodes().Patch(t.Context(), "policy-canary", types.MergePatchType, patch, metav1.PatchOptions{})
+		return err != nil && strings.Contains(err.Error(), policyName), err
+	})
+	var vap *admissionregistrationv1.ValidatingAdmissionPolicy
+	poll(t, time.Minute, "the API server's type check of the policy", func() (bool, error) {
+		var err error
+		vap, err = cp.Client().AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(t.Context(), policyName, metav1.GetOptions{})
+		return err == nil && vap.Status.TypeChecking != nil && vap.Status.ObservedGeneration == vap.Generation, err
+	})
+	for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
+		t.Errorf("policy type check: %s: %s", w.FieldRef, w.Warning)
+	}
+}
+
+// problemProbe reports a problem until told otherwise.
+type problemProbe struct{ ok atomic.Bool }
+
+func (p *problemProbe) Name() string { return "deploy-test" }
+func (p *problemProbe) Probe(context.Context) probes.Result {
+	if p.ok.Load() {
+		return probes.Result{Status: probes.StatusOK, Reason: "Fine", Message: "the test says all is well"}
+	}
+	return probes.Result{Status: probes.StatusProblem, Reason: "TestProblem", Message: "the test says there is a problem"}
+}
+
+// quietProbe always finds all well; its condition is a fault target.
+type quietProbe struct{}
+
+func (quietProbe) Name() string { return "deploy-quiet" }
+func (quietProbe) Probe(context.Context) probes.Result {
+	return probes.Result{Status: probes.StatusOK, Reason: "Quiet", Message: "nothing to report"}
+}
+
+const (
+	testCondition  corev1.NodeConditionType = "SelftaintDeployTest"
+	quietCondition corev1.NodeConditionType = "SelftaintDeployQuiet"
+	testTaintKey                            = "selftaint.io/deploy-test"
+)
+
+// runAgent runs an agent until the returned stop is called (also at the
+// end of the test).
+func runAgent(t *testing.T, opts agent.Options) (stop func()) {
+	t.Helper()
+	a, err := agent.New(opts)
+	if err != nil {
+		t.Fatalf("agent.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("agent.Run returned %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("agent.Run did not return within 30s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func nodeCondition(n *corev1.Node, ct corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == ct {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+}
+
+// waitNode polls the Node as admin until ok holds.
+func waitNode(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) {
+	t.Helper()
+	poll(t, timeout, what+" on node "+name, func() (bool, error) {
+		n, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		return err == nil && ok(n), err
+	})
+}
+
+// testAgentRBACIsEnough runs the real agent as the agent's service account
+// bound to its node, with the admission policy in force.
+func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
+	const node = "agent-node"
+	admin := cp.Client()
+	cp.CreateNode(t, node, nil)
+	logger, logs := captureLogs(t)
+	probe := &problemProbe{}
+	stop := runAgent(t, agent.Options{
+		NodeName: node,
+		Client:   coreClient(t, asServiceAccount(cp, agentSA, node)),
+		Probes: []agent.ProbeSpec{
+			{Entry: probes.Entry{Probe: probe, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}, Condition: testCondition},
+			{Entry: probes.Entry{Probe: quietProbe{}, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}, Condition: quietCondition},
+		},
+		Rules:           []taints.Rule{{Condition: testCondition, Status: corev1.ConditionTrue, Taint: corev1.Taint{Key: testTaintKey, Effect: corev1.TaintEffectNoSchedule}}},
+		HeartbeatPeriod: time.Hour,
+		Jitter:          -1,
+		Logger:          logger,
+	})
+
+	// Condition (nodes/status, server-side apply) and taint (nodes patch).
+	waitNode(t, admin, node, 30*time.Second, "condition True and taint set", func(n *corev1.Node) bool {
+		c := nodeCondition(n, testCondition)
+		return c != nil && c.Status == corev1.ConditionTrue && hasTaint(n, testTaintKey)
+	})
+	// Clear and raise again: the repeated Event is a patch of the first.
+	probe.ok.Store(true)
+	waitNode(t, admin, node, 30*time.Second, "taint lifted", func(n *corev1.Node) bool { return !hasTaint(n, testTaintKey) })
+	probe.ok.Store(false)
+	waitNode(t, admin, node, 30*time.Second, "taint set again", func(n *corev1.Node) bool { return hasTaint(n, testTaintKey) })
+	poll(t, 30*time.Second, "a TaintAdded Event counted twice in namespace default", func() (bool, error) {
+		evs, err := admin.CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node, "reason": "TaintAdded"}.String(),
+		})
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(evs.Items, func(e corev1.Event) bool { return e.Count >= 2 && e.Source.Component == "selftaint" }), nil
+	})
+
+	// A fault the agent applied and saw expire is removed by a JSON patch.
+	key := agent.FaultAnnotationKey(string(quietCondition))
+	value, err := agent.FaultSpec{Status: corev1.ConditionTrue, ExpiresAt: time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, value)
+	if _, err := admin.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("injecting a fault: %v", err)
+	}
+	waitNode(t, admin, node, 30*time.Second, "the fault applied", func(n *corev1.Node) bool {
+		c := nodeCondition(n, quietCondition)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == agent.DefaultFaultReason
+	})
+	waitNode(t, admin, node, 30*time.Second, "the expired fault removed and the condition back to False", func(n *corev1.Node) bool {
+		_, still := n.Annotations[key]
+		c := nodeCondition(n, quietCondition)
+		return !still && c != nil && c.Status == corev1.ConditionFalse
+	})
+	stop()
+	checkNotRefused(t, logs)
+}
+
+// testAgentRBACIsTight checks the agent's service account may do what the
+// agent needs and nothing else, by access reviews and by trying.
+func testAgentRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
+	const node = "tight-node"
+	cp.CreateNode(t, node, nil)
+	type access struct {
+		verb, resource, subresource, namespace string
+	}
+	allowed := []access{
+		{"get", "nodes", "", ""}, {"list", "nodes", "", ""}, {"watch", "nodes", "", ""}, {"patch", "nodes", "", ""},
+		{"patch", "nodes", "status", ""},
+		{"create", "events", "", "default"}, {"patch", "events", "", "default"},
+	}
+	denied := []access{
+		{"create", "nodes", "", ""}, {"update", "nodes", "", ""}, {"delete", "nodes", "", ""}, {"deletecollection", "nodes", "", ""},
+		{"update", "nodes", "status", ""}, {"get", "nodes", "proxy", ""},
+		{"get", "secrets", "", namespace}, {"list", "secrets", "", ""},
+		{"list", "pods", "", ""}, {"delete", "pods", "", namespace}, {"create", "pods", "eviction", namespace},
+		{"get", "configmaps", "", namespace},
+		{"create", "events", "", namespace}, {"update", "events", "", "default"}, {"delete", "events", "", "default"},
+	}
+	review := func(a access) bool {
+		t.Helper()
+		sar, err := cp.Client().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   saUser(agentSA),
+				Groups: saGroups(),
+				Extra:  map[string]authorizationv1.ExtraValue{nodeNameExtra: {node}},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: a.verb, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Version: "v1",
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("access review %+v: %v", a, err)
+		}
+		return sar.Status.Allowed
+	}
+	for _, a := range allowed {
+		if !review(a) {
+			t.Errorf("%s %s/%s in %q: denied, but the agent needs it", a.verb, a.resource, a.subresource, a.namespace)
+		}
+	}
+	for _, a := range denied {
+		if review(a) {
+			t.Errorf("%s %s/%s in %q: allowed, but the agent does not need it", a.verb, a.resource, a.subresource, a.namespace)
+		}
+	}
+
+	// And by trying: refused by RBAC (not by the admission policy).
+	sa := coreClient(t, asServiceAccount(cp, agentSA, node))
+	ctx := t.Context()
+	for _, try := range []struct {
+		what string
+		do   func() error
+	}{
+		{"get a secret", func() error { _, err := sa.Secrets(namespace).Get(ctx, "anything", metav1.GetOptions{}); return err }},
+		{"list secrets", func() error { _, err := sa.Secrets("").List(ctx, metav1.ListOptions{}); return err }},
+		{"delete its Node", func() error { return sa.Nodes().Delete(ctx, node, metav1.DeleteOptions{}) }},
+		{"create a Node", func() error {
+			_, err := sa.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "made-by-agent"}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"list pods", func() error { _, err := sa.Pods("").List(ctx, metav1.ListOptions{}); return err }},
+		{"read its ConfigMap", func() error {
+			_, err := sa.ConfigMaps(namespace).Get(ctx, configMapName, metav1.GetOptions{})
+			return err
+		}},
+	} {
+		err := try.do()
+		if !apierrors.IsForbidden(err) || strings.Contains(err.Error(), policyName) {
+			t.Errorf("%s as the agent: %v, want Forbidden by RBAC", try.what, err)
+		}
+	}
+}
+
+// testAdmissionPolicy checks the policy against the agent's service
+// account bound to one node, and that it leaves everyone else alone.
+func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
+	const own, other = "policy-own", "policy-other"
+	admin := cp.Client()
+	for _, n := range []string{own, other} {
+		cp.CreateNode(t, n, func(n *corev1.Node) { n.Labels = map[string]string{"team": "infra"} })
+	}
+	sa := coreClient(t, asServiceAccount(cp, agentSA, own))
+	unbound := coreClient(t, asServiceAccount(cp, agentSA, ""))
+	taintPatch := `{"spec":{"taints":[{"key":"selftaint.io/policy-test","effect":"NoSchedule"}]}}`
+
+	tests := []struct {
+		name   string
+		client typedcorev1.NodesGetter
+		node   string
+		patch  string
+		// deny are parts of the policy's message; none means allowed.
+		deny []string
+	}{
+		{"own node's taints", sa, own, taintPatch, nil},
+		{"own node's taints removed", sa, own, `{"spec":{"taints":null}}`, nil},
+		{"own node's selftaint.io label", sa, own, `{"metadata":{"labels":{"selftaint.io/test":"x"}}}`, nil},
+		{"own node's hardware label", sa, own, `{"metadata":{"labels":{"example.com/fpga.present":"true"}}}`, nil},
+		{"own node's hardware label removed", sa, own, `{"metadata":{"labels":{"example.com/fpga.present":null}}}`, nil},
+		{"own node's annotations", sa, own, `{"metadata":{"annotations":{"selftaint.io/owned-taints":"x","fault.selftaint.io/Ready":null}}}`, nil},
+		{"another node's taints", sa, other, taintPatch, []string{"its token is bound to node " + own + ", not " + other}},
+		{"another node's annotations", sa, other, `{"metadata":{"annotations":{"x":"y"}}}`, []string{"its token is bound to node " + own}},
+		{"no node in the token", unbound, own, taintPatch, []string{"name no node"}},
+		{"own node's unschedulable", sa, own, `{"spec":{"unschedulable":true}}`, []string{"not spec.unschedulable"}},
+		{"own node's podCIDR and providerID", sa, own, `{"spec":{"podCIDR":"10.2.0.0/24","providerID":"x://y"}}`, []string{"not spec.", "podCIDR", "providerID"}},
+		{"own node's taints and unschedulable", sa, own, `{"spec":{"unschedulable":true,"taints":[]}}`, []string{"not spec.unschedulable"}},
+		{"own node's other label changed", sa, own, `{"metadata":{"labels":{"team":"ml"}}}`, []string{"labels under selftaint.io/ and <resource>.present on its Node, not team"}},
+		{"own node's other label added", sa, own, `{"metadata":{"labels":{"kubernetes.io/role":"x"}}}`, []string{"not kubernetes.io/role"}},
+		{"own node's other label removed", sa, own, `{"metadata":{"labels":{"team":null}}}`, []string{"not team"}},
+		{"admin: another node's unschedulable", admin.CoreV1(), other, `{"spec":{"unschedulable":true}}`, nil},
+		{"admin: another node's labels", admin.CoreV1(), other, `{"metadata":{"labels":{"team":"ml"}}}`, nil},
+	}
+	for _, tt := range tests {
+		_, err := tt.client.Nodes().Patch(t.Context(), tt.node, types.MergePatchType, []byte(tt.patch), metav1.PatchOptions{})
+		switch {
+		case len(tt.deny) == 0 && err != nil:
+			t.Errorf("%s: %v, want allowed", tt.name, err)
+		case len(tt.deny) > 0 && err == nil:
+			t.Errorf("%s: allowed, want denied with %q", tt.name, tt.deny)
+		case len(tt.deny) > 0 && (!apierrors.IsForbidden(err) || !containsAll(err.Error(), append(tt.deny, policyName))):
+			t.Errorf("%s: %v, want Forbidden by %s with %q", tt.name, err, policyName, tt.deny)
+		}
+	}
+
+	// The status subresource is outside the policy: conditions are keyed,
+	// and server-side apply owns only the agent's.
+	status := fmt.Appendf(nil, `{"status":{"conditions":[{"type":%q,"status":"False","reason":"Test","lastHeartbeatTime":null}]}}`, testCondition)
+	if _, err := sa.Nodes().Patch(t.Context(), own, types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("status patch of its own node: %v", err)
+	}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// testVirtualRBACIsEnough runs one virtual node as the virtual service
+// account, through registration, Lease renewals, a pod's whole life and
+// deletion on exit.
+func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
+	const node, podNS, podName = "vnode-1", "virtual-test", "app"
+	admin := cp.Client()
+	ctx := t.Context()
+	logger, logs := captureLogs(t)
+	rc := asServiceAccount(cp, virtualSA, "")
+	core := coreClient(t, rc)
+	leases, err := typedcoordv1.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const simCondition corev1.NodeConditionType = "SelftaintVirtualTest"
+	const simTaint = "selftaint.io/virtual-test"
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- virtual.Run(runCtx, virtual.Options{
+			Names:    []string{node},
+			Core:     core,
+			Leases:   leases,
+			Template: virtual.NodeTemplate{Taints: []corev1.Taint{{Key: "selftaint.io/virtual", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+			Probes: func(string) []agent.ProbeSpec {
+				return []agent.ProbeSpec{{
+					Entry:     probes.Entry{Probe: virtual.SimulatedProbe{ProbeName: "sim"}, Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond},
+					Condition: simCondition,
+				}}
+			},
+			Rules:                []taints.Rule{{Condition: simCondition, Status: corev1.ConditionTrue, Taint: corev1.Taint{Key: simTaint, Effect: corev1.TaintEffectNoSchedule}}},
+			HeartbeatPeriod:      time.Minute,
+			LeaseDuration:        4 * time.Second,
+			StatusUpdateInterval: 2 * time.Second,
+			DeleteOnExit:         true,
+			Logger:               logger,
+		})
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("virtual.Run returned %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("virtual.Run did not return within 60s of cancel")
+		}
+	}
+	t.Cleanup(stop)
+
+	waitNode(t, admin, node, 30*time.Second, "registered, Ready and the selftaint condition reported", func(n *corev1.Node) bool {
+		r, s := nodeCondition(n, corev1.NodeReady), nodeCondition(n, simCondition)
+		return r != nil && r.Status == corev1.ConditionTrue && s != nil && s.Status == corev1.ConditionFalse
+	})
+	// The Lease is created, then renewed (updated).
+	var first *metav1.MicroTime
+	poll(t, 30*time.Second, "the node's Lease renewed", func() (bool, error) {
+		l, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil {
+			return false, err
+		}
+		if first == nil {
+			first = l.Spec.RenewTime.DeepCopy()
+		}
+		return l.Spec.RenewTime.After(first.Time), nil
+	})
+
+	// A fault: the node's agent taints the node, then removes the expired
+	// annotation.
+	key := agent.FaultAnnotationKey(string(simCondition))
+	value, err := agent.FaultSpec{Status: corev1.ConditionTrue, ExpiresAt: time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, value)
+	if _, err := admin.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("injecting a fault: %v", err)
+	}
+	waitNode(t, admin, node, 30*time.Second, "the fault's taint", func(n *corev1.Node) bool { return hasTaint(n, simTaint) })
+	waitNode(t, admin, node, 30*time.Second, "the expired fault removed and its taint lifted", func(n *corev1.Node) bool {
+		_, still := n.Annotations[key]
+		return !still && !hasTaint(n, simTaint)
+	})
+
+	// A pod bound to the node runs, and its deletion completes.
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: podName},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}},
+		},
+	}
+	if _, err := admin.CoreV1().Pods(podNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "the pod Running", func() (bool, error) {
+		p, err := admin.CoreV1().Pods(podNS).Get(ctx, podName, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+	poll(t, 30*time.Second, "an Event about the pod from the virtual kubelet", func() (bool, error) {
+		evs, err := admin.CoreV1().Events(podNS).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.name": podName}.String(),
+		})
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(evs.Items, func(e corev1.Event) bool { return e.Source.Component == "selftaint-virtual" }), nil
+	})
+	if err := admin.CoreV1().Pods(podNS).Delete(ctx, podName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "the pod's deletion completed by the virtual kubelet", func() (bool, error) {
+		_, err := admin.CoreV1().Pods(podNS).Get(ctx, podName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+
+	// --delete-on-exit.
+	stop()
+	if _, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node after exit: %v, want NotFound (deleted on exit)", err)
+	}
+	checkNotRefused(t, logs)
+}

@@ -285,11 +285,15 @@ func (p *Probe) Name() string { return Name }
 
 // report collects what one run found.
 type report struct {
-	reason   string   // of the first problem
-	problems []string // what is wrong, in check order
-	errs     []string // what could not be read
-	oks      []string // what is fine, for the OK message
-	readings []probes.Reading
+	// hostUnreadable: the IPv4 routing table, which every Linux host has,
+	// does not exist, so the host root itself is suspect (not mounted,
+	// wrong --host-root) and no verdict is trusted.
+	hostUnreadable bool
+	reason         string   // of the first problem
+	problems       []string // what is wrong, in check order
+	errs           []string // what could not be read
+	oks            []string // what is fine, for the OK message
+	readings       []probes.Reading
 }
 
 func (r *report) problem(reason, format string, args ...any) {
@@ -317,6 +321,12 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	p.checkTargets(ctx, &r)
 
 	switch {
+	case r.hostUnreadable:
+		// Without the routing table the host root is suspect: a missing
+		// CNI directory there says nothing about the node, and a probe
+		// that cannot see the host must never taint it.
+		msg := strings.Join(append(r.errs, r.problems...), "; ")
+		return probes.Result{Status: probes.StatusUnknown, Reason: ReasonReadError, Message: msg, Readings: r.readings}
 	case len(r.problems) > 0:
 		// Read errors elsewhere do not hide a problem we did see.
 		msg := strings.Join(append(r.problems, r.errs...), "; ")
@@ -352,6 +362,7 @@ func (p *Probe) checkRoutes(r *report) []string {
 		case fam.err != nil:
 			r.errs = append(r.errs, fam.err.Error())
 			r.reading(key, "unreadable")
+			r.hostUnreadable = r.hostUnreadable || (fam.name == "ipv4" && errors.Is(fam.err, fs.ErrNotExist))
 		case fam.disabled:
 			r.reading(key, "IPv6 disabled")
 		case len(fam.routes) == 0:

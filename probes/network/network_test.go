@@ -214,6 +214,12 @@ func TestProbeFixtures(t *testing.T) {
 			want: probestest.Want{Status: probes.StatusUnknown, Reason: ReasonReadError, Message: []string{"parsing testdata/ipv6-route-garbage/proc/net/ipv6_route: line 1: got 3 fields, want 10"}},
 		},
 		{
+			// A CNI directory missing where /proc is missing too says
+			// nothing about the node: Unknown, never a taint.
+			name: "empty host root", root: "empty-root",
+			want: probestest.Want{Status: probes.StatusUnknown, Reason: ReasonReadError, Message: []string{"no such file or directory", "CNI config directory /etc/cni/net.d does not exist"}},
+		},
+		{
 			name: "no host root", root: "does-not-exist",
 			want: probestest.Want{Status: probes.StatusUnknown, Reason: ReasonReadError, Message: []string{"reading routes: open testdata/does-not-exist/proc/net/route: no such file or directory", "reading CNI config directory: host root: stat testdata/does-not-exist"}},
 		},

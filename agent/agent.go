@@ -583,6 +583,15 @@ func (a *Agent) transitionLocked(t corev1.NodeConditionType, s taints.State, fro
 func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	faulted := a.adoptFaultsLocked(node)
 	a.advertised = ownedCapacity(node, a.opts.FieldManager)
+	if in := a.opts.Init; in != nil {
+		// Kept while the state is undecided after a restart, so the
+		// condition does not flap to Unknown.
+		if c := findCondition(node, in.Condition); c != nil {
+			a.published[in.Condition] = publishedState{State: taints.State{
+				Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,
+			}}
+		}
+	}
 	for t, d := range a.dampers {
 		c := findCondition(node, t)
 		if c == nil {

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +111,50 @@ func TestUninitializedTaintAddedUntilReady(t *testing.T) {
 		_, done := n.Annotations[agent.InitializedAnnotation]
 		return !hasTaint(n, initTaint) && done
 	})
+}
+
+// slowProbe reports OK after a delay: the first round takes that long.
+type slowProbe struct{ delay time.Duration }
+
+func (slowProbe) Name() string { return probeName }
+func (p slowProbe) Probe(ctx context.Context) probes.Result {
+	select {
+	case <-time.After(p.delay):
+	case <-ctx.Done():
+	}
+	return probes.Result{Status: probes.StatusOK, Reason: "Fine", Message: "fine"}
+}
+
+// TestUninitializedTaintRestartContinuous: after a restart in continuous
+// mode, before the first round completes, the agent cannot tell whether the
+// node is initialized: it neither taints the node nor flips the condition
+// to Unknown.
+func TestUninitializedTaintRestartContinuous(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	cp.CreateNode(t, "restart", nil)
+	in := &agent.InitOptions{Condition: initCond, Taint: initTaint, Continuous: true, Required: []corev1.NodeConditionType{cond}}
+	_, stop := startAgent(t, agent.Options{
+		NodeName: "restart", Client: c.CoreV1(), Init: in,
+		Probes: []agent.ProbeSpec{{Entry: probes.Entry{Probe: newSwitchProbe(probes.StatusOK), Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond}, Condition: cond}},
+	})
+	waitNode(t, c, "restart", 10*time.Second, "initialized", func(n *corev1.Node) bool {
+		_, done := n.Annotations[agent.InitializedAnnotation]
+		return done && !hasTaint(n, initTaint)
+	})
+	stop()
+
+	startAgent(t, agent.Options{
+		NodeName: "restart", Client: c.CoreV1(), Init: in,
+		Probes: []agent.ProbeSpec{{Entry: probes.Entry{Probe: slowProbe{3 * time.Second}, Interval: 10 * time.Second, Timeout: 5 * time.Second}, Condition: cond}},
+	})
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		n := getNode(t, c, "restart")
+		if hasTaint(n, initTaint) {
+			t.Fatalf("the restarted agent tainted the node before its first round")
+		}
+		if ic := condition(n, initCond); ic == nil || ic.Status != corev1.ConditionFalse {
+			t.Fatalf("initialization condition %+v during the restart, want it to stay False", ic)
+		}
+	}
 }

@@ -42,14 +42,18 @@ func BenchmarkAgentSteadyState(b *testing.B) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
-		// Settle: first probe round (10% jitter of 10s), first writes.
-		time.Sleep(15 * time.Second)
+		b.Cleanup(func() { _ = cmd.Process.Kill() })
+		// Settle: first probe round (10% jitter of 10s), first writes, and
+		// any damped flip (for: 30s; e.g. the network probe on a machine
+		// without a CNI config).
+		time.Sleep(45 * time.Second)
 		n, err := cp.Client().CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(n.Status.Conditions) != 3 {
-			b.Fatalf("agent published %d conditions, want 3", len(n.Status.Conditions))
+		// memory, disk, pid, network and initialization; no GPU here.
+		if len(n.Status.Conditions) < 5 {
+			b.Fatalf("agent published %d conditions, want at least 5: %+v", len(n.Status.Conditions), n.Status.Conditions)
 		}
 		w, err := cp.Client().CoreV1().Nodes().Watch(context.Background(), metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("metadata.name", node).String(), ResourceVersion: n.ResourceVersion,

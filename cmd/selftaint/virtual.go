@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/virtual"
+	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
 )
@@ -37,6 +39,7 @@ type virtualFlags struct {
 	cpu, memory   string
 	pods          string
 	labels        string
+	extended      string
 	taints        string
 	internalIP    string
 	deleteOnExit  bool
@@ -56,6 +59,7 @@ func (f *virtualFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.memory, "memory", "32Gi", "each node's memory capacity")
 	fs.StringVar(&f.pods, "pods", "110", "how many pods each node takes")
 	fs.StringVar(&f.labels, "labels", "", "extra node labels, key=value,...")
+	fs.StringVar(&f.extended, "extended-resources", "", "extended resources each node advertises, name=count,... (e.g. nvidia.com/gpu=8, to see how GPU workloads react; add --register-with-taints nvidia.com/gpu=present:NoSchedule to taint like a real GPU node)")
 	fs.StringVar(&f.taints, "register-with-taints", "", "taints the nodes register with, key[=value]:Effect,... (as the kubelet's flag); in a shared cluster, a NoSchedule taint keeps other workloads off")
 	fs.StringVar(&f.internalIP, "internal-ip", "127.0.0.1", "the nodes' InternalIP address")
 	fs.BoolVar(&f.deleteOnExit, "delete-on-exit", false, "delete the Nodes when stopped (their pods are then removed by the control plane)")
@@ -79,6 +83,11 @@ func (f *virtualFlags) template() (virtual.NodeTemplate, error) {
 	if err != nil {
 		return t, err
 	}
+	extended, err := parseExtendedResources(f.extended)
+	if err != nil {
+		return t, err
+	}
+	maps.Copy(t.Capacity, extended)
 	t.Labels = labels
 	for _, s := range splitList(f.taints) {
 		taint, err := taints.ParseTaint(s)
@@ -98,6 +107,27 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// parseExtendedResources reads name=count,... and checks each name as the
+// API server checks an extended resource's.
+func parseExtendedResources(s string) (corev1.ResourceList, error) {
+	out := corev1.ResourceList{}
+	for _, kv := range splitList(s) {
+		name, count, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--extended-resources: %q is not name=count", kv)
+		}
+		if err := hardware.ValidateResourceName(name); err != nil {
+			return nil, fmt.Errorf("--extended-resources: %w", err)
+		}
+		q, err := resource.ParseQuantity(count)
+		if err != nil || q.Sign() < 0 || q.Value()*1000 != q.MilliValue() {
+			return nil, fmt.Errorf("--extended-resources: %s=%s: the count must be a whole number", name, count)
+		}
+		out[corev1.ResourceName(name)] = q
+	}
+	return out, nil
 }
 
 // parseLabels reads key=value,... and checks keys and values as the API

@@ -526,3 +526,50 @@ func TestHundredVirtualNodes(t *testing.T) {
 		t.Errorf("the virtual process logged %d errors", errs)
 	}
 }
+
+func TestVirtualFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		flags   virtualFlags
+		wantErr string
+		check   func(virtual.NodeTemplate) string
+	}{
+		{"extended resources", virtualFlags{cpu: "8", memory: "32Gi", pods: "110", extended: "nvidia.com/gpu=8, example.com/fpga=2"}, "", func(tm virtual.NodeTemplate) string {
+			if q := tm.Capacity["nvidia.com/gpu"]; q.Value() != 8 {
+				return "nvidia.com/gpu = " + q.String()
+			}
+			if q := tm.Capacity["example.com/fpga"]; q.Value() != 2 {
+				return "example.com/fpga = " + q.String()
+			}
+			return ""
+		}},
+		{"labels and taints", virtualFlags{cpu: "8", memory: "32Gi", pods: "110", labels: "team=ml", taints: "selftaint.io/virtual=true:NoSchedule"}, "", func(tm virtual.NodeTemplate) string {
+			if tm.Labels["team"] != "ml" || len(tm.Taints) != 1 || tm.Taints[0].Key != "selftaint.io/virtual" {
+				return fmt.Sprintf("labels %v taints %v", tm.Labels, tm.Taints)
+			}
+			return ""
+		}},
+		{"bad resource name", virtualFlags{cpu: "8", memory: "32Gi", pods: "110", extended: "gpu=8"}, "--extended-resources", nil},
+		{"fractional count", virtualFlags{cpu: "8", memory: "32Gi", pods: "110", extended: "nvidia.com/gpu=1.5"}, "whole number", nil},
+		{"bad cpu", virtualFlags{cpu: "eight", memory: "32Gi", pods: "110"}, "--cpu", nil},
+		{"bad label", virtualFlags{cpu: "8", memory: "32Gi", pods: "110", labels: "team"}, "not key=value", nil},
+		{"bad taint", virtualFlags{cpu: "8", memory: "32Gi", pods: "110", taints: "x=y"}, "--register-with-taints", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tm, err := tt.flags.template()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("template() error = %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("template(): %v", err)
+			}
+			if msg := tt.check(tm); msg != "" {
+				t.Error(msg)
+			}
+		})
+	}
+}

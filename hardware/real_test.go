@@ -2,6 +2,7 @@ package hardware
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,11 +48,21 @@ func TestOpenNVMLBadLibrary(t *testing.T) {
 	}
 }
 
+// notRunWithoutGPU skips: a GPU is hardware, not something CI can install.
+// A GPU runner sets SELFTAINT_EXPECT_GPU=1, and then no GPU is a failure.
+func notRunWithoutGPU(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("SELFTAINT_EXPECT_GPU") == "1" {
+		t.Fatalf("SELFTAINT_EXPECT_GPU=1 but %s", why)
+	}
+	t.Skipf("not run: %s (set SELFTAINT_EXPECT_GPU=1 on a GPU machine to make this a failure)", why)
+}
+
 // TestRealNVML reads the real GPUs where there are some.
 func TestRealNVML(t *testing.T) {
 	lib, err := OpenNVML("")
 	if errors.Is(err, ErrNVMLNotFound) || errors.Is(err, nvml.ERROR_DRIVER_NOT_LOADED) {
-		t.Skipf("not run: no NVIDIA driver library / GPU on this machine (%v)", err)
+		notRunWithoutGPU(t, fmt.Sprintf("no NVIDIA driver library / GPU on this machine (%v)", err))
 	}
 	if err != nil {
 		t.Fatalf("OpenNVML: %v", err)
@@ -64,7 +75,7 @@ func TestRealNVML(t *testing.T) {
 		t.Errorf("ShutdownNVML: %v", err)
 	}
 	if gpusErr == nil && len(gpus) == 0 {
-		t.Skip("not run: no NVIDIA driver library / GPU on this machine (the driver sees no GPU)")
+		notRunWithoutGPU(t, "the NVIDIA driver sees no GPU on this machine")
 	}
 	for _, g := range gpus {
 		t.Logf("GPU %d: %s %s, %d bytes, bus %s, MIG %s", g.Index, g.UUID, g.Name, g.MemoryTotalBytes, g.PCIBusID, g.MIG)

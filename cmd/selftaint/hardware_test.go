@@ -11,32 +11,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/agent/testcp"
-	"github.com/selftaint/selftaint/hardware"
 )
 
-// requireNoNVML skips where libnvidia-ml loads: these tests are about the
-// machines without it.
-func requireNoNVML(t *testing.T) {
-	t.Helper()
-	lib, err := hardware.OpenNVML("")
-	if err == nil {
-		_ = hardware.ShutdownNVML(lib)
-		t.Skip("not run: this machine has the NVIDIA driver library; the test is about machines without it")
-	}
-}
+// noNVML is config that points the agent at a libnvidia-ml that does not
+// exist: the same failure as a machine without the driver, on any machine,
+// GPU or not.
+const noNVML = "hardware:\n  nvml:\n    libraryPath: /nonexistent/libnvidia-ml.so.1\n"
 
-// TestAgentWithoutNVML runs the real binary on this machine, which has no
-// libnvidia-ml: GPU support is off with one log line, there is no GPU
-// condition, and the agent does its job.
+// TestAgentWithoutNVML runs the real binary without libnvidia-ml: GPU
+// support is off with one log line, there is no GPU condition, and the
+// agent does its job.
 func TestAgentWithoutNVML(t *testing.T) {
-	requireNoNVML(t)
+	cfg := writeFile(t, noNVML)
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
 	cp.CreateNode(t, "no-gpu", nil)
 	var stderr syncBuffer
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1",
-		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=no-gpu", "--kubeconfig=" + cp.KubeconfigPath, "--host-root=testdata/lowmem"}, " "))
+		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=no-gpu", "--kubeconfig=" + cp.KubeconfigPath, "--host-root=testdata/lowmem", "--config=" + cfg}, " "))
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -78,7 +71,6 @@ func TestAgentWithoutNVML(t *testing.T) {
 // FPGA: the inventory and the taint it implies are shown, and GPU support
 // is reported off.
 func TestCheckShowsHardware(t *testing.T) {
-	requireNoNVML(t)
 	root := t.TempDir()
 	if err := os.CopyFS(root, os.DirFS("testdata/lowmem")); err != nil {
 		t.Fatal(err)
@@ -92,7 +84,7 @@ func TestCheckShowsHardware(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := writeFile(t, "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\"}\n")
+	cfg := writeFile(t, noNVML+"  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\"}\n")
 	var stdout, stderr bytes.Buffer
 	if code := run(t.Context(), []string{"check", "--host-root=" + root, "--config=" + cfg}, &stdout, &stderr); code != 0 {
 		t.Fatalf("check: exit %d: %s", code, stderr.String())

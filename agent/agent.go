@@ -735,7 +735,7 @@ func (a *Agent) desiredTaints(node *corev1.Node, owned []taints.TaintID, states 
 	for _, t := range desired {
 		have[taints.IDOf(t)] = true
 	}
-	for _, t := range hardwareTaints(hw.resources) {
+	for _, t := range HardwareTaints(hw.resources) {
 		if id := taints.IDOf(t); !have[id] {
 			desired = append(desired, t)
 			have[id] = true

@@ -115,8 +115,8 @@ func formatResources(rs []Resource) string {
 	return strings.Join(parts, ", ")
 }
 
-// hardwareTaints are the taints the inventory asks for.
-func hardwareTaints(rs []Resource) []corev1.Taint {
+// HardwareTaints are the taints an inventory asks for.
+func HardwareTaints(rs []Resource) []corev1.Taint {
 	var out []corev1.Taint
 	for _, r := range rs {
 		if r.Taint && r.Count > 0 {

@@ -125,6 +125,23 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"negative max fault duration", "faults:\n  maxDuration: -1h", []string{"faults.maxDuration", "must not be negative"}},
 		{"fault default above max", "faults:\n  defaultDuration: 2h", []string{"faults.defaultDuration", "must not exceed maxDuration (1h0m0s)"}},
 		{"unknown fault field", "faults:\n  maxDurration: 2h", []string{`unknown field "faults.maxDurration"`}},
+		{"bad pci resource name", "hardware:\n  pci:\n  - {resource: fpga, vendor: \"0x10ee\"}\n", []string{"hardware.pci[0]", "fpga"}},
+		{"kubernetes.io gpu resource", "hardware:\n  gpu:\n    resource: kubernetes.io/gpu\n", []string{"hardware.gpu.resource"}},
+		{"bad pci vendor", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"xilinx\"}\n", []string{"hardware.pci[0]", "xilinx"}},
+		{"gpu resource by pci", "hardware:\n  pci:\n  - {resource: nvidia.com/gpu, vendor: \"0x10de\"}\n", []string{"hardware.pci[0].resource", "GPU resource"}},
+		{"pci rules disagree", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\"}\n  - {resource: example.com/fpga, vendor: \"0x1172\", label: false}\n", []string{"hardware.pci[1]", "must match hardware.pci[0]"}},
+		{"unknown pci field", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendr: \"0x10ee\"}\n", []string{`unknown field "hardware.pci[0].vendr"`}},
+		{"gpu degraded duplicate condition", "probes:\n  gpu:\n    degraded:\n      condition: SelftaintGPUFailure\n", []string{"probes.gpu.degraded.condition", "Duplicate"}},
+		{"gpu degraded reserved condition", "probes:\n  gpu:\n    degraded:\n      condition: Ready\n", []string{"probes.gpu.degraded.condition", "kubelet"}},
+		{"bad init mode", "initialization:\n  mode: sometimes\n", []string{"initialization.mode", "sometimes"}},
+		{"reserved init taint", "initialization:\n  taint: {key: node.kubernetes.io/not-ready, effect: NoSchedule}\n", []string{"initialization.taint.key", "node lifecycle"}},
+		{"unknown required condition", "initialization:\n  requiredConditions: [Nope]\n", []string{"initialization.requiredConditions[0]", "no probe or check feeds"}},
+		{"check on kubelet condition", "checks:\n  custom:\n  - {name: x, condition: Ready, path: /bin/true}\n", []string{"checks.custom[0].condition", "kubelet"}},
+		{"check without path", "checks:\n  custom:\n  - {name: x, condition: XProblem}\n", []string{"checks.custom"}},
+		{"check timeout above interval", "checks:\n  custom:\n  - {name: x, condition: XProblem, path: /bin/true, interval: 5s, timeout: 10s}\n", []string{"checks.custom"}},
+		{"relative npd config", "checks:\n  npdConfigs: [npd.json]\n", []string{"checks.npdConfigs[0]", "absolute"}},
+		{"network target both", "probes:\n  network:\n    targets: [{tcp: \"a:1\", dns: b}]\n", []string{"probes.network.targets[0]", "exactly one"}},
+		{"network bad route", "probes:\n  network:\n    defaultRoute: sometimes\n", []string{"probes.network", "sometimes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,85 +184,20 @@ func TestEmptyRulesMeansNoTaints(t *testing.T) {
 	}
 }
 
-func TestHardwareConfig(t *testing.T) {
-	tests := []struct {
-		name    string
-		config  string
-		wantErr []string
-	}{
-		{"pci rule defaults", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\", class: \"0x1200\"}\n", nil},
-		{"bad resource name", "hardware:\n  pci:\n  - {resource: fpga, vendor: \"0x10ee\"}\n", []string{"hardware.pci[0]", "fpga"}},
-		{"kubernetes.io resource", "hardware:\n  gpu:\n    resource: kubernetes.io/gpu\n", []string{"hardware.gpu.resource"}},
-		{"bad vendor", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"xilinx\"}\n", []string{"hardware.pci[0]", "xilinx"}},
-		{"gpu resource by pci", "hardware:\n  pci:\n  - {resource: nvidia.com/gpu, vendor: \"0x10de\"}\n", []string{"hardware.pci[0].resource", "GPU resource"}},
-		{"rules disagree", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\"}\n  - {resource: example.com/fpga, vendor: \"0x1172\", label: false}\n", []string{"hardware.pci[1]", "must match hardware.pci[0]"}},
-		{"unknown field", "hardware:\n  pci:\n  - {resource: example.com/fpga, vendr: \"0x10ee\"}\n", []string{`unknown field "hardware.pci[0].vendr"`}},
-		{"gpu degraded duplicate condition", "probes:\n  gpu:\n    degraded:\n      condition: SelftaintGPUFailure\n", []string{"probes.gpu.degraded.condition", "Duplicate"}},
-		{"gpu degraded reserved condition", "probes:\n  gpu:\n    degraded:\n      condition: Ready\n", []string{"probes.gpu.degraded.condition", "kubelet"}},
+func TestHardwareAndInitDefaults(t *testing.T) {
+	c, err := Parse([]byte("hardware:\n  pci:\n  - {resource: example.com/fpga, vendor: \"0x10ee\", class: \"0x1200\"}\n" +
+		"checks:\n  custom:\n  - {name: ntp, condition: NTPProblem, path: /bin/true}\ninitialization:\n  requiredConditions: [NTPProblem]\n"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse([]byte(tt.config))
-			if len(tt.wantErr) == 0 {
-				if err != nil {
-					t.Fatalf("Parse: %v", err)
-				}
-				r := c.Hardware.PCI[0]
-				if !*r.Advertise || !*r.Taint || !*r.Label {
-					t.Errorf("pci rule actions %v %v %v, want all true by default", *r.Advertise, *r.Taint, *r.Label)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Parse succeeded, want an error mentioning %q", tt.wantErr)
-			}
-			for _, w := range tt.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-		})
+	if r := c.Hardware.PCI[0]; !*r.Advertise || !*r.Taint || !*r.Label {
+		t.Errorf("pci rule actions %v %v %v, want all true by default", *r.Advertise, *r.Taint, *r.Label)
 	}
-}
-
-func TestChecksAndInitConfig(t *testing.T) {
-	tests := []struct {
-		name    string
-		config  string
-		wantErr []string
-	}{
-		{"custom check", "checks:\n  custom:\n  - {name: ntp, condition: NTPProblem, path: /bin/true}\ninitialization:\n  requiredConditions: [NTPProblem]\n", nil},
-		{"autoscaler taint", "initialization:\n  autoscalerStartupTaint: true\n", nil},
-		{"bad mode", "initialization:\n  mode: sometimes\n", []string{"initialization.mode", "sometimes"}},
-		{"reserved init taint", "initialization:\n  taint: {key: node.kubernetes.io/not-ready, effect: NoSchedule}\n", []string{"initialization.taint.key", "node lifecycle"}},
-		{"unknown required condition", "initialization:\n  requiredConditions: [Nope]\n", []string{"initialization.requiredConditions[0]", "no probe or check feeds"}},
-		{"check on kubelet condition", "checks:\n  custom:\n  - {name: x, condition: Ready, path: /bin/true}\n", []string{"checks.custom[0].condition", "kubelet"}},
-		{"check without path", "checks:\n  custom:\n  - {name: x, condition: XProblem}\n", []string{"checks.custom"}},
-		{"check timeout above interval", "checks:\n  custom:\n  - {name: x, condition: XProblem, path: /bin/true, interval: 5s, timeout: 10s}\n", []string{"checks.custom"}},
-		{"relative npd config", "checks:\n  npdConfigs: [npd.json]\n", []string{"checks.npdConfigs[0]", "absolute"}},
-		{"network target both", "probes:\n  network:\n    targets: [{tcp: \"a:1\", dns: b}]\n", []string{"probes.network.targets[0]", "exactly one"}},
-		{"network bad route", "probes:\n  network:\n    defaultRoute: sometimes\n", []string{"probes.network", "sometimes"}},
+	c, err = Parse([]byte("initialization:\n  autoscalerStartupTaint: true\n"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse([]byte(tt.config))
-			if len(tt.wantErr) == 0 {
-				if err != nil {
-					t.Fatalf("Parse: %v", err)
-				}
-				if c.Initialization.AutoscalerStartupTaint && c.InitOptions().Taint.Key != AutoscalerStartupTaintKey {
-					t.Errorf("init taint %v, want the autoscaler's startup-taint key", c.InitOptions().Taint)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Parse succeeded, want an error mentioning %q", tt.wantErr)
-			}
-			for _, w := range tt.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-		})
+	if got := c.InitOptions().Taint.Key; got != AutoscalerStartupTaintKey {
+		t.Errorf("init taint key %q, want the autoscaler's startup-taint key", got)
 	}
 }

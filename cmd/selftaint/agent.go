@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/selftaint/selftaint/agent"
-	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/probes"
 )
 
@@ -49,11 +48,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.nodeName == "" {
 		return errors.New("--node-name is required (or set $NODE_NAME)")
 	}
-	logger, err := newLogger(stderr, f.logLevel)
-	if err != nil {
-		return err
-	}
-	cfg, err := config.Load(f.configPath)
+	logger, cfg, err := loggerAndConfig(stderr, f.logLevel, f.configPath)
 	if err != nil {
 		return err
 	}

@@ -36,17 +36,6 @@ type checkReport struct {
 	Taints   []corev1.Taint   `json:"taints"`
 }
 
-// hardwareTaintsOf is the taints the inventory asks for.
-func hardwareTaintsOf(rs []agent.Resource) []corev1.Taint {
-	var out []corev1.Taint
-	for _, r := range rs {
-		if r.Taint && r.Count > 0 {
-			out = append(out, corev1.Taint{Key: string(r.Name), Value: agent.HardwareTaintValue, Effect: corev1.TaintEffectNoSchedule})
-		}
-	}
-	return out
-}
-
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("selftaint check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -76,7 +65,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rep.Hardware, err = m.inventory.Inventory(ctx); err != nil {
 		return fmt.Errorf("hardware inventory: %w", err)
 	}
-	rep.Taints = append(rep.Taints, hardwareTaintsOf(rep.Hardware)...)
+	rep.Taints = append(rep.Taints, agent.HardwareTaints(rep.Hardware)...)
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

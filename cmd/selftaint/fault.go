@@ -85,6 +85,19 @@ func (e *faultEnv) knownFor(n *corev1.Node) map[corev1.NodeConditionType]bool {
 	return known
 }
 
+// node connects and reads node name.
+func (e *faultEnv) node(ctx context.Context, name string) (typedcorev1.NodeInterface, *corev1.Node, error) {
+	nodes, err := e.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return nodes, n, nil
+}
+
 func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
 	client, err := operatorClient(e.kubeconfig, "selftaint-fault")
 	if err != nil {
@@ -231,13 +244,9 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	nodes, err := env.connect()
+	nodes, n, err := env.node(ctx, node)
 	if err != nil {
 		return err
-	}
-	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading node %s: %w", node, err)
 	}
 	if _, err := agent.ParseFault(key, value, env.knownFor(n), env.probeConditions); err != nil {
 		return fmt.Errorf("the agent on node %s would reject this fault: %w (only virtual nodes take faults on the kubelet's conditions)", node, err)
@@ -270,13 +279,9 @@ func runFaultClear(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	nodes, err := env.connect()
+	nodes, n, err := env.node(ctx, node)
 	if err != nil {
 		return err
-	}
-	n, err := nodes.Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading node %s: %w", node, err)
 	}
 	// --condition matches the target by either of its names.
 	known := env.knownFor(n)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"k8s.io/klog/v2"
+
+	"github.com/selftaint/selftaint/agent/config"
 )
 
 const usage = `selftaint keeps taints on its own Kubernetes Node that follow the node's health.
@@ -92,6 +94,20 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	logger := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 	klog.SetSlogLogger(logger)
 	return logger, nil
+}
+
+// loggerAndConfig builds the process logger and loads the config file:
+// the start of every long-running command.
+func loggerAndConfig(stderr io.Writer, level, configPath string) (*slog.Logger, *config.Config, error) {
+	logger, err := newLogger(stderr, level)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return logger, cfg, nil
 }
 
 // parseFlags parses args into fs, turning flag errors into errUsage (the

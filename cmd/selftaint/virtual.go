@@ -22,7 +22,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/selftaint/selftaint/agent"
-	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
@@ -171,11 +170,7 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger, err := newLogger(stderr, f.logLevel)
-	if err != nil {
-		return err
-	}
-	cfg, err := config.Load(f.configPath)
+	logger, cfg, err := loggerAndConfig(stderr, f.logLevel, f.configPath)
 	if err != nil {
 		return err
 	}

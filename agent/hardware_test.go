@@ -175,8 +175,13 @@ hardware:
 		return capa == "1" && alloc == "1"
 	})
 	t.Logf("zeroed resource re-asserted after %s", time.Since(zeroed).Round(time.Millisecond))
-	if a.Stats().ConditionWrites == writesBefore {
-		t.Errorf("no status write re-asserted the resource")
+	// The agent counts its write once the API server has answered, which
+	// can be a moment after a reader sees the result.
+	for deadline := time.Now().Add(5 * time.Second); a.Stats().ConditionWrites == writesBefore; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("no status write re-asserted the resource")
+			break
+		}
 	}
 	if !hasEvent(t, c, "fpga-node", "ResourceRestored") {
 		t.Errorf("no ResourceRestored event")

@@ -115,6 +115,11 @@ type Options struct {
 	HardwarePeriod time.Duration
 	// Init, if set, manages the uninitialized taint.
 	Init *InitOptions
+	// Ownership is what the config lets the agent own on its Node. The
+	// ownership records on the Node are trusted only for these keys, the
+	// keys of Rules and Init, and the hardware the inventory reports (see
+	// ownable.go).
+	Ownership Ownership
 }
 
 // FaultOptions configure fault injection through Node annotations.
@@ -165,6 +170,11 @@ type Agent struct {
 	// lastForeignLabels and lastHeldResources are the label and resource
 	// conflicts last reported.
 	lastForeignLabels, lastHeldResources string
+	// ownable is the keys whose ownership records are trusted; the
+	// inventory adds the hardware it reports. lastUntrusted is the
+	// untrusted record entries last reported.
+	ownable       taints.Ownable
+	lastUntrusted string
 	// hardware is the last good inventory; haveHardware is false until
 	// the first one (or when there is no inventory at all).
 	hardware     []Resource
@@ -280,6 +290,7 @@ func New(opts Options) (*Agent, error) {
 		id := taints.IDOf(r.Taint)
 		a.ruleFor[id] = append(a.ruleFor[id], r)
 	}
+	a.ownable = ownableFor(opts)
 	return a, nil
 }
 
@@ -822,30 +833,32 @@ func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.Label
 	return json.Marshal(map[string]any{"metadata": meta, "spec": map[string]any{"taints": list}})
 }
 
-// ownership reads our two ownership records from the Node. A garbled record
-// counts as owning nothing: we may fail to remove something of ours, but
-// never remove someone else's.
-func (a *Agent) ownership(node *corev1.Node) ([]taints.TaintID, []string) {
+// ownership reads our two ownership records from the Node and keeps the
+// entries we could own under our config (see trustOwnership). A garbled
+// record counts as owning nothing: we may fail to remove something of ours,
+// but never remove someone else's. ignored says whether the records hold
+// entries we do not trust, which the next write drops.
+func (a *Agent) ownership(node *corev1.Node) (owned []taints.TaintID, ownedLabels []string, ignored bool) {
 	owned, err := taints.ParseOwned(node.Annotations[taints.OwnedTaintsAnnotation])
 	if err != nil {
 		a.log.Warn("ignoring unreadable ownership annotation", "err", err)
 		a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
 		owned = nil
 	}
-	ownedLabels, err := taints.ParseOwnedLabels(node.Annotations[taints.OwnedLabelsAnnotation])
+	ownedLabels, err = taints.ParseOwnedLabels(node.Annotations[taints.OwnedLabelsAnnotation])
 	if err != nil {
 		a.log.Warn("ignoring unreadable ownership annotation", "err", err)
 		a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
 		ownedLabels = nil
 	}
-	return owned, ownedLabels
+	return a.trustOwnership(node, owned, ownedLabels)
 }
 
 // reconcileMetadata brings the Node's taints and our labels in line with
 // the conditions and the hardware inventory, in one compare-and-swap patch.
 func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState, now time.Time) error {
 	for attempt := 0; ; attempt++ {
-		owned, ownedLabels := a.ownership(node)
+		owned, ownedLabels, untrusted := a.ownership(node)
 		owned = a.claimInitTaint(node, owned)
 		desired := a.desiredTaints(node, owned, states, hw)
 		extra := map[string]string{}
@@ -857,6 +870,10 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states
 		}
 		plan := taints.PlanTaints(node.Spec.Taints, owned, desired, now)
 		labels := taints.PlanLabels(node.Labels, ownedLabels, desiredLabels(node, ownedLabels, hw))
+		if untrusted {
+			// Rewrite the records without the entries we ignored.
+			plan.Changed, labels.Changed = true, true
+		}
 		a.reportForeign(node, plan.Foreign)
 		a.reportForeignLabels(node, labels.Foreign)
 		if !plan.Changed && !labels.Changed && len(extra) == 0 {

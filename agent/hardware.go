@@ -82,6 +82,7 @@ func (a *Agent) runInventory(ctx context.Context) {
 			a.mu.Lock()
 			changed := !a.haveHardware || !slices.EqualFunc(a.hardware, res, sameResource)
 			a.hardware, a.haveHardware = res, true
+			a.addOwnableHardwareLocked(res)
 			a.mu.Unlock()
 			if changed {
 				a.log.Info("hardware inventory", "resources", formatResources(res))
@@ -115,12 +116,19 @@ func formatResources(rs []Resource) string {
 	return strings.Join(parts, ", ")
 }
 
+// HardwareTaint is the taint for hardware r: its key is the resource name,
+// effect NoSchedule, so the ExtendedResourceToleration admission plugin
+// tolerates it for exactly the pods that request r.
+func HardwareTaint(r corev1.ResourceName) corev1.Taint {
+	return corev1.Taint{Key: string(r), Value: HardwareTaintValue, Effect: corev1.TaintEffectNoSchedule}
+}
+
 // HardwareTaints are the taints an inventory asks for.
 func HardwareTaints(rs []Resource) []corev1.Taint {
 	var out []corev1.Taint
 	for _, r := range rs {
 		if r.Taint && r.Count > 0 {
-			out = append(out, corev1.Taint{Key: string(r.Name), Value: HardwareTaintValue, Effect: corev1.TaintEffectNoSchedule})
+			out = append(out, HardwareTaint(r.Name))
 		}
 	}
 	return out

@@ -70,6 +70,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if m.gpuOff != "" {
 		logger.Info(m.gpuOff)
 	}
+	checkPolicyParamsBeside(f.configPath, m.ownership, logger)
 	a, err := agent.New(agent.Options{
 		NodeName:        f.nodeName,
 		Client:          client,
@@ -81,6 +82,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		Hardware:        m.inventory,
 		HardwarePeriod:  cfg.Hardware.Period.D,
 		Init:            cfg.InitOptions(),
+		Ownership:       m.ownership,
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
@@ -31,9 +32,21 @@ func apiServerFromEnv() string {
 type machine struct {
 	specs     []agent.ProbeSpec
 	inventory agent.Inventory
+	// ownership is what the config lets the agent own, its checks'
+	// conditions included.
+	ownership agent.Ownership
 	// gpuOff says why there is no GPU support, when there is none.
 	gpuOff string
 	close  func()
+}
+
+// conditionsOf is the conditions specs feed.
+func conditionsOf(specs []agent.ProbeSpec) []corev1.NodeConditionType {
+	out := make([]corev1.NodeConditionType, len(specs))
+	for i, s := range specs {
+		out[i] = s.Condition
+	}
+	return out
 }
 
 // openMachine builds the probes and inventory the config asks for. NVML is
@@ -50,7 +63,7 @@ func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machi
 		return nil, err
 	}
 	specs = append(specs, checks...)
-	m := &machine{specs: specs, close: func() {}}
+	m := &machine{specs: specs, ownership: cfg.Ownership(conditionsOf(checks)), close: func() {}}
 	lib, err := hardware.OpenNVML(cfg.Hardware.NVML.LibraryPath)
 	switch {
 	case err == nil:

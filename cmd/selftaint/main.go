@@ -32,6 +32,9 @@ Usage:
   selftaint fault inject|clear|list ...
                             inject, clear or list faults: Node annotations that
                             make a node's agent publish a condition until they expire
+  selftaint policy-params [--config FILE]
+                            what the config lets the agent own, as the admission
+                            policy's parameters (the ConfigMap's owned* entries)
 
 Run "selftaint <command> -h" for the command's flags.
 `
@@ -64,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runExplain(ctx, args[1:], stdout, stderr)
 	case "fault":
 		err = runFault(ctx, args[1:], stdout, stderr)
+	case "policy-params":
+		err = runPolicyParams(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

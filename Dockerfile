@@ -6,7 +6,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o /out/selftaint ./cmd/selftaint
+# docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#   --build-arg REVISION=$(git rev-parse HEAD) .   (as `make build` stamps them)
+ARG VERSION=
+ARG REVISION=
+RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/selftaint ./cmd/selftaint
 
 # distroless base: glibc, CA certificates, nothing else; runs as uid 65532.
 FROM gcr.io/distroless/base-debian12:nonroot

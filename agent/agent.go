@@ -115,6 +115,9 @@ type Options struct {
 	HardwarePeriod time.Duration
 	// Init, if set, manages the uninitialized taint.
 	Init *InitOptions
+	// Metrics, if set, receives probe runs, conditions, taints and their
+	// changes, for monitoring (see observe.go). nil means none.
+	Metrics Metrics
 	// Ownership is what the config lets the agent own on its Node. The
 	// ownership records on the Node are trusted only for these keys, the
 	// keys of Rules and Init, and the hardware the inventory reports (see
@@ -153,6 +156,9 @@ type Agent struct {
 	lister   corelisters.NodeLister
 
 	conditionWrites, taintWrites, conflicts, syncs atomic.Int64
+
+	// obs is the loop's health and the detect-to-taint clocks (observe.go).
+	obs observations
 
 	// faultConds and faultProbes are the fault targets: the conditions the
 	// agent manages and its probes' names. Read-only after New.
@@ -229,6 +235,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Faults.MaxDuration == 0 {
 		opts.Faults.MaxDuration = DefaultFaultMaxDuration
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = nopMetrics{}
+	}
 	a := &Agent{
 		opts:          opts,
 		log:           opts.Logger.With("node", opts.NodeName),
@@ -278,9 +287,10 @@ func New(opts Options) (*Agent, error) {
 		a.healthy[in.Condition] = corev1.ConditionFalse
 	}
 	runner, err := probes.NewRunner(entries, probes.RunnerOptions{
-		Clock:  probeClock{opts.Clock},
-		Jitter: opts.Jitter,
-		Logger: a.log,
+		Clock:    probeClock{opts.Clock},
+		Jitter:   opts.Jitter,
+		Logger:   a.log,
+		Observer: opts.Metrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -321,14 +331,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+	a.queue = trackedQueue{workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedMaxOfRateLimiter(
 			// Retries back off from 100ms to 10s: an API server that comes
 			// back is noticed within seconds, a broken one is not hammered.
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second),
 		),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "selftaint", Clock: a.clock},
-	)
+	), a, a.clock}
 	defer a.queue.ShutDown()
 
 	// One informer on our own Node only.
@@ -372,6 +382,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return ctx.Err()
 	}
+	a.updateLoop(func(s *LoopState) { s.CacheSynced = true })
 	wg.Go(func() {
 		<-ctx.Done()
 		a.queue.ShutDown()
@@ -440,6 +451,7 @@ func (a *Agent) Observe(r probes.Result) {
 	after, hasAfter := d.State()
 	next, pending := d.NextChange()
 	a.mu.Unlock()
+	a.noteVerdict(spec.Condition, r)
 
 	if a.queue == nil {
 		return // not running yet; the first sync picks the state up
@@ -562,6 +574,10 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	if hb := a.nextHeartbeat(node, states); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
 		next = hb
 	}
+	a.mu.Lock()
+	final := newer(node, a.lastWritten)
+	a.mu.Unlock()
+	a.observeSync(syncOutcome{node: final, states: states, fromFault: fromFault, faults: faults, resources: resources})
 	return next, nil
 }
 
@@ -933,22 +949,25 @@ func (a *Agent) reportPlan(node *corev1.Node, p taints.Plan, states map[corev1.N
 		restored[taints.IDOf(t)] = true
 		a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintRestored",
 			"taint %s was removed by someone else while %s; restored it", taints.Format(t), a.why(t, states, hw))
-		a.log.Warn("restored a taint someone removed", "taint", taints.Format(t), "because", a.why(t, states, hw))
+		a.log.Warn("taint restored", a.causeOf(t, states, hw).attrs(t)...)
+		a.opts.Metrics.TaintChanged(taints.IDOf(t), true)
 	}
 	for _, t := range p.Added {
 		if restored[taints.IDOf(t)] {
 			continue
 		}
 		a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintAdded", "added taint %s because %s", taints.Format(t), a.why(t, states, hw))
-		a.log.Info("added taint", "taint", taints.Format(t), "because", a.why(t, states, hw))
+		a.log.Info("taint added", a.causeOf(t, states, hw).attrs(t)...)
+		a.opts.Metrics.TaintChanged(taints.IDOf(t), true)
 	}
 	for _, t := range p.Updated {
 		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintUpdated", "set taint %s because %s", taints.Format(t), a.why(t, states, hw))
-		a.log.Info("updated taint", "taint", taints.Format(t))
+		a.log.Info("taint updated", a.causeOf(t, states, hw).attrs(t)...)
 	}
 	for _, t := range p.Removed {
 		a.recorder.Eventf(node, corev1.EventTypeNormal, "TaintRemoved", "removed taint %s: no rule or hardware asks for it any more", taints.Format(t))
-		a.log.Info("removed taint", "taint", taints.Format(t))
+		a.log.Info("taint removed", a.causeOf(t, states, hw).attrs(t)...)
+		a.opts.Metrics.TaintChanged(taints.IDOf(t), false)
 	}
 }
 

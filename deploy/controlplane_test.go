@@ -72,6 +72,9 @@ func TestOnControlPlane(t *testing.T) {
 		}
 	}
 	waitPolicyActive(t, cp)
+	// The operator's step after a config change: the policy's parameters
+	// for what the test agents own.
+	setPolicyParams(t, cp, namespace, testParams(t))
 
 	t.Run("AgentRBACIsEnough", func(t *testing.T) { testAgentRBACIsEnough(t, cp) })
 	t.Run("AgentRBACIsTight", func(t *testing.T) { testAgentRBACIsTight(t, cp) })
@@ -309,14 +312,21 @@ func waitNode(t *testing.T, c kubernetes.Interface, name string, timeout time.Du
 }
 
 // testAgentRBACIsEnough runs the real agent as the agent's service account
-// bound to its node, with the admission policy in force.
+// bound to its node, with the admission policy in force, through
+// everything it does on its Node: initialization (it claims and lifts the
+// uninitialized taint the node registered with), conditions, its taint,
+// Events, a fault's expiry, hardware advertised, tainted and labelled and
+// then withdrawn, and a restart. Nothing is refused.
 func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	const node = "agent-node"
 	admin := cp.Client()
-	cp.CreateNode(t, node, nil)
+	initTaint := corev1.Taint{Key: "selftaint.io/uninitialized", Effect: corev1.TaintEffectNoSchedule}
+	cp.CreateNode(t, node, func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{initTaint} })
 	logger, logs := captureLogs(t)
 	probe := &problemProbe{}
-	stop := runAgent(t, agent.Options{
+	var fpgas atomic.Int64
+	fpgas.Store(1)
+	opts := agent.Options{
 		NodeName: node,
 		Client:   coreClient(t, asServiceAccount(cp, agentSA, node)),
 		Probes: []agent.ProbeSpec{
@@ -327,12 +337,22 @@ func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 		HeartbeatPeriod: time.Hour,
 		Jitter:          -1,
 		Logger:          logger,
-	})
+		Init:            &agent.InitOptions{Condition: "SelftaintUninitialized", Taint: initTaint},
+		Hardware: agent.InventoryFunc(func(context.Context) ([]agent.Resource, error) {
+			return []agent.Resource{{Name: fpgaResource, Count: fpgas.Load(), Advertise: true, Taint: true, Label: true}}, nil
+		}),
+		HardwarePeriod: 200 * time.Millisecond,
+	}
+	stop := runAgent(t, opts)
 
-	// Condition (nodes/status, server-side apply) and taint (nodes patch).
-	waitNode(t, admin, node, 30*time.Second, "condition True and taint set", func(n *corev1.Node) bool {
+	// Condition (nodes/status, server-side apply) and taint (nodes patch);
+	// initialized; the FPGA advertised, tainted and labelled.
+	waitNode(t, admin, node, 30*time.Second, "condition True and taint set, initialized, the FPGA advertised", func(n *corev1.Node) bool {
 		c := nodeCondition(n, testCondition)
-		return c != nil && c.Status == corev1.ConditionTrue && hasTaint(n, testTaintKey)
+		capacity := n.Status.Capacity[fpgaResource]
+		return c != nil && c.Status == corev1.ConditionTrue && hasTaint(n, testTaintKey) &&
+			!hasTaint(n, initTaint.Key) && n.Annotations["selftaint.io/initialized-at"] != "" &&
+			capacity.Value() == 1 && hasTaint(n, string(fpgaResource)) && n.Labels[agent.HardwareLabel(fpgaResource)] == "true"
 	})
 	// Clear and raise again: the repeated Event is a patch of the first.
 	probe.ok.Store(true)
@@ -368,6 +388,25 @@ func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 		c := nodeCondition(n, quietCondition)
 		return !still && c != nil && c.Status == corev1.ConditionFalse
 	})
+
+	// The FPGA goes: resource, taint and label withdrawn.
+	fpgas.Store(0)
+	waitNode(t, admin, node, 30*time.Second, "the FPGA withdrawn", func(n *corev1.Node) bool {
+		_, advertised := n.Status.Capacity[fpgaResource]
+		_, labelled := n.Labels[agent.HardwareLabel(fpgaResource)]
+		return !advertised && !hasTaint(n, string(fpgaResource)) && !labelled
+	})
+
+	// A restart: the new process adopts the Node as it is and carries on.
+	stop()
+	fpgas.Store(1)
+	stop = runAgent(t, opts)
+	waitNode(t, admin, node, 30*time.Second, "the FPGA advertised again after the restart", func(n *corev1.Node) bool {
+		capacity := n.Status.Capacity[fpgaResource]
+		return capacity.Value() == 1 && hasTaint(n, string(fpgaResource))
+	})
+	probe.ok.Store(true)
+	waitNode(t, admin, node, 30*time.Second, "taint lifted after the restart", func(n *corev1.Node) bool { return !hasTaint(n, testTaintKey) })
 	stop()
 	checkNotRefused(t, logs)
 }
@@ -445,64 +484,6 @@ func testAgentRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 		if !apierrors.IsForbidden(err) || strings.Contains(err.Error(), policyName) {
 			t.Errorf("%s as the agent: %v, want Forbidden by RBAC", try.what, err)
 		}
-	}
-}
-
-// testAdmissionPolicy checks the policy against the agent's service
-// account bound to one node, and that it leaves everyone else alone.
-func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
-	const own, other = "policy-own", "policy-other"
-	admin := cp.Client()
-	for _, n := range []string{own, other} {
-		cp.CreateNode(t, n, func(n *corev1.Node) { n.Labels = map[string]string{"team": "infra"} })
-	}
-	sa := coreClient(t, asServiceAccount(cp, agentSA, own))
-	unbound := coreClient(t, asServiceAccount(cp, agentSA, ""))
-	taintPatch := `{"spec":{"taints":[{"key":"selftaint.io/policy-test","effect":"NoSchedule"}]}}`
-
-	tests := []struct {
-		name   string
-		client typedcorev1.NodesGetter
-		node   string
-		patch  string
-		// deny are parts of the policy's message; none means allowed.
-		deny []string
-	}{
-		{"own node's taints", sa, own, taintPatch, nil},
-		{"own node's taints removed", sa, own, `{"spec":{"taints":null}}`, nil},
-		{"own node's selftaint.io label", sa, own, `{"metadata":{"labels":{"selftaint.io/test":"x"}}}`, nil},
-		{"own node's hardware label", sa, own, `{"metadata":{"labels":{"example.com/fpga.present":"true"}}}`, nil},
-		{"own node's hardware label removed", sa, own, `{"metadata":{"labels":{"example.com/fpga.present":null}}}`, nil},
-		{"own node's annotations", sa, own, `{"metadata":{"annotations":{"selftaint.io/owned-taints":"x","fault.selftaint.io/Ready":null}}}`, nil},
-		{"another node's taints", sa, other, taintPatch, []string{"its token is bound to node " + own + ", not " + other}},
-		{"another node's annotations", sa, other, `{"metadata":{"annotations":{"x":"y"}}}`, []string{"its token is bound to node " + own}},
-		{"no node in the token", unbound, own, taintPatch, []string{"name no node"}},
-		{"own node's unschedulable", sa, own, `{"spec":{"unschedulable":true}}`, []string{"not spec.unschedulable"}},
-		{"own node's podCIDR and providerID", sa, own, `{"spec":{"podCIDR":"10.2.0.0/24","providerID":"x://y"}}`, []string{"not spec.", "podCIDR", "providerID"}},
-		{"own node's taints and unschedulable", sa, own, `{"spec":{"unschedulable":true,"taints":[]}}`, []string{"not spec.unschedulable"}},
-		{"own node's other label changed", sa, own, `{"metadata":{"labels":{"team":"ml"}}}`, []string{"labels under selftaint.io/ and <resource>.present on its Node, not team"}},
-		{"own node's other label added", sa, own, `{"metadata":{"labels":{"kubernetes.io/role":"x"}}}`, []string{"not kubernetes.io/role"}},
-		{"own node's other label removed", sa, own, `{"metadata":{"labels":{"team":null}}}`, []string{"not team"}},
-		{"admin: another node's unschedulable", admin.CoreV1(), other, `{"spec":{"unschedulable":true}}`, nil},
-		{"admin: another node's labels", admin.CoreV1(), other, `{"metadata":{"labels":{"team":"ml"}}}`, nil},
-	}
-	for _, tt := range tests {
-		_, err := tt.client.Nodes().Patch(t.Context(), tt.node, types.MergePatchType, []byte(tt.patch), metav1.PatchOptions{})
-		switch {
-		case len(tt.deny) == 0 && err != nil:
-			t.Errorf("%s: %v, want allowed", tt.name, err)
-		case len(tt.deny) > 0 && err == nil:
-			t.Errorf("%s: allowed, want denied with %q", tt.name, tt.deny)
-		case len(tt.deny) > 0 && (!apierrors.IsForbidden(err) || !containsAll(err.Error(), append(tt.deny, policyName))):
-			t.Errorf("%s: %v, want Forbidden by %s with %q", tt.name, err, policyName, tt.deny)
-		}
-	}
-
-	// The status subresource is outside the policy: conditions are keyed,
-	// and server-side apply owns only the agent's.
-	status := fmt.Appendf(nil, `{"status":{"conditions":[{"type":%q,"status":"False","reason":"Test","lastHeartbeatTime":null}]}}`, testCondition)
-	if _, err := sa.Nodes().Patch(t.Context(), own, types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
-		t.Errorf("status patch of its own node: %v", err)
 	}
 }
 

@@ -88,6 +88,8 @@ type kustomization struct {
 	APIVersion string   `json:"apiVersion"`
 	Kind       string   `json:"kind"`
 	Resources  []string `json:"resources"`
+	// Configurations are transformer configs (files beside it, not objects).
+	Configurations []string `json:"configurations"`
 }
 
 func readKustomization(t *testing.T, dir string) kustomization {
@@ -209,7 +211,7 @@ func TestKustomizationsListEveryFile(t *testing.T) {
 				files = append(files, name)
 			}
 		}
-		listed := slices.Clone(k.Resources)
+		listed := slices.Concat(k.Resources, k.Configurations)
 		slices.Sort(listed)
 		if dup := len(listed) - len(slices.Compact(slices.Clone(listed))); dup > 0 {
 			t.Errorf("%s/kustomization.yaml lists %d file(s) twice: %v", dir, dup, k.Resources)
@@ -311,10 +313,16 @@ func TestManifestsAgree(t *testing.T) {
 
 	// The policy matches the agent's service account by user name, and
 	// its binding names it.
+	// The policy matches the agent's service account by name in any
+	// namespace (a namespace overlay keeps it in force), and reads what the
+	// agent may own from the ConfigMap that holds its config.
 	vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, policyName)
-	user := "system:serviceaccount:" + namespace + ":" + agentSA
-	if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, "'"+user+"'") {
-		t.Errorf("policy match conditions %+v, want one matching user %s", vap.Spec.MatchConditions, user)
+	if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, "endsWith(':"+agentSA+"')") ||
+		strings.Contains(vap.Spec.MatchConditions[0].Expression, namespace) {
+		t.Errorf("policy match conditions %+v, want one matching service account %s in any namespace", vap.Spec.MatchConditions, agentSA)
+	}
+	if pk := vap.Spec.ParamKind; pk == nil || pk.APIVersion != "v1" || pk.Kind != "ConfigMap" {
+		t.Errorf("policy paramKind %+v, want v1 ConfigMap", pk)
 	}
 	if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
 		t.Errorf("policy failurePolicy %v, want Fail", vap.Spec.FailurePolicy)
@@ -322,6 +330,10 @@ func TestManifestsAgree(t *testing.T) {
 	binding := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, policyName)
 	if binding.Spec.PolicyName != policyName || !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Errorf("binding %+v, want policy %s with action Deny", binding.Spec, policyName)
+	}
+	if p := binding.Spec.ParamRef; p == nil || p.Name != configMapName || p.Namespace != namespace ||
+		p.ParameterNotFoundAction == nil || *p.ParameterNotFoundAction != admissionregistrationv1.DenyAction {
+		t.Errorf("binding paramRef %+v, want ConfigMap %s/%s, denying when it is missing", binding.Spec.ParamRef, namespace, configMapName)
 	}
 
 	// Every binding's subject is the agent's service account.
@@ -396,9 +408,7 @@ func TestDaemonSetSpec(t *testing.T) {
 	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
 		t.Errorf("cpu limit set; throttling would delay probes on a busy node")
 	}
-	if c.LivenessProbe != nil || c.ReadinessProbe != nil {
-		t.Errorf("probes set, but the agent serves no HTTP endpoint")
-	}
+	// The liveness and readiness probes: TestDaemonSetHealthProbes.
 
 	psc, sc := pod.SecurityContext, c.SecurityContext
 	if psc == nil || sc == nil {

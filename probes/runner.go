@@ -85,6 +85,54 @@ type RunnerOptions struct {
 	// Logger receives transitions into and out of Unknown; it defaults to
 	// discarding everything.
 	Logger *slog.Logger
+	// Observer, if set, is told about every result the runner reports
+	// (metrics live on the other side of this interface).
+	Observer Observer
+}
+
+// Observer is told about each probe run. It is called from the probes'
+// goroutines, concurrently, and must return promptly.
+type Observer interface {
+	// ProbeRan reports one run of probe: how long it took and, for a run
+	// that gave no verdict, why (FailureNone for a verdict).
+	ProbeRan(probe string, d time.Duration, failure FailureKind)
+}
+
+// FailureKind classifies a run that gave no verdict.
+type FailureKind string
+
+// The kinds of failed runs; FailureNone is a run with a verdict.
+const (
+	FailureNone FailureKind = ""
+	// FailureTimeout: the probe did not finish within its timeout.
+	FailureTimeout FailureKind = "timeout"
+	// FailurePanic: the probe panicked.
+	FailurePanic FailureKind = "panic"
+	// FailureInvalid: the probe returned no or an invalid status.
+	FailureInvalid FailureKind = "invalid_result"
+	// FailureRead: the probe could not read or parse its source.
+	FailureRead FailureKind = "read_error"
+	// FailureOther: the probe reported Unknown for a reason of its own.
+	FailureOther FailureKind = "unknown"
+)
+
+// Failure classifies a result: FailureNone for a verdict (OK or Problem),
+// else why there was none, from the reasons runOnce and the probes set.
+func Failure(r Result) FailureKind {
+	if r.Status == StatusOK || r.Status == StatusProblem {
+		return FailureNone
+	}
+	switch r.Reason {
+	case ReasonProbeTimeout:
+		return FailureTimeout
+	case ReasonProbePanic:
+		return FailurePanic
+	case ReasonProbeError:
+		return FailureInvalid
+	case ReasonReadError:
+		return FailureRead
+	}
+	return FailureOther
 }
 
 // ProbeStats counts one probe's runs.
@@ -108,6 +156,7 @@ type Runner struct {
 	jitter  float64
 	rand    func() float64
 	log     *slog.Logger
+	obs     Observer // nil: none
 
 	mu    sync.Mutex   // guards stats and last
 	stats []ProbeStats // indexed like entries
@@ -160,6 +209,7 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 		jitter:  opts.Jitter,
 		rand:    opts.Rand,
 		log:     opts.Logger,
+		obs:     opts.Observer,
 		stats:   make([]ProbeStats, len(entries)),
 		last:    make([]Result, len(entries)),
 	}
@@ -278,6 +328,9 @@ func (r *Runner) record(i int, res Result, stack []byte) {
 	s.LastStatus = res.Status
 	s.LastDuration = res.Duration
 	r.mu.Unlock()
+	if r.obs != nil {
+		r.obs.ProbeRan(res.Probe, res.Duration, Failure(res))
+	}
 
 	switch {
 	case res.Status == StatusUnknown && (prev.Status != StatusUnknown || prev.Reason != res.Reason):

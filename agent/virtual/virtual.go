@@ -155,7 +155,11 @@ func (p SimulatedProbe) Probe(context.Context) probes.Result {
 }
 
 // Run registers the virtual nodes and runs them until ctx is cancelled or
-// one of them fails; it returns the first failure.
+// one of them fails; it returns the first failure. It never serves a Node
+// that is not virtual (labelled selftaint.io/virtual=true): if one exists
+// under one of the names, Run fails at once with a NotVirtualError and
+// touches nothing; if one appears later in a virtual node's place, Run
+// fails when that node's status is next written.
 func Run(ctx context.Context, opts Options) error {
 	if len(opts.Names) == 0 {
 		return errors.New("virtual: no nodes to run")
@@ -186,6 +190,13 @@ func Run(ctx context.Context, opts Options) error {
 		opts.PodSyncWorkers = 2
 	}
 
+	// Before virtual-kubelet touches a Node: on registration it patches an
+	// existing Node of the same name as its own.
+	regs, err := checkExisting(ctx, opts.Core.Nodes(), opts.Names)
+	if err != nil {
+		return err
+	}
+
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -205,7 +216,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	nodes := make([]*virtualNode, len(opts.Names))
 	for i, name := range opts.Names {
-		n, err := newVirtualNode(opts, name, i, broadcaster, unused)
+		n, err := newVirtualNode(opts, name, i, regs[name], broadcaster, unused, cancel)
 		if err != nil {
 			return err
 		}
@@ -219,26 +230,12 @@ func Run(ctx context.Context, opts Options) error {
 	<-ctx.Done()
 	wg.Wait()
 	if opts.DeleteOnExit {
-		deleteNodes(opts)
+		deleteNodes(opts.Core.Nodes(), regs, opts.Names, opts.Logger)
 	}
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return ctx.Err()
-}
-
-// deleteNodes removes the Nodes after the process stops serving them.
-func deleteNodes(opts Options) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, name := range opts.Names {
-		err := opts.Core.Nodes().Delete(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			opts.Logger.Warn("deleting virtual node on exit", "node", name, "err", err)
-			continue
-		}
-		opts.Logger.Info("virtual node deleted", "node", name)
-	}
 }
 
 // virtualNode is one node: its virtual-kubelet node and pod controllers,
@@ -253,15 +250,23 @@ type virtualNode struct {
 	workers int
 }
 
-func newVirtualNode(opts Options, name string, index int, broadcaster record.EventBroadcaster, unused unusedInformers) (*virtualNode, error) {
+// newVirtualNode builds node name's parts; reg records the Node it
+// registers, and fail stops the whole set when the Node turns out not to
+// be virtual.
+func newVirtualNode(opts Options, name string, index int, reg *registration, broadcaster record.EventBroadcaster, unused unusedInformers, fail context.CancelCauseFunc) (*virtualNode, error) {
 	log := opts.Logger.With("node", name)
 	template := opts.Template.newNode(name, index)
-	nodeClient := opts.Core.Nodes()
+	nodeClient := guardedNodes{NodeInterface: opts.Core.Nodes(), reg: reg}
 	nc, err := vknode.NewNodeController(nodeStatus{}, template, nodeClient,
 		vknode.WithNodeEnableLeaseV1(opts.Leases.Leases(corev1.NamespaceNodeLease), int32(opts.LeaseDuration/time.Second)),
 		vknode.WithNodeStatusUpdateInterval(opts.StatusUpdateInterval),
 		// Someone deleted the Node: register it again, as a kubelet does.
 		vknode.WithNodeStatusUpdateErrorHandler(func(ctx context.Context, err error) error {
+			if notVirtual(err) {
+				// A real Node took this one's name: stop serving it.
+				fail(fmt.Errorf("virtual node %s: %w", name, err))
+				return err
+			}
 			if !apierrors.IsNotFound(err) {
 				return err
 			}
@@ -344,6 +349,13 @@ func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail contex
 		return n.pods.Run(ctx, n.workers)
 	})
 	run("agent", func(ctx context.Context) error {
+		// The agent writes to the Node once it is known to be virtual
+		// and registered.
+		select {
+		case <-n.nodes.Ready():
+		case <-ctx.Done():
+			return nil
+		}
 		if err := n.agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}

@@ -25,6 +25,7 @@ type agentFlags struct {
 	logLevel   string
 	qps        float64
 	burst      int
+	observe    observeFlags
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet) {
@@ -35,6 +36,7 @@ func (f *agentFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Float64Var(&f.qps, "kube-api-qps", 5, "client-side limit on API requests per second")
 	fs.IntVar(&f.burst, "kube-api-burst", 10, "client-side burst of API requests")
+	f.observe.register(fs)
 }
 
 func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
@@ -58,6 +60,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	rc.QPS, rc.Burst = float32(f.qps), f.burst
 	rc.UserAgent = "selftaint/" + f.nodeName
+	obs, err := newObservability(f.observe, buildInfo(), rc)
+	if err != nil {
+		return err
+	}
 	client, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("building API client: %w", err)
@@ -83,12 +89,24 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		HardwarePeriod:  cfg.Hardware.Period.D,
 		Init:            cfg.InitOptions(),
 		Ownership:       m.ownership,
+		Metrics:         obs.agentMetrics(),
 	})
 	if err != nil {
 		return err
 	}
-	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait, err := obs.serve(ctx, a, logger)
+	if err != nil {
 		return err
+	}
+	runErr := a.Run(ctx)
+	cancel()
+	if err := wait(); err != nil {
+		logger.Warn("metrics server stopped with an error", "err", err)
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return runErr
 	}
 	logger.Info("agent stopped")
 	return nil

@@ -263,7 +263,7 @@ func TestFaultCLIWithAgent(t *testing.T) {
 	var agentErr bytes.Buffer
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1",
-		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=" + node, kc, "--host-root=testdata/lowmem", "--config=" + cfg, "--log-level=warn"}, " "))
+		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=" + node, kc, "--host-root=testdata/lowmem", "--config=" + cfg, "--log-level=warn", "--metrics-address=127.0.0.1:0"}, " "))
 	cmd.Stderr = &agentErr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the agent: %v", err)

@@ -29,7 +29,7 @@ func TestAgentWithoutNVML(t *testing.T) {
 	var stderr syncBuffer
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1",
-		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=no-gpu", "--kubeconfig=" + cp.KubeconfigPath, "--host-root=testdata/lowmem", "--config=" + cfg}, " "))
+		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=no-gpu", "--kubeconfig=" + cp.KubeconfigPath, "--host-root=testdata/lowmem", "--config=" + cfg, "--metrics-address=127.0.0.1:0"}, " "))
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -36,6 +36,8 @@ Usage:
                             what the config lets the agent own, as the admission
                             policy's parameters (the ConfigMap's owned* entries)
 
+  selftaint version         print the version, revision and Go version
+
 Run "selftaint <command> -h" for the command's flags.
 `
 
@@ -67,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runExplain(ctx, args[1:], stdout, stderr)
 	case "fault":
 		err = runFault(ctx, args[1:], stdout, stderr)
+	case "version":
+		err = runVersion(args[1:], stdout, stderr)
 	case "policy-params":
 		err = runPolicyParams(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -131,7 +131,7 @@ initialization: {enabled: false}
 	var stderr syncBuffer
 	cmd := exec.Command("ip", "netns", "exec", nodeNS, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1",
-		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=" + node, "--kubeconfig=" + nsKubeconfig, "--config=" + cfg, "--log-level=warn"}, " "))
+		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=" + node, "--kubeconfig=" + nsKubeconfig, "--config=" + cfg, "--log-level=warn", "--metrics-address=127.0.0.1:0"}, " "))
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ func checkPolicyParamsBeside(configPath string, own agent.Ownership, log *slog.L
 		return
 	}
 	if have == nil {
-		log.Info("no admission policy parameters beside the config file; not checked", "dir", dir)
+		log.Debug("no admission policy parameters beside the config file; not checked", "dir", dir)
 		return
 	}
 	missing, extra := config.CheckPolicyParams(config.PolicyParams(own), have)

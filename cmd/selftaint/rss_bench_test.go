@@ -37,7 +37,7 @@ func BenchmarkAgentSteadyState(b *testing.B) {
 	cp.CreateNode(b, node, nil)
 
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(bin, "agent", "--node-name="+node, "--kubeconfig="+cp.KubeconfigPath, "--log-level=warn")
+		cmd := exec.Command(bin, "agent", "--node-name="+node, "--kubeconfig="+cp.KubeconfigPath, "--log-level=warn", "--metrics-address=127.0.0.1:0")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)

@@ -1,0 +1,258 @@
+// Package metrics exports what the selftaint agent sees and decides as
+// Prometheus metrics, and serves them beside the agent's health and
+// readiness, so a fleet watches selftaint the way it watches node_exporter
+// or node-problem-detector: one scrape per node, no per-pod labels.
+//
+// Everything is registered on a registry the caller makes and passes in;
+// nothing here touches the Prometheus default registry or client-go's
+// process-global metric hooks. Metrics implements agent.Metrics (and through
+// it probes.Observer), so the agent and the probes stay free of Prometheus.
+package metrics
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// Namespace prefixes every metric of selftaint's own.
+const Namespace = "selftaint"
+
+// BuildInfo is what selftaint_build_info reports.
+type BuildInfo struct {
+	Version, Revision, GoVersion string
+}
+
+// failureKinds are the values of selftaint_probe_errors_total's kind label;
+// each probe's series start at zero for all of them.
+var failureKinds = []probes.FailureKind{
+	probes.FailureTimeout, probes.FailurePanic, probes.FailureInvalid, probes.FailureRead, probes.FailureOther,
+}
+
+var conditionStatuses = []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown}
+
+// Metrics holds the agent's collectors. Its methods are safe for concurrent
+// use.
+type Metrics struct {
+	probeDuration  *prometheus.HistogramVec
+	probeRuns      *prometheus.CounterVec
+	probeErrors    *prometheus.CounterVec
+	condition      *prometheus.GaugeVec
+	taint          *prometheus.GaugeVec
+	taintChanges   *prometheus.CounterVec
+	detectToTaint  *prometheus.HistogramVec
+	apiRequests    *prometheus.CounterVec
+	apiDuration    *prometheus.HistogramVec
+	apiConflicts   prometheus.Counter
+	faultsApplied  prometheus.Counter
+	faultsRejected prometheus.Counter
+	extended       *prometheus.GaugeVec
+
+	mu         sync.Mutex // guards the label sets last set, so the ones gone are deleted
+	conditions map[corev1.NodeConditionType]bool
+	taints     map[taints.TaintID]bool
+	resources  map[corev1.ResourceName]bool
+}
+
+var _ agent.Metrics = (*Metrics)(nil)
+
+// New creates the agent's metrics and registers them on reg, with the build
+// info and the Go runtime and process collectors.
+func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
+	m := &Metrics{
+		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "probe_duration_seconds",
+			Help:    "How long each probe run took, failed runs included.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"probe"}),
+		probeRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "probe_runs_total",
+			Help: "Probe runs, with or without a verdict.",
+		}, []string{"probe"}),
+		probeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "probe_errors_total",
+			Help: "Probe runs that gave no verdict, by kind: timeout, panic, invalid_result, read_error, unknown.",
+		}, []string{"probe", "kind"}),
+		condition: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "condition",
+			Help: "The status of each NodeCondition the agent publishes: 1 for the current status, 0 for the other two.",
+		}, []string{"condition", "status"}),
+		taint: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "taint",
+			Help: "1 for each taint selftaint owns that is on its Node.",
+		}, []string{"key", "effect"}),
+		taintChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "taint_changes_total",
+			Help: "Taints the agent added (restored ones included) or removed, by direction added/removed.",
+		}, []string{"key", "effect", "direction"}),
+		detectToTaint: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "detect_to_taint_seconds",
+			Help: "Time from a bad verdict (source probe: its first Problem result, before damping; source fault: " +
+				"the sync that first applied it) to its taints being confirmed by the API server.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+		}, []string{"source"}),
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "api_requests_total",
+			Help: "Requests to the Kubernetes API server, by verb, resource, subresource and HTTP code (\"error\" when no response came).",
+		}, []string{"verb", "resource", "subresource", "code"}),
+		apiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "api_request_duration_seconds",
+			Help:    "Latency of requests to the Kubernetes API server until the response headers (a watch: until it is established).",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"verb", "resource", "subresource"}),
+		apiConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "api_conflicts_total",
+			Help: "API responses 409 Conflict: a write raced another writer and is retried from a fresh read.",
+		}),
+		faultsApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "faults_applied_total",
+			Help: "Injected faults that started applying.",
+		}),
+		faultsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "faults_rejected_total",
+			Help: "Fault annotation values the agent rejected (each value once).",
+		}),
+		extended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "extended_resource_advertised",
+			Help: "The count of each extended resource the agent advertises in the Node's capacity.",
+		}, []string{"resource"}),
+		conditions: map[corev1.NodeConditionType]bool{},
+		taints:     map[taints.TaintID]bool{},
+		resources:  map[corev1.ResourceName]bool{},
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "build_info",
+		Help:        "Always 1; the labels say which selftaint this is.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion},
+	})
+	buildInfo.Set(1)
+	for _, c := range []prometheus.Collector{
+		buildInfo, m.probeDuration, m.probeRuns, m.probeErrors, m.condition, m.taint, m.taintChanges,
+		m.detectToTaint, m.apiRequests, m.apiDuration, m.apiConflicts, m.faultsApplied, m.faultsRejected, m.extended,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// RegisterReady adds selftaint_ready, 1 while ready() returns nil.
+func RegisterReady(reg prometheus.Registerer, ready func() error) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "ready",
+		Help: "1 when the agent is ready (its Node informer synced and its first sync written), else 0.",
+	}, func() float64 {
+		if ready() == nil {
+			return 1
+		}
+		return 0
+	})
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("registering selftaint_ready: %w", err)
+	}
+	return nil
+}
+
+// ProbeRan counts one probe run.
+func (m *Metrics) ProbeRan(probe string, d time.Duration, failure probes.FailureKind) {
+	m.probeRuns.WithLabelValues(probe).Inc()
+	m.probeDuration.WithLabelValues(probe).Observe(d.Seconds())
+	for _, k := range failureKinds {
+		c := m.probeErrors.WithLabelValues(probe, string(k))
+		if k == failure {
+			c.Inc()
+		}
+	}
+}
+
+// SetConditions sets selftaint_condition for every condition given and
+// drops the series of conditions no longer published.
+func (m *Metrics) SetConditions(cs map[corev1.NodeConditionType]corev1.ConditionStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for c := range m.conditions {
+		if _, ok := cs[c]; !ok {
+			for _, s := range conditionStatuses {
+				m.condition.DeleteLabelValues(string(c), string(s))
+			}
+			delete(m.conditions, c)
+		}
+	}
+	for c, status := range cs {
+		for _, s := range conditionStatuses {
+			v := 0.0
+			if s == status {
+				v = 1
+			}
+			m.condition.WithLabelValues(string(c), string(s)).Set(v)
+		}
+		m.conditions[c] = true
+	}
+}
+
+// SetTaints sets selftaint_taint to exactly ids.
+func (m *Metrics) SetTaints(ids []taints.TaintID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := map[taints.TaintID]bool{}
+	for _, id := range ids {
+		now[id] = true
+		m.taint.WithLabelValues(id.Key, string(id.Effect)).Set(1)
+	}
+	for id := range m.taints {
+		if !now[id] {
+			m.taint.DeleteLabelValues(id.Key, string(id.Effect))
+		}
+	}
+	m.taints = now
+}
+
+// TaintChanged counts a taint added or removed; both directions' series
+// start at zero.
+func (m *Metrics) TaintChanged(id taints.TaintID, added bool) {
+	add := m.taintChanges.WithLabelValues(id.Key, string(id.Effect), "added")
+	remove := m.taintChanges.WithLabelValues(id.Key, string(id.Effect), "removed")
+	if added {
+		add.Inc()
+	} else {
+		remove.Inc()
+	}
+}
+
+// DetectedToTainted observes one detect-to-taint time.
+func (m *Metrics) DetectedToTainted(source string, d time.Duration) {
+	m.detectToTaint.WithLabelValues(source).Observe(d.Seconds())
+}
+
+// FaultApplied counts a fault that started applying.
+func (m *Metrics) FaultApplied() { m.faultsApplied.Inc() }
+
+// FaultRejected counts a rejected fault annotation value.
+func (m *Metrics) FaultRejected() { m.faultsRejected.Inc() }
+
+// SetAdvertised sets selftaint_extended_resource_advertised to exactly rs.
+func (m *Metrics) SetAdvertised(rs map[corev1.ResourceName]int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for r := range m.resources {
+		if _, ok := rs[r]; !ok {
+			m.extended.DeleteLabelValues(string(r))
+			delete(m.resources, r)
+		}
+	}
+	for r, n := range rs {
+		m.extended.WithLabelValues(string(r)).Set(float64(n))
+		m.resources[r] = true
+	}
+}

@@ -1,0 +1,451 @@
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	kusttypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// fpgaResource is the hardware the test agent advertises, taints and
+// labels.
+const fpgaResource corev1.ResourceName = "example.com/fpga"
+
+// memoryCondition is the memory probe's condition in the deployed config.
+const memoryCondition corev1.NodeConditionType = "SelftaintMemoryPressure"
+
+func ptrTo[T any](v T) *T { return &v }
+
+// testParams are the admission policy's parameters for the test agents:
+// deploy/configmap.yaml's (what the deployed config owns) plus the test
+// agents' own conditions, rule taint and FPGA, one per line, as
+// `selftaint policy-params` prints them for a config that has those.
+func testParams(t *testing.T) map[string]string {
+	t.Helper()
+	cm := find[*corev1.ConfigMap](t, readManifests(t, "."), configMapName)
+	add := map[string][]string{
+		"ownedTaints":     {testTaintKey + ":NoSchedule", string(fpgaResource) + ":NoSchedule"},
+		"ownedLabels":     {agent.HardwareLabel(fpgaResource)},
+		"ownedConditions": {string(testCondition), string(quietCondition)},
+		"ownedResources":  {string(fpgaResource)},
+	}
+	params := map[string]string{}
+	for k, extra := range add {
+		v, ok := cm.Data[k]
+		if !ok {
+			t.Fatalf("deploy/configmap.yaml has no %s", k)
+		}
+		params[k] = v + strings.Join(extra, "\n") + "\n"
+	}
+	return params
+}
+
+// setPolicyParams writes the policy's parameters into the agent's
+// ConfigMap in ns, as an operator does after changing the config
+// (selftaint policy-params), and waits until the policy has them (params
+// must allow testCondition, which the wait writes).
+func setPolicyParams(t *testing.T, cp *testcp.ControlPlane, ns string, params map[string]string) {
+	t.Helper()
+	ctx := t.Context()
+	cms := cp.Client().CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(ctx, configMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(cm.Data, params)
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server's policy informer catches up asynchronously: wait
+	// until a write only the new parameters allow goes through.
+	const probe = "policy-params-canary"
+	cp.CreateNode(t, probe, nil)
+	sa := coreClient(t, asServiceAccountIn(cp, ns, agentSA, probe))
+	apply := fmt.Appendf(nil, `{"apiVersion":"v1","kind":"Node","metadata":{"name":%q},"status":{"conditions":[{"type":%q,"status":"False","reason":"Canary"}]}}`, probe, testCondition)
+	poll(t, time.Minute, "the policy to take the new parameters", func() (bool, error) {
+		_, err := sa.Nodes().Patch(ctx, probe, types.ApplyPatchType, apply, metav1.PatchOptions{FieldManager: "canary", Force: ptrTo(true)}, "status")
+		return err == nil, err
+	})
+	if err := cp.Client().CoreV1().Nodes().Delete(ctx, probe, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// asServiceAccountIn is asServiceAccount for a service account in ns.
+func asServiceAccountIn(cp *testcp.ControlPlane, ns, sa, node string) *rest.Config {
+	rc := cp.RESTConfig()
+	rc.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	if node != "" {
+		rc.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
+	}
+	return rc
+}
+
+// kubeletNode fills a Node as the kubelet and other writers leave it: a
+// foreign taint and one of selftaint's, labels, an annotation and a fault,
+// the kubelet's Ready condition and one of selftaint's, capacity with
+// another writer's extended resource, addresses, the kubelet's endpoint.
+func kubeletNode(n *corev1.Node) {
+	n.Labels = map[string]string{"team": "infra", "kubernetes.io/hostname": n.Name}
+	n.Annotations = map[string]string{
+		"example.com/owner":                        "team-a",
+		agent.FaultAnnotationKey("memory"):         `{"status":"True"}`,
+		taints.OwnedTaintsAnnotation:               "selftaint.io/memory-pressure:NoSchedule",
+		"node.alpha.kubernetes.io/ttl":             "0",
+		"volumes.kubernetes.io/controller-managed": "true",
+	}
+	n.Spec.Taints = []corev1.Taint{
+		{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "selftaint.io/memory-pressure", Effect: corev1.TaintEffectNoSchedule},
+	}
+	now := metav1.Now()
+	n.Status.Conditions = []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now},
+		{Type: memoryCondition, Status: corev1.ConditionTrue, Reason: "LowMemory", LastHeartbeatTime: now, LastTransitionTime: now},
+	}
+	n.Status.Capacity = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourcePods: resource.MustParse("110"),
+		"example.com/other": resource.MustParse("2"),
+	}
+	n.Status.Allocatable = n.Status.Capacity.DeepCopy()
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}, {Type: corev1.NodeHostName, Address: n.Name}}
+	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 10250
+	n.Status.NodeInfo.KubeletVersion = "v1.35.4"
+}
+
+// nodeWrite is one write to a Node: a patch of the given type to the Node
+// or its status; or, with taints set, a merge patch of spec.taints made by
+// editing the list as the writer reads it.
+type nodeWrite struct {
+	pt     types.PatchType
+	status bool
+	body   string
+	taints func([]corev1.Taint) []corev1.Taint
+}
+
+func (w nodeWrite) do(c typedcorev1.NodesGetter, node string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if w.taints != nil {
+			n, err := c.Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			list, err := json.Marshal(w.taints(slices.Clone(n.Spec.Taints)))
+			if err != nil {
+				return err
+			}
+			w = mergeSpec(`{"taints":` + string(list) + `}`)
+		}
+		var sub []string
+		if w.status {
+			sub = []string{"status"}
+		}
+		opts := metav1.PatchOptions{}
+		body := w.body
+		if w.pt == types.ApplyPatchType {
+			opts = metav1.PatchOptions{FieldManager: "attacker", Force: ptrTo(true)}
+			body = `{"apiVersion":"v1","kind":"Node","metadata":{"name":"` + node + `"},"status":` + body + `}`
+		}
+		_, err := c.Nodes().Patch(ctx, node, w.pt, []byte(body), opts, sub...)
+		return err
+	}
+}
+
+func mergeMeta(s string) nodeWrite {
+	return nodeWrite{pt: types.MergePatchType, body: `{"metadata":` + s + `}`}
+}
+func mergeSpec(s string) nodeWrite {
+	return nodeWrite{pt: types.MergePatchType, body: `{"spec":` + s + `}`}
+}
+func statusSMP(s string) nodeWrite {
+	return nodeWrite{pt: types.StrategicMergePatchType, status: true, body: s}
+}
+func statusJSON(s string) nodeWrite { return nodeWrite{pt: types.JSONPatchType, status: true, body: s} }
+
+// statusApply is a server-side apply of the given status to the Node the
+// write is sent to.
+func statusApply(s string) nodeWrite {
+	return nodeWrite{pt: types.ApplyPatchType, status: true, body: s}
+}
+
+// addTaint writes the Node's taints with t added.
+func addTaint(key string, effect corev1.TaintEffect) nodeWrite {
+	return nodeWrite{taints: func(ts []corev1.Taint) []corev1.Taint {
+		return append(ts, corev1.Taint{Key: key, Effect: effect})
+	}}
+}
+
+// removeTaint writes the Node's taints without those under key.
+func removeTaint(key string) nodeWrite {
+	return nodeWrite{taints: func(ts []corev1.Taint) []corev1.Taint {
+		return slices.DeleteFunc(ts, func(t corev1.Taint) bool { return t.Key == key })
+	}}
+}
+
+// setTaintValue writes the Node's taints with key's value changed.
+func setTaintValue(key, value string) nodeWrite {
+	return nodeWrite{taints: func(ts []corev1.Taint) []corev1.Taint {
+		for i := range ts {
+			if ts[i].Key == key {
+				ts[i].Value = value
+			}
+		}
+		return ts
+	}}
+}
+
+// testAdmissionPolicy attacks the policy with the agent's own identity —
+// bound to node A, and bound to no node — on another node B and on A
+// itself, through nodes and nodes/status with merge, strategic-merge, JSON
+// patches and server-side apply, and checks each attack is denied by the
+// policy and changes nothing, while what the agent does on A is allowed
+// and other users are unaffected.
+func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
+	const a, b = "policy-a", "policy-b"
+	admin := cp.Client()
+	for _, n := range []string{a, b} {
+		cp.CreateNode(t, n, kubeletNode)
+	}
+	bound := coreClient(t, asServiceAccount(cp, agentSA, a))
+	unbound := coreClient(t, asServiceAccount(cp, agentSA, ""))
+	before := map[string]*corev1.Node{}
+	for _, n := range []string{a, b} {
+		before[n] = getNode(t, admin, n)
+	}
+
+	// Attacks on another node, and with a token bound to no node.
+	elsewhere := []struct {
+		name string
+		w    nodeWrite
+	}{
+		{"set the kubelet's Ready False (strategic merge)", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`)},
+		{"set the kubelet's Ready False (server-side apply)", statusApply(`{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}`)},
+		{"zero cpu and pods capacity", statusSMP(`{"status":{"capacity":{"cpu":"0","pods":"0"},"allocatable":{"cpu":"0","pods":"0"}}}`)},
+		{"remove another writer's extended resource", statusJSON(`[{"op":"remove","path":"/status/capacity/example.com~1other"}]`)},
+		{"replace the InternalIP and kubelet port", statusSMP(`{"status":{"addresses":[{"type":"InternalIP","address":"203.0.113.66"}],"daemonEndpoints":{"kubeletEndpoint":{"Port":1}}}}`)},
+		{"relabel through status", statusSMP(`{"metadata":{"labels":{"team":"evil"}}}`)},
+		{"add a fault through status", statusSMP(`{"metadata":{"annotations":{"fault.selftaint.io/memory":"{\"status\":\"True\"}"}}}`)},
+		{"an ownerReference to a missing object through status", statusSMP(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}}`)},
+		{"claim a foreign taint in the ownership record through status", statusSMP(`{"metadata":{"annotations":{"selftaint.io/owned-taints":"dedicated:NoSchedule"}}}`)},
+		{"add a taint", addTaint(testTaintKey, corev1.TaintEffectNoSchedule)},
+		{"remove a foreign taint", removeTaint("dedicated")},
+		{"claim a foreign taint in the ownership record", mergeMeta(`{"annotations":{"selftaint.io/owned-taints":"dedicated:NoSchedule"}}`)},
+	}
+	var attacks []attack
+	for _, e := range elsewhere {
+		attacks = append(attacks,
+			attack{"bound to " + a + ", on " + b + ": " + e.name, e.w.do(bound, b), policyName, "its token is bound to node " + a + ", not " + b},
+			attack{"bound to no node, on " + b + ": " + e.name, e.w.do(unbound, b), policyName, "name no node"},
+			attack{"bound to no node, on " + a + ": " + e.name, e.w.do(unbound, a), policyName, "name no node"})
+	}
+	// Attacks on its own node.
+	own := func(name string, w nodeWrite, deny string) attack {
+		return attack{"own node: " + name, w.do(bound, a), policyName, deny}
+	}
+	attacks = append(attacks,
+		own("remove a foreign taint", removeTaint("dedicated"), "only its own taints (ownedTaints), not dedicated:NoSchedule"),
+		own("remove the API server's not-ready taint", removeTaint(corev1.TaintNodeNotReady), "not node.kubernetes.io/not-ready:NoSchedule"),
+		own("change a foreign taint's value", setTaintValue("dedicated", "cpu"), "not dedicated:NoSchedule"),
+		own("add a taint under any key", addTaint("evil", corev1.TaintEffectNoExecute), "not evil:NoExecute"),
+		own("add its own key with another effect", addTaint("selftaint.io/memory-pressure", corev1.TaintEffectNoExecute), "not selftaint.io/memory-pressure:NoExecute"),
+		own("set a lookalike .present label", mergeMeta(`{"labels":{"node-role.kubernetes.io/control-plane.present":"true"}}`), "only its own hardware labels (ownedLabels), not node-role.kubernetes.io/control-plane.present"),
+		own("set a selftaint.io label", mergeMeta(`{"labels":{"selftaint.io/virtual":"true"}}`), "not selftaint.io/virtual"),
+		own("change a foreign label", mergeMeta(`{"labels":{"team":"ml"}}`), "not team"),
+		own("delete a foreign annotation", mergeMeta(`{"annotations":{"example.com/owner":null}}`), "not example.com/owner"),
+		own("add a fault", mergeMeta(`{"annotations":{"fault.selftaint.io/disk":"{\"status\":\"True\"}"}}`), "not fault.selftaint.io/disk"),
+		own("change a fault", mergeMeta(`{"annotations":{"fault.selftaint.io/memory":"{\"status\":\"False\"}"}}`), "not fault.selftaint.io/memory"),
+		own("add a finalizer", mergeMeta(`{"finalizers":["example.com/hold"]}`), "finalizers or ownerReferences"),
+		own("add an ownerReference", mergeMeta(`{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}`), "finalizers or ownerReferences"),
+		own("set spec.unschedulable", mergeSpec(`{"unschedulable":true}`), "not spec.unschedulable"),
+		own("set podCIDR and providerID", mergeSpec(`{"podCIDR":"10.2.0.0/24","providerID":"x://y"}`), "podCIDR"),
+		own("overwrite the kubelet's Ready (strategic merge)", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`), "only its own conditions (ownedConditions), not Ready"),
+		own("overwrite the kubelet's Ready (server-side apply)", statusApply(`{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}`), "not Ready"),
+		own("remove another writer's extended resource", statusJSON(`[{"op":"remove","path":"/status/capacity/example.com~1other"}]`), "only its own extended resources (ownedResources), not capacity example.com/other"),
+		own("zero cpu capacity (server-side apply)", statusApply(`{"capacity":{"cpu":"0"}}`), "not capacity cpu"),
+		own("replace the InternalIP", statusSMP(`{"status":{"addresses":[{"type":"InternalIP","address":"203.0.113.66"}]}}`), "not status.addresses"),
+		own("change the kubelet port", statusSMP(`{"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":1}}}}`), "not status.daemonEndpoints"),
+		own("set its own hardware label through status", statusSMP(`{"metadata":{"labels":{"example.com/fpga.present":"true"}}}`), "no labels through nodes/status"),
+		own("write its ownership record through status", statusSMP(`{"metadata":{"annotations":{"selftaint.io/owned-taints":"dedicated:NoSchedule"}}}`), "no annotations through nodes/status"),
+		own("an ownerReference through status", statusSMP(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}}`), "finalizers or ownerReferences"),
+	)
+	for _, at := range attacks {
+		at.check(t)
+	}
+	// Nothing changed on either node.
+	for _, n := range []string{a, b} {
+		checkUnchanged(t, before[n], getNode(t, admin, n))
+	}
+
+	// What the agent does on its own node is allowed, in this order.
+	allowed := []struct {
+		name string
+		w    nodeWrite
+	}{
+		{"add its rule's taint, carrying the others", addTaint(testTaintKey, corev1.TaintEffectNoSchedule)},
+		{"remove its rule's taint", removeTaint(testTaintKey)},
+		{"remove another of its taints", removeTaint("selftaint.io/memory-pressure")},
+		{"set its hardware label", mergeMeta(`{"labels":{"example.com/fpga.present":"true"}}`)},
+		{"remove its hardware label", mergeMeta(`{"labels":{"example.com/fpga.present":null}}`)},
+		{"write its ownership records and initialized-at", mergeMeta(`{"annotations":{"selftaint.io/owned-taints":"selftaint.io/deploy-test:NoSchedule","selftaint.io/owned-labels":"example.com/fpga.present","selftaint.io/initialized-at":"2026-01-01T00:00:00Z"}}`)},
+		{"remove an expired fault", mergeMeta(`{"annotations":{"fault.selftaint.io/memory":null}}`)},
+		{"apply its own condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"True","reason":"Test"}]}`, testCondition))},
+		{"patch its own condition", statusSMP(fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":"Test"}]}}`, quietCondition))},
+		{"advertise its resource", statusApply(`{"capacity":{"example.com/fpga":"1"},"allocatable":{"example.com/fpga":"1"}}`)},
+		{"withdraw its resource", statusJSON(`[{"op":"test","path":"/status/capacity/example.com~1fpga","value":"1"},{"op":"remove","path":"/status/capacity/example.com~1fpga"},{"op":"remove","path":"/status/allocatable/example.com~1fpga"}]`)},
+	}
+	for _, w := range allowed {
+		attack{"own node: " + w.name, w.w.do(bound, a), "", ""}.check(t)
+	}
+	after := getNode(t, admin, a)
+	if !hasTaint(after, "dedicated") || after.Labels["team"] != "infra" || after.Annotations["example.com/owner"] != "team-a" {
+		t.Errorf("after the agent's writes, node %s lost a foreign taint, label or annotation: %+v", a, after.ObjectMeta)
+	}
+	if c := nodeCondition(after, corev1.NodeReady); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("after the agent's writes, Ready = %+v, want the kubelet's True", c)
+	}
+
+	// Other users are not affected.
+	for _, w := range []nodeWrite{mergeSpec(`{"unschedulable":true}`), mergeMeta(`{"labels":{"team":"ml"}}`), statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Admin"}]}}`)} {
+		attack{"admin on " + b, w.do(admin.CoreV1(), b), "", ""}.check(t)
+	}
+}
+
+func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// checkUnchanged fails t if anything but bookkeeping differs between two
+// reads of a Node.
+func checkUnchanged(t *testing.T, before, after *corev1.Node) {
+	t.Helper()
+	strip := func(n *corev1.Node) *corev1.Node {
+		n = n.DeepCopy()
+		n.ResourceVersion, n.ManagedFields = "", nil
+		return n
+	}
+	if b, a := strip(before), strip(after); !reflect.DeepEqual(b, a) {
+		t.Errorf("node %s changed:\nbefore %+v\nafter  %+v", before.Name, b, a)
+	}
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("node %s was written (resourceVersion %s -> %s)", before.Name, before.ResourceVersion, after.ResourceVersion)
+	}
+}
+
+// kustomizeOverlay renders, with kustomize, an overlay of the
+// kustomization in base (a directory relative to deploy/) that sets
+// namespace ns, and decodes the result.
+func kustomizeOverlay(t *testing.T, base, ns string) []manifest {
+	t.Helper()
+	abs, err := filepath.Abs(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// kustomize takes a base by relative path only.
+	rel, err := filepath.Rel(dir, abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + ns + "\nresources:\n- " + rel + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := krusty.MakeDefaultOptions()
+	opts.LoadRestrictions = kusttypes.LoadRestrictionsNone
+	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build of an overlay of %s: %v", base, err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "rendered.yaml")
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := decodeFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// TestPolicyNamespaceOverlay installs deploy/ through a kustomize overlay
+// that moves it to another namespace, on a fresh control plane, and
+// attacks it: the policy still confines the agent's service account (now
+// in that namespace), reading its parameters from the moved ConfigMap,
+// and the agent's own writes still go through.
+func TestPolicyNamespaceOverlay(t *testing.T) {
+	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
+	const ns = "selftaint-system"
+	rendered := kustomizeOverlay(t, ".", ns)
+	cp := testcp.Start(t, testcp.Options{})
+	admin := cp.Client()
+	ctx := t.Context()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rendered {
+		if m.meta().GetNamespace() == namespace {
+			t.Errorf("%s still in %s after the overlay", m, namespace)
+		}
+		if err := create(ctx, admin, m); err != nil {
+			t.Fatalf("creating %s: %v", m, err)
+		}
+	}
+	const a, b = "overlay-a", "overlay-b"
+	for _, n := range []string{a, b} {
+		cp.CreateNode(t, n, kubeletNode)
+	}
+	sa := coreClient(t, asServiceAccountIn(cp, ns, agentSA, a))
+	// The API server loads policies asynchronously: wait until it denies a
+	// write to a canary node, then attack.
+	cp.CreateNode(t, "overlay-canary", nil)
+	poll(t, time.Minute, "the overlay's policy to deny a write to another node", func() (bool, error) {
+		err := mergeMeta(`{"annotations":{"x":"y"}}`).do(sa, "overlay-canary")(ctx)
+		return apierrors.IsForbidden(err) && containsAll(err.Error(), []string{policyName, "bound to node " + a}), err
+	})
+	beforeB := getNode(t, admin, b)
+	for _, at := range []attack{
+		{"overlay: set another node's Ready False", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(sa, b), policyName, "bound to node " + a + ", not " + b},
+		{"overlay, own node: overwrite Ready", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(sa, a), policyName, "not Ready"},
+		{"overlay, own node: remove a foreign taint", removeTaint("dedicated").do(sa, a), policyName, "not dedicated:NoSchedule"},
+		{"overlay, own node: remove its own taint (a parameter from the moved ConfigMap)", removeTaint("selftaint.io/memory-pressure").do(sa, a), "", ""},
+		{"overlay, own node: apply its own condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"False","reason":"Fine"}]}`, memoryCondition)).do(sa, a), "", ""},
+	} {
+		at.check(t)
+	}
+	checkUnchanged(t, beforeB, getNode(t, admin, b))
+}

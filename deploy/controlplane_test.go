@@ -74,12 +74,13 @@ func TestOnControlPlane(t *testing.T) {
 	waitPolicyActive(t, cp)
 	// The operator's step after a config change: the policy's parameters
 	// for what the test agents own.
-	setPolicyParams(t, cp, namespace, testParams(t))
+	setPolicyParams(t, cp, namespace, testParams(t), true)
 
 	t.Run("AgentRBACIsEnough", func(t *testing.T) { testAgentRBACIsEnough(t, cp) })
 	t.Run("AgentRBACIsTight", func(t *testing.T) { testAgentRBACIsTight(t, cp) })
 	t.Run("AdmissionPolicy", func(t *testing.T) { testAdmissionPolicy(t, cp) })
 	t.Run("VirtualRBACIsEnough", func(t *testing.T) { testVirtualRBACIsEnough(t, cp) })
+	t.Run("PolicyWithoutParameters", func(t *testing.T) { testPolicyWithoutParameters(t, cp) })
 }
 
 func boolInt(b bool) int {
@@ -418,19 +419,27 @@ func testAgentRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 	cp.CreateNode(t, node, nil)
 	type access struct {
 		verb, resource, subresource, namespace string
+		group, name                            string
 	}
+	const admissionGroup = "admissionregistration.k8s.io"
 	allowed := []access{
-		{"get", "nodes", "", ""}, {"list", "nodes", "", ""}, {"watch", "nodes", "", ""}, {"patch", "nodes", "", ""},
-		{"patch", "nodes", "status", ""},
-		{"create", "events", "", "default"}, {"patch", "events", "", "default"},
+		{verb: "get", resource: "nodes"}, {verb: "list", resource: "nodes"}, {verb: "watch", resource: "nodes"}, {verb: "patch", resource: "nodes"},
+		{verb: "patch", resource: "nodes", subresource: "status"},
+		{verb: "create", resource: "events", namespace: "default"}, {verb: "patch", resource: "events", namespace: "default"},
+		{verb: "get", resource: "validatingadmissionpolicies", group: admissionGroup, name: policyName},
 	}
 	denied := []access{
-		{"create", "nodes", "", ""}, {"update", "nodes", "", ""}, {"delete", "nodes", "", ""}, {"deletecollection", "nodes", "", ""},
-		{"update", "nodes", "status", ""}, {"get", "nodes", "proxy", ""},
-		{"get", "secrets", "", namespace}, {"list", "secrets", "", ""},
-		{"list", "pods", "", ""}, {"delete", "pods", "", namespace}, {"create", "pods", "eviction", namespace},
-		{"get", "configmaps", "", namespace},
-		{"create", "events", "", namespace}, {"update", "events", "", "default"}, {"delete", "events", "", "default"},
+		{verb: "get", resource: "validatingadmissionpolicies", group: admissionGroup, name: "another-policy"},
+		{verb: "list", resource: "validatingadmissionpolicies", group: admissionGroup},
+		{verb: "update", resource: "validatingadmissionpolicies", group: admissionGroup, name: policyName},
+		{verb: "patch", resource: "validatingadmissionpolicies", group: admissionGroup, name: policyName},
+		{verb: "delete", resource: "validatingadmissionpolicybindings", group: admissionGroup, name: policyName},
+		{verb: "create", resource: "nodes"}, {verb: "update", resource: "nodes"}, {verb: "delete", resource: "nodes"}, {verb: "deletecollection", resource: "nodes"},
+		{verb: "update", resource: "nodes", subresource: "status"}, {verb: "get", resource: "nodes", subresource: "proxy"},
+		{verb: "get", resource: "secrets", namespace: namespace}, {verb: "list", resource: "secrets"},
+		{verb: "list", resource: "pods"}, {verb: "delete", resource: "pods", namespace: namespace}, {verb: "create", resource: "pods", subresource: "eviction", namespace: namespace},
+		{verb: "get", resource: "configmaps", namespace: namespace},
+		{verb: "create", resource: "events", namespace: namespace}, {verb: "update", resource: "events", namespace: "default"}, {verb: "delete", resource: "events", namespace: "default"},
 	}
 	review := func(a access) bool {
 		t.Helper()
@@ -440,7 +449,7 @@ func testAgentRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 				Groups: saGroups(),
 				Extra:  map[string]authorizationv1.ExtraValue{nodeNameExtra: {node}},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Verb: a.verb, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Version: "v1",
+					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name, Version: "v1",
 				},
 			},
 		}, metav1.CreateOptions{})

@@ -314,15 +314,17 @@ func TestManifestsAgree(t *testing.T) {
 	// The policy matches the agent's service account by user name, and
 	// its binding names it.
 	// The policy matches the agent's service account by name in any
-	// namespace (a namespace overlay keeps it in force), and reads what the
-	// agent may own from the ConfigMap that holds its config.
+	// namespace (a namespace overlay keeps it in force).
 	vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, policyName)
 	if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, "endsWith(':"+agentSA+"')") ||
 		strings.Contains(vap.Spec.MatchConditions[0].Expression, namespace) {
 		t.Errorf("policy match conditions %+v, want one matching service account %s in any namespace", vap.Spec.MatchConditions, agentSA)
 	}
-	if pk := vap.Spec.ParamKind; pk == nil || pk.APIVersion != "v1" || pk.Kind != "ConfigMap" {
-		t.Errorf("policy paramKind %+v, want v1 ConfigMap", pk)
+	// The policy is its own parameter object: it can never be in force
+	// without its parameters (a missing one would deny every user's Node
+	// writes).
+	if pk := vap.Spec.ParamKind; pk == nil || pk.APIVersion != "admissionregistration.k8s.io/v1" || pk.Kind != "ValidatingAdmissionPolicy" {
+		t.Errorf("policy paramKind %+v, want the policy itself (admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy)", pk)
 	}
 	if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
 		t.Errorf("policy failurePolicy %v, want Fail", vap.Spec.FailurePolicy)
@@ -331,9 +333,9 @@ func TestManifestsAgree(t *testing.T) {
 	if binding.Spec.PolicyName != policyName || !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Errorf("binding %+v, want policy %s with action Deny", binding.Spec, policyName)
 	}
-	if p := binding.Spec.ParamRef; p == nil || p.Name != configMapName || p.Namespace != namespace ||
+	if p := binding.Spec.ParamRef; p == nil || p.Name != policyName || p.Namespace != "" || p.Selector != nil ||
 		p.ParameterNotFoundAction == nil || *p.ParameterNotFoundAction != admissionregistrationv1.DenyAction {
-		t.Errorf("binding paramRef %+v, want ConfigMap %s/%s, denying when it is missing", binding.Spec.ParamRef, namespace, configMapName)
+		t.Errorf("binding paramRef %+v, want the policy %s itself, denying when it is missing", binding.Spec.ParamRef, policyName)
 	}
 
 	// Every binding's subject is the agent's service account.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -39,55 +40,66 @@ const memoryCondition corev1.NodeConditionType = "SelftaintMemoryPressure"
 
 func ptrTo[T any](v T) *T { return &v }
 
+// The policy's parameters: annotations on the policy itself (see
+// agent/config.ParamTaints and its siblings).
+const (
+	paramTaints     = "agent.selftaint.io/owned-taints"
+	paramLabels     = "agent.selftaint.io/owned-labels"
+	paramConditions = "agent.selftaint.io/owned-conditions"
+	paramResources  = "agent.selftaint.io/owned-resources"
+)
+
 // testParams are the admission policy's parameters for the test agents:
-// deploy/configmap.yaml's (what the deployed config owns) plus the test
+// the deployed policy's (what the deployed config owns) plus the test
 // agents' own conditions, rule taint and FPGA, one per line, as
 // `selftaint policy-params` prints them for a config that has those.
 func testParams(t *testing.T) map[string]string {
 	t.Helper()
-	cm := find[*corev1.ConfigMap](t, readManifests(t, "."), configMapName)
+	vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, readManifests(t, "."), policyName)
 	add := map[string][]string{
-		"ownedTaints":     {testTaintKey + ":NoSchedule", string(fpgaResource) + ":NoSchedule"},
-		"ownedLabels":     {agent.HardwareLabel(fpgaResource)},
-		"ownedConditions": {string(testCondition), string(quietCondition)},
-		"ownedResources":  {string(fpgaResource)},
+		paramTaints:     {testTaintKey + ":NoSchedule", string(fpgaResource) + ":NoSchedule"},
+		paramLabels:     {agent.HardwareLabel(fpgaResource)},
+		paramConditions: {string(testCondition), string(quietCondition)},
+		paramResources:  {string(fpgaResource)},
 	}
 	params := map[string]string{}
 	for k, extra := range add {
-		v, ok := cm.Data[k]
+		v, ok := vap.Annotations[k]
 		if !ok {
-			t.Fatalf("deploy/configmap.yaml has no %s", k)
+			t.Fatalf("the deployed policy has no annotation %s", k)
 		}
 		params[k] = v + strings.Join(extra, "\n") + "\n"
 	}
 	return params
 }
 
-// setPolicyParams writes the policy's parameters into the agent's
-// ConfigMap in ns, as an operator does after changing the config
-// (selftaint policy-params), and waits until the policy has them (params
-// must allow testCondition, which the wait writes).
-func setPolicyParams(t *testing.T, cp *testcp.ControlPlane, ns string, params map[string]string) {
+// setPolicyParams writes the policy's parameters (its annotations), as an
+// operator does after changing the config (selftaint policy-params), and
+// waits until the API server enforces them: until a write only they allow
+// goes through when want is true, or is denied when want is false.
+func setPolicyParams(t *testing.T, cp *testcp.ControlPlane, ns string, params map[string]string, want bool) {
 	t.Helper()
-	ctx := t.Context()
-	cms := cp.Client().CoreV1().ConfigMaps(ns)
-	cm, err := cms.Get(ctx, configMapName, metav1.GetOptions{})
+	// Not t.Context(): this also runs in cleanups, after it is cancelled.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	vaps := cp.Client().AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	vap, err := vaps.Get(ctx, policyName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	maps.Copy(cm.Data, params)
-	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+	maps.Copy(vap.Annotations, params)
+	if _, err := vaps.Update(ctx, vap, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The API server's policy informer catches up asynchronously: wait
-	// until a write only the new parameters allow goes through.
+	// The API server's policy and parameter informers catch up
+	// asynchronously.
 	const probe = "policy-params-canary"
 	cp.CreateNode(t, probe, nil)
 	sa := coreClient(t, asServiceAccountIn(cp, ns, agentSA, probe))
 	apply := fmt.Appendf(nil, `{"apiVersion":"v1","kind":"Node","metadata":{"name":%q},"status":{"conditions":[{"type":%q,"status":"False","reason":"Canary"}]}}`, probe, testCondition)
-	poll(t, time.Minute, "the policy to take the new parameters", func() (bool, error) {
+	poll(t, time.Minute, fmt.Sprintf("the policy to take the new parameters (%s allowed: %v)", testCondition, want), func() (bool, error) {
 		_, err := sa.Nodes().Patch(ctx, probe, types.ApplyPatchType, apply, metav1.PatchOptions{FieldManager: "canary", Force: ptrTo(true)}, "status")
-		return err == nil, err
+		return (err == nil) == want, err
 	})
 	if err := cp.Client().CoreV1().Nodes().Delete(ctx, probe, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -269,12 +281,12 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		return attack{"own node: " + name, w.do(bound, a), policyName, deny}
 	}
 	attacks = append(attacks,
-		own("remove a foreign taint", removeTaint("dedicated"), "only its own taints (ownedTaints), not dedicated:NoSchedule"),
+		own("remove a foreign taint", removeTaint("dedicated"), "only its own taints (owned-taints), not dedicated:NoSchedule"),
 		own("remove the API server's not-ready taint", removeTaint(corev1.TaintNodeNotReady), "not node.kubernetes.io/not-ready:NoSchedule"),
 		own("change a foreign taint's value", setTaintValue("dedicated", "cpu"), "not dedicated:NoSchedule"),
 		own("add a taint under any key", addTaint("evil", corev1.TaintEffectNoExecute), "not evil:NoExecute"),
 		own("add its own key with another effect", addTaint("selftaint.io/memory-pressure", corev1.TaintEffectNoExecute), "not selftaint.io/memory-pressure:NoExecute"),
-		own("set a lookalike .present label", mergeMeta(`{"labels":{"node-role.kubernetes.io/control-plane.present":"true"}}`), "only its own hardware labels (ownedLabels), not node-role.kubernetes.io/control-plane.present"),
+		own("set a lookalike .present label", mergeMeta(`{"labels":{"node-role.kubernetes.io/control-plane.present":"true"}}`), "only its own hardware labels (owned-labels), not node-role.kubernetes.io/control-plane.present"),
 		own("set a selftaint.io label", mergeMeta(`{"labels":{"selftaint.io/virtual":"true"}}`), "not selftaint.io/virtual"),
 		own("change a foreign label", mergeMeta(`{"labels":{"team":"ml"}}`), "not team"),
 		own("delete a foreign annotation", mergeMeta(`{"annotations":{"example.com/owner":null}}`), "not example.com/owner"),
@@ -284,9 +296,9 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		own("add an ownerReference", mergeMeta(`{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}`), "finalizers or ownerReferences"),
 		own("set spec.unschedulable", mergeSpec(`{"unschedulable":true}`), "not spec.unschedulable"),
 		own("set podCIDR and providerID", mergeSpec(`{"podCIDR":"10.2.0.0/24","providerID":"x://y"}`), "podCIDR"),
-		own("overwrite the kubelet's Ready (strategic merge)", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`), "only its own conditions (ownedConditions), not Ready"),
+		own("overwrite the kubelet's Ready (strategic merge)", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`), "only its own conditions (owned-conditions), not Ready"),
 		own("overwrite the kubelet's Ready (server-side apply)", statusApply(`{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}`), "not Ready"),
-		own("remove another writer's extended resource", statusJSON(`[{"op":"remove","path":"/status/capacity/example.com~1other"}]`), "only its own extended resources (ownedResources), not capacity example.com/other"),
+		own("remove another writer's extended resource", statusJSON(`[{"op":"remove","path":"/status/capacity/example.com~1other"}]`), "only its own extended resources (owned-resources), not capacity example.com/other"),
 		own("zero cpu capacity (server-side apply)", statusApply(`{"capacity":{"cpu":"0"}}`), "not capacity cpu"),
 		own("replace the InternalIP", statusSMP(`{"status":{"addresses":[{"type":"InternalIP","address":"203.0.113.66"}]}}`), "not status.addresses"),
 		own("change the kubelet port", statusSMP(`{"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":1}}}}`), "not status.daemonEndpoints"),
@@ -405,8 +417,7 @@ func kustomizeOverlay(t *testing.T, base, ns string) []manifest {
 // TestPolicyNamespaceOverlay installs deploy/ through a kustomize overlay
 // that moves it to another namespace, on a fresh control plane, and
 // attacks it: the policy still confines the agent's service account (now
-// in that namespace), reading its parameters from the moved ConfigMap,
-// and the agent's own writes still go through.
+// in that namespace), and the agent's own writes still go through.
 func TestPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	const ns = "selftaint-system"
@@ -442,10 +453,33 @@ func TestPolicyNamespaceOverlay(t *testing.T) {
 		{"overlay: set another node's Ready False", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(sa, b), policyName, "bound to node " + a + ", not " + b},
 		{"overlay, own node: overwrite Ready", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(sa, a), policyName, "not Ready"},
 		{"overlay, own node: remove a foreign taint", removeTaint("dedicated").do(sa, a), policyName, "not dedicated:NoSchedule"},
-		{"overlay, own node: remove its own taint (a parameter from the moved ConfigMap)", removeTaint("selftaint.io/memory-pressure").do(sa, a), "", ""},
+		{"overlay, own node: remove its own taint", removeTaint("selftaint.io/memory-pressure").do(sa, a), "", ""},
 		{"overlay, own node: apply its own condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"False","reason":"Fine"}]}`, memoryCondition)).do(sa, a), "", ""},
 	} {
 		at.check(t)
 	}
 	checkUnchanged(t, beforeB, getNode(t, admin, b))
+}
+
+// testPolicyWithoutParameters empties the policy's parameters, as an
+// operator's mistake would: the agent's service account may then own
+// nothing (its writes of its own condition and taint are denied), and
+// nobody else is affected — the policy is its own parameter object, so no
+// missing object can make the API server deny other users' Node writes.
+func testPolicyWithoutParameters(t *testing.T, cp *testcp.ControlPlane) {
+	const node = "no-params"
+	admin := cp.Client()
+	cp.CreateNode(t, node, kubeletNode)
+	empty := map[string]string{paramTaints: "", paramLabels: "", paramConditions: "", paramResources: ""}
+	setPolicyParams(t, cp, namespace, empty, false)
+	t.Cleanup(func() { setPolicyParams(t, cp, namespace, testParams(t), true) })
+	bound := coreClient(t, asServiceAccount(cp, agentSA, node))
+	for _, at := range []attack{
+		{"agent: its own condition", statusApply(`{"conditions":[{"type":"SelftaintMemoryPressure","status":"False","reason":"Fine"}]}`).do(bound, node), policyName, "not SelftaintMemoryPressure"},
+		{"agent: its own taint", removeTaint("selftaint.io/memory-pressure").do(bound, node), policyName, "not selftaint.io/memory-pressure:NoSchedule"},
+		{"admin: the kubelet's Ready", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Admin"}]}}`).do(admin.CoreV1(), node), "", ""},
+		{"admin: a taint", addTaint("example.com/maintenance", corev1.TaintEffectNoSchedule).do(admin.CoreV1(), node), "", ""},
+	} {
+		at.check(t)
+	}
 }

@@ -3,8 +3,10 @@ package config
 import (
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -35,11 +37,12 @@ func TestDeployConfigMapIsTheDefaults(t *testing.T) {
 	}
 }
 
-// TestDeployConfigMapPolicyParams keeps the admission policy's parameters
-// in deploy/configmap.yaml equal to what its config.yaml lets the agent own:
-// a missing entry would get the agent's writes denied, an extra one would
-// let a stolen token change more than the agent needs.
-func TestDeployConfigMapPolicyParams(t *testing.T) {
+// TestDeployPolicyParams keeps the admission policy's parameters (its own
+// annotations, deploy/admission-policy.yaml) equal to what the deployed
+// config (deploy/configmap.yaml) lets the agent own: a missing entry would
+// get the agent's writes denied, an extra one would let a stolen token
+// change more than the agent needs.
+func TestDeployPolicyParams(t *testing.T) {
 	b, err := os.ReadFile("../../deploy/configmap.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -52,19 +55,23 @@ func TestDeployConfigMapPolicyParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err = os.ReadFile("../../deploy/admission-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyDoc, _, _ := strings.Cut(string(b), "\n---\n")
+	var vap admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := yaml.UnmarshalStrict([]byte(policyDoc), &vap); err != nil {
+		t.Fatalf("deploy/admission-policy.yaml: %v", err)
+	}
 	want := PolicyParams(cfg.Ownership(nil))
-	for _, k := range ParamKeys {
-		if _, ok := cm.Data[k]; !ok {
-			t.Errorf("deploy/configmap.yaml has no %s", k)
-		}
-	}
-	missing, extra := CheckPolicyParams(want, cm.Data)
+	missing, extra := CheckPolicyParams(want, vap.Annotations)
 	if len(missing)+len(extra) > 0 {
-		t.Errorf("deploy/configmap.yaml's policy parameters differ from its config: missing %q, extra %q; regenerate them with selftaint policy-params", missing, extra)
+		t.Errorf("the policy's parameters differ from the deployed config: missing %q, extra %q; regenerate them with selftaint policy-params", missing, extra)
 	}
 	for _, k := range ParamKeys {
-		if got := cm.Data[k]; got != want[k] {
-			t.Errorf("%s = %q, want exactly %q (the form selftaint policy-params prints)", k, got, want[k])
+		if got, ok := vap.Annotations[k]; !ok || got != want[k] {
+			t.Errorf("annotation %s = %q (present %v), want exactly %q (the form selftaint policy-params prints)", k, got, ok, want[k])
 		}
 	}
 }

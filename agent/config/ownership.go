@@ -12,17 +12,21 @@ import (
 	"github.com/selftaint/selftaint/taints"
 )
 
-// The keys of the admission policy's parameters: entries of the ConfigMap
-// that holds config.yaml (deploy/configmap.yaml), one name per line. The
-// ValidatingAdmissionPolicy in deploy/ reads them (paramKind ConfigMap) to
-// decide what the agent's service account may change on its Node, so what
-// the agent may own comes from the object the operator controls, never from
-// one the agent can write.
+// The admission policy's parameters: annotations on the
+// ValidatingAdmissionPolicy object itself (deploy/admission-policy.yaml),
+// one name per line. The policy is its own parameter object (paramKind
+// ValidatingAdmissionPolicy, paramRef naming itself), so it can never be in
+// force without them: a separate parameter object that went missing would
+// make the API server deny every Node write in the cluster, kubelets'
+// included, before it even looked at who was asking. The policy reads them
+// to decide what the agent's service account may change on its Node, so
+// what the agent may own comes from the object the operator controls, never
+// from one the agent can write.
 const (
-	ParamTaints     = "ownedTaints"
-	ParamLabels     = "ownedLabels"
-	ParamConditions = "ownedConditions"
-	ParamResources  = "ownedResources"
+	ParamTaints     = "agent.selftaint.io/owned-taints"
+	ParamLabels     = "agent.selftaint.io/owned-labels"
+	ParamConditions = "agent.selftaint.io/owned-conditions"
+	ParamResources  = "agent.selftaint.io/owned-resources"
 )
 
 // ParamKeys are the parameter keys, in the order they are printed.
@@ -139,8 +143,8 @@ func paramList(v string) []string {
 	return out
 }
 
-// CheckPolicyParams compares the admission policy's parameters (have, the
-// ConfigMap's entries) with what the config needs (want, PolicyParams of
+// CheckPolicyParams compares the admission policy's parameters (have, its
+// annotations) with what the config needs (want, PolicyParams of
 // Ownership). Each problem names the parameter and the names: missing ones
 // mean the API server will deny the agent's writes of them; extra ones
 // mean a stolen agent token may change more than the agent needs.
@@ -169,8 +173,8 @@ func difference(a, b []string) []string {
 	return out
 }
 
-// FormatPolicyParams writes params as the data entries of a ConfigMap, in
-// YAML, keys in ParamKeys order.
+// FormatPolicyParams writes params as YAML annotations (to go under the
+// policy's metadata.annotations), keys in ParamKeys order.
 func FormatPolicyParams(params map[string]string) string {
 	var b strings.Builder
 	for _, k := range ParamKeys {

@@ -95,9 +95,9 @@ func TestCheckPolicyParams(t *testing.T) {
 		wantMissing, wantExtra []string
 	}{
 		{"equal", map[string]string{ParamTaints: "b:NoSchedule\na:NoSchedule", ParamConditions: "  X  \n\n"}, nil, nil},
-		{"missing", map[string]string{ParamTaints: "a:NoSchedule\n"}, []string{"ownedTaints lacks b:NoSchedule", "ownedConditions lacks X"}, nil},
+		{"missing", map[string]string{ParamTaints: "a:NoSchedule\n"}, []string{ParamTaints + " lacks b:NoSchedule", ParamConditions + " lacks X"}, nil},
 		{"extra", map[string]string{ParamTaints: "a:NoSchedule\nb:NoSchedule\nc:NoExecute\n", ParamConditions: "X\n", ParamLabels: "l\n"},
-			nil, []string{"ownedTaints also allows c:NoExecute", "ownedLabels also allows l"}},
+			nil, []string{ParamTaints + " also allows c:NoExecute", ParamLabels + " also allows l"}},
 	}
 	for _, tt := range tests {
 		missing, extra := CheckPolicyParams(want, tt.have)
@@ -110,7 +110,8 @@ func TestCheckPolicyParams(t *testing.T) {
 func TestFormatPolicyParamsRoundTrips(t *testing.T) {
 	params := map[string]string{ParamTaints: "a:NoSchedule\nb:NoExecute\n", ParamLabels: "", ParamConditions: "X\n", ParamResources: "r\n"}
 	got := FormatPolicyParams(params)
-	want := "ownedTaints: |\n  a:NoSchedule\n  b:NoExecute\nownedLabels: \"\"\nownedConditions: |\n  X\nownedResources: |\n  r\n"
+	want := "agent.selftaint.io/owned-taints: |\n  a:NoSchedule\n  b:NoExecute\nagent.selftaint.io/owned-labels: \"\"\n" +
+		"agent.selftaint.io/owned-conditions: |\n  X\nagent.selftaint.io/owned-resources: |\n  r\n"
 	if got != want {
 		t.Errorf("FormatPolicyParams = %q, want %q", got, want)
 	}

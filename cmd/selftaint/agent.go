@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
+	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,7 +27,10 @@ type agentFlags struct {
 	logLevel   string
 	qps        float64
 	burst      int
-	observe    observeFlags
+	// admissionPolicy is the policy the agent checks its config against
+	// at start-up.
+	admissionPolicy string
+	observe         observeFlags
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet) {
@@ -36,6 +41,7 @@ func (f *agentFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Float64Var(&f.qps, "kube-api-qps", 5, "client-side limit on API requests per second")
 	fs.IntVar(&f.burst, "kube-api-burst", 10, "client-side burst of API requests")
+	fs.StringVar(&f.admissionPolicy, "admission-policy", "selftaint-own-node", "the ValidatingAdmissionPolicy that confines the agent: read at start-up to warn when its parameters do not match the config; empty skips the check")
 	f.observe.register(fs)
 }
 
@@ -76,7 +82,15 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if m.gpuOff != "" {
 		logger.Info(m.gpuOff)
 	}
-	checkPolicyParamsBeside(f.configPath, m.ownership, logger)
+	admission, err := admissionregistrationv1client.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	go func() {
+		checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		checkAdmissionPolicy(checkCtx, admission.ValidatingAdmissionPolicies(), f.admissionPolicy, m.ownership, logger)
+	}()
 	a, err := agent.New(agent.Options{
 		NodeName:        f.nodeName,
 		Client:          client,

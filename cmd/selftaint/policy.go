@@ -1,14 +1,15 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
@@ -16,10 +17,10 @@ import (
 
 const policyParamsUsage = `Usage: selftaint policy-params [--config FILE]
 
-Prints what the config lets the agent own on its Node — taint keys, labels,
-condition types, extended resources — as the data entries the admission
-policy (deploy/admission-policy.yaml) reads from the ConfigMap that holds
-config.yaml. Put them beside config.yaml whenever the config changes: the API
+Prints what the config lets the agent own on its Node — taints (key:Effect),
+labels, condition types, extended resources — as the annotations the
+admission policy (deploy/admission-policy.yaml) reads from itself. Put them
+under the policy's metadata.annotations whenever the config changes: the API
 server denies the agent's writes of anything not listed, and lets a stolen
 agent token change nothing else. NPD files named in checks.npdConfigs are read
 for their conditions.
@@ -50,49 +51,37 @@ func runPolicyParams(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// readPolicyParams reads the policy parameters mounted beside the config
-// file (the DaemonSet mounts the whole ConfigMap): nil when there are none.
-func readPolicyParams(dir string) (map[string]string, error) {
-	var have map[string]string
-	for _, k := range config.ParamKeys {
-		b, err := os.ReadFile(filepath.Join(dir, k))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the admission policy's parameters: %w", err)
-		}
-		if have == nil {
-			have = map[string]string{}
-		}
-		have[k] = string(b)
-	}
-	return have, nil
+// policyReader reads a ValidatingAdmissionPolicy by name.
+type policyReader interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*admissionregistrationv1.ValidatingAdmissionPolicy, error)
 }
 
-// checkPolicyParamsBeside warns when the admission policy's parameters
-// beside the config file do not match what the config lets the agent own:
-// the API server would deny those writes (or allow more than needed). The
-// agent runs either way; the policy decides.
-func checkPolicyParamsBeside(configPath string, own agent.Ownership, log *slog.Logger) {
-	if configPath == "" {
+// checkAdmissionPolicy reads the admission policy that confines the agent
+// and reports how its parameters compare with what the config lets the
+// agent own: missing ones mean the API server will deny those writes, a
+// missing policy means RBAC alone confines a stolen agent token. The agent
+// runs either way; this only tells the operator.
+func checkAdmissionPolicy(ctx context.Context, policies policyReader, name string, own agent.Ownership, log *slog.Logger) {
+	if name == "" {
 		return
 	}
-	dir := filepath.Dir(configPath)
-	have, err := readPolicyParams(dir)
-	if err != nil {
-		log.Warn("could not check the admission policy's parameters", "err", err)
+	vap, err := policies.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		log.Warn("the admission policy is not installed: nothing but RBAC confines this agent's token (it may patch any Node); apply deploy/admission-policy.yaml", "policy", name)
+		return
+	case err != nil:
+		log.Info("could not read the admission policy; its parameters are not checked", "policy", name, "err", err)
 		return
 	}
-	if have == nil {
-		log.Debug("no admission policy parameters beside the config file; not checked", "dir", dir)
-		return
-	}
-	missing, extra := config.CheckPolicyParams(config.PolicyParams(own), have)
+	missing, extra := config.CheckPolicyParams(config.PolicyParams(own), vap.Annotations)
 	for _, m := range missing {
-		log.Warn("the admission policy's parameters do not cover the config: the API server will deny these writes; update the ConfigMap (selftaint policy-params)", "dir", dir, "problem", m)
+		log.Warn("the admission policy's parameters do not cover the config: the API server will deny these writes; update its annotations (selftaint policy-params)", "policy", name, "problem", m)
 	}
 	for _, e := range extra {
-		log.Info("the admission policy's parameters allow more than the config needs", "dir", dir, "detail", e)
+		log.Info("the admission policy's parameters allow more than the config needs", "policy", name, "detail", e)
+	}
+	if len(missing)+len(extra) == 0 {
+		log.Debug("the admission policy's parameters match the config", "policy", name)
 	}
 }

@@ -9,15 +9,34 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
 )
 
+// deployedPolicy is deploy/admission-policy.yaml's policy.
+func deployedPolicy(t *testing.T) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/admission-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _, _ := strings.Cut(string(b), "\n---\n")
+	var vap admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := yaml.UnmarshalStrict([]byte(doc), &vap); err != nil {
+		t.Fatal(err)
+	}
+	return &vap
+}
+
 // TestPolicyParamsCommand checks `selftaint policy-params` prints, for the
-// deployed config, exactly the entries deploy/configmap.yaml carries, and
+// deployed config, exactly the annotations the deployed policy carries, and
 // names an NPD file it cannot read.
 func TestPolicyParamsCommand(t *testing.T) {
 	b, err := os.ReadFile("../../deploy/configmap.yaml")
@@ -37,9 +56,10 @@ func TestPolicyParamsCommand(t *testing.T) {
 	if err := yaml.UnmarshalStrict(stdout.Bytes(), &printed); err != nil {
 		t.Fatalf("policy-params printed no YAML map: %v\n%s", err, stdout.String())
 	}
+	vap := deployedPolicy(t)
 	for _, k := range config.ParamKeys {
-		if printed[k] != cm.Data[k] {
-			t.Errorf("policy-params %s = %q, deploy/configmap.yaml has %q", k, printed[k], cm.Data[k])
+		if printed[k] != vap.Annotations[k] {
+			t.Errorf("policy-params %s = %q, deploy/admission-policy.yaml has %q", k, printed[k], vap.Annotations[k])
 		}
 	}
 
@@ -52,30 +72,42 @@ func TestPolicyParamsCommand(t *testing.T) {
 	}
 }
 
-// TestCheckPolicyParamsBeside checks the agent's start-up warning: silent
-// when the parameters mounted beside the config match it, a warning naming
-// what is missing when they do not, a note when there are none.
-func TestCheckPolicyParamsBeside(t *testing.T) {
+// fakePolicies answers Get with a policy or an error.
+type fakePolicies struct {
+	vap *admissionregistrationv1.ValidatingAdmissionPolicy
+	err error
+}
+
+func (f fakePolicies) Get(context.Context, string, metav1.GetOptions) (*admissionregistrationv1.ValidatingAdmissionPolicy, error) {
+	return f.vap, f.err
+}
+
+// TestCheckAdmissionPolicy checks the agent's start-up report on the
+// policy that confines it: silent when its parameters match the config, a
+// warning naming what is missing, a note on extras, a warning when the
+// policy is not installed, a note when it cannot be read.
+func TestCheckAdmissionPolicy(t *testing.T) {
 	own := agent.Ownership{Conditions: []corev1.NodeConditionType{"SelftaintMemoryPressure", "SelftaintGPUFailure"}}
+	policy := func(conds string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{
+			Annotations: map[string]string{config.ParamConditions: conds, config.ParamTaints: ""},
+		}}
+	}
+	gr := schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}
 	tests := []struct {
-		name  string
-		files map[string]string
-		want  []string // substrings of the log, in order; none: no log line
+		name     string
+		policies fakePolicies
+		want     []string // substrings of the log, in order; none: no log line
 	}{
-		{"match", map[string]string{config.ParamConditions: "SelftaintGPUFailure\nSelftaintMemoryPressure\n", config.ParamTaints: ""}, nil},
-		{"missing", map[string]string{config.ParamConditions: "SelftaintMemoryPressure\n"}, []string{"level=WARN", "will deny", "ownedConditions lacks SelftaintGPUFailure"}},
-		{"extra", map[string]string{config.ParamConditions: "SelftaintGPUFailure\nSelftaintMemoryPressure\nReady\n"}, []string{"level=INFO", "allow more", "ownedConditions also allows Ready"}},
-		{"none mounted", nil, nil},
+		{"match", fakePolicies{vap: policy("SelftaintGPUFailure\nSelftaintMemoryPressure\n")}, nil},
+		{"missing", fakePolicies{vap: policy("SelftaintMemoryPressure\n")}, []string{"level=WARN", "will deny", config.ParamConditions + " lacks SelftaintGPUFailure"}},
+		{"extra", fakePolicies{vap: policy("SelftaintGPUFailure\nSelftaintMemoryPressure\nReady\n")}, []string{"level=INFO", "allow more", config.ParamConditions + " also allows Ready"}},
+		{"not installed", fakePolicies{err: apierrors.NewNotFound(gr, "selftaint-own-node")}, []string{"level=WARN", "not installed", "nothing but RBAC"}},
+		{"unreadable", fakePolicies{err: apierrors.NewForbidden(gr, "selftaint-own-node", nil)}, []string{"level=INFO", "could not read the admission policy"}},
 	}
 	for _, tt := range tests {
-		dir := t.TempDir()
-		for k, v := range tt.files {
-			if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
 		var logs bytes.Buffer
-		checkPolicyParamsBeside(filepath.Join(dir, "config.yaml"), own, slog.New(slog.NewTextHandler(&logs, nil)))
+		checkAdmissionPolicy(context.Background(), tt.policies, "selftaint-own-node", own, slog.New(slog.NewTextHandler(&logs, nil)))
 		got := logs.String()
 		if len(tt.want) == 0 && got != "" {
 			t.Errorf("%s: logged %q, want nothing", tt.name, got)
@@ -89,5 +121,10 @@ func TestCheckPolicyParamsBeside(t *testing.T) {
 			}
 			rest = rest[i+len(w):]
 		}
+	}
+	var logs bytes.Buffer
+	checkAdmissionPolicy(context.Background(), fakePolicies{err: apierrors.NewNotFound(gr, "x")}, "", own, slog.New(slog.NewTextHandler(&logs, nil)))
+	if logs.Len() > 0 {
+		t.Errorf("with no policy name: logged %q, want nothing", logs.String())
 	}
 }

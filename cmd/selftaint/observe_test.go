@@ -32,9 +32,8 @@ const (
 // by -ldflags -X, as the Makefile and Dockerfile do, and returns its path.
 func buildStamped(t *testing.T) string {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	bin := filepath.Join(t.TempDir(), "selftaint")
-	cmd := exec.Command(goBin, "build", "-o", bin,
+	cmd := exec.Command("go", "build", "-o", bin,
 		"-ldflags", "-X main.version="+stampVersion+" -X main.revision="+stampRevision, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -34,8 +34,7 @@ Usage:
                             make a node's agent publish a condition until they expire
   selftaint policy-params [--config FILE]
                             what the config lets the agent own, as the admission
-                            policy's parameters (the ConfigMap's owned* entries)
-
+                            policy's parameters (its agent.selftaint.io/owned-* annotations)
   selftaint version         print the version, revision and Go version
 
 Run "selftaint <command> -h" for the command's flags.

@@ -342,6 +342,18 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		t.Errorf("after the agent's writes, Ready = %+v, want the kubelet's True", c)
 	}
 
+	// Creating a Node is refused even for the node its token names (a
+	// server-side apply of a Node that does not exist would create it).
+	ghost := coreClient(t, asServiceAccount(cp, agentSA, "ghost"))
+	attack{"create its own (missing) Node by server-side apply", func(ctx context.Context) error {
+		_, err := ghost.Nodes().Patch(ctx, "ghost", types.ApplyPatchType, []byte(`{"apiVersion":"v1","kind":"Node","metadata":{"name":"ghost"}}`),
+			metav1.PatchOptions{FieldManager: "attacker", Force: ptrTo(true)})
+		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), policyName) {
+			return nil // refused by RBAC, as it must be
+		}
+		return fmt.Errorf("want Forbidden by RBAC, got %v", err)
+	}, "", ""}.check(t)
+
 	// Other users are not affected.
 	for _, w := range []nodeWrite{mergeSpec(`{"unschedulable":true}`), mergeMeta(`{"labels":{"team":"ml"}}`), statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Admin"}]}}`)} {
 		attack{"admin on " + b, w.do(admin.CoreV1(), b), "", ""}.check(t)

@@ -495,3 +495,43 @@ func testPolicyWithoutParameters(t *testing.T, cp *testcp.ControlPlane) {
 		at.check(t)
 	}
 }
+
+// TestKustomizeBuilds renders each kustomization with kustomize itself (as
+// `kubectl apply -k` would) and checks what comes out: every object of
+// deploy/ and deploy/virtual/ as the files hold them, and deploy/monitoring/
+// with its generated dashboard ConfigMap.
+func TestKustomizeBuilds(t *testing.T) {
+	for _, tt := range []struct {
+		dir  string
+		want []string // kind/name of objects the build must hold
+	}{
+		{".", []string{"ValidatingAdmissionPolicy/" + policyName, "ValidatingAdmissionPolicyBinding/" + policyName, "DaemonSet/selftaint", "ConfigMap/" + configMapName}},
+		{"virtual", []string{"Deployment/selftaint-virtual", "ServiceAccount/" + virtualSA}},
+		{"monitoring", []string{"PodMonitor/selftaint", "PrometheusRule/selftaint", "ConfigMap/selftaint-dashboard"}},
+	} {
+		opts := krusty.MakeDefaultOptions()
+		res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), tt.dir)
+		if err != nil {
+			t.Errorf("kustomize build %s: %v", tt.dir, err)
+			continue
+		}
+		have := map[string]bool{}
+		for _, r := range res.Resources() {
+			have[r.GetKind()+"/"+r.GetName()] = true
+			if r.GetKind() == "ConfigMap" && r.GetName() == "selftaint-dashboard" {
+				data := r.GetDataMap()
+				if !json.Valid([]byte(data["dashboard.json"])) {
+					t.Errorf("%s: the dashboard ConfigMap holds no valid dashboard.json", tt.dir)
+				}
+			}
+		}
+		for _, w := range tt.want {
+			if !have[w] {
+				t.Errorf("kustomize build %s: no %s (have %v)", tt.dir, w, slices.Sorted(maps.Keys(have)))
+			}
+		}
+		if tt.dir != "monitoring" && len(have) != len(readManifests(t, tt.dir)) {
+			t.Errorf("kustomize build %s: %d objects, the files hold %d", tt.dir, len(have), len(readManifests(t, tt.dir)))
+		}
+	}
+}

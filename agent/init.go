@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,13 +16,13 @@ const InitializedAnnotation = "selftaint.io/initialized-at"
 
 // CloudProviderUninitializedTaint is the cloud controller manager's: it is
 // reported as part of the initialization state and never removed here.
-const CloudProviderUninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
+const CloudProviderUninitializedTaint = taints.CloudProviderUninitializedTaint
 
 // Reasons of the initialization condition.
 const (
-	ReasonInitializing        = "Initializing"
-	ReasonInitialized         = "Initialized"
-	ReasonRequiredCheckFailed = "RequiredConditionUnhealthy"
+	ReasonInitializing        = taints.ReasonInitializing
+	ReasonInitialized         = taints.ReasonInitialized
+	ReasonRequiredCheckFailed = taints.ReasonRequiredCheckFailed
 )
 
 // InitOptions configure the uninitialized taint: the node carries it until
@@ -60,80 +58,31 @@ type initState struct {
 	state taints.State
 }
 
-// evalInitLocked works out the initialization state. a.mu is held.
+// evalInitLocked works out the initialization state (taints.DecideInit)
+// from what the agent has seen. a.mu is held.
 func (a *Agent) evalInitLocked(node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hwKnown bool) initState {
 	o := a.opts.Init
-	var pending []string
 	var waiting []string
 	for _, p := range a.opts.Probes {
-		if p.Condition == o.Condition {
-			continue
-		}
-		if !a.reported[p.Entry.Probe.Name()] {
+		if p.Condition != o.Condition && !a.reported[p.Entry.Probe.Name()] {
 			waiting = append(waiting, p.Entry.Probe.Name())
 		}
 	}
-	if len(waiting) > 0 {
-		slices.Sort(waiting)
-		pending = append(pending, "waiting for the first verdict of probes "+strings.Join(waiting, ", "))
-	}
-	if a.opts.Hardware != nil && !hwKnown {
-		pending = append(pending, "waiting for the hardware inventory")
-	}
-	firstRound := len(pending) == 0
-	var failing []string
-	for _, c := range o.Required {
-		s, ok := states[c]
-		if !ok || s.Status != a.healthy[c] {
-			status := "not reported"
-			if ok {
-				status = fmt.Sprintf("%s (%s)", s.Status, s.Reason)
-			}
-			failing = append(failing, fmt.Sprintf("%s is %s", c, status))
-		}
-	}
-	if len(failing) > 0 {
-		pending = append(pending, "required: "+strings.Join(failing, "; "))
-	}
-	_, wasInitialized := node.Annotations[InitializedAnnotation]
-	ready := len(pending) == 0
-	cloud := ""
-	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == CloudProviderUninitializedTaint }) {
-		cloud = "; the cloud controller has not initialized the node yet (" + CloudProviderUninitializedTaint + ", not selftaint's to remove)"
-	}
-
-	st := initState{decided: true}
-	switch {
-	case !o.Continuous && wasInitialized:
-		st.uninitialized = false
-	case o.Continuous && wasInitialized && !firstRound:
-		// After a restart: no verdict yet says nothing about the node.
-		st.decided = false
-	default:
-		st.uninitialized = !ready
-	}
-	st.first = ready && !wasInitialized
-	switch {
-	case !st.decided:
-		st.state = taints.State{Status: corev1.ConditionUnknown, Reason: ReasonInitializing, Message: strings.Join(pending, "; ") + cloud}
-	case st.uninitialized && len(failing) > 0 && firstRound:
-		st.state = taints.State{Status: corev1.ConditionTrue, Reason: ReasonRequiredCheckFailed, Message: strings.Join(pending, "; ") + cloud}
-	case st.uninitialized:
-		st.state = taints.State{Status: corev1.ConditionTrue, Reason: ReasonInitializing, Message: strings.Join(pending, "; ") + cloud}
-	default:
-		msg := "selftaint has a verdict from every probe"
-		if a.opts.Hardware != nil {
-			msg += ", the hardware inventory"
-		}
-		if len(o.Required) > 0 {
-			msg += " and every required condition is healthy"
-		}
-		if !ready {
-			msg = "initialized earlier (bootstrap mode: not tainted again); now " + strings.Join(pending, "; ")
-		}
-		st.state = taints.State{Status: corev1.ConditionFalse, Reason: ReasonInitialized, Message: msg + cloud}
-	}
-	return st
+	_, initialized := node.Annotations[InitializedAnnotation]
+	v := taints.DecideInit(taints.InitInput{
+		Continuous:     o.Continuous,
+		Required:       o.Required,
+		Healthy:        a.healthy,
+		States:         states,
+		WaitingProbes:  waiting,
+		HasInventory:   a.opts.Hardware != nil,
+		InventoryTaken: hwKnown,
+		Initialized:    initialized,
+		CloudUninitialized: slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Key == CloudProviderUninitializedTaint
+		}),
+	})
+	return initState{decided: v.Decided, uninitialized: v.Uninitialized, first: v.First, state: v.State}
 }
 
 // initTaintID is the uninitialized taint's identity.

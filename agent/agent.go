@@ -266,7 +266,7 @@ func New(opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("agent: condition %s is fed by two probes", p.Condition)
 		}
 		a.byProbe[p.Entry.Probe.Name()] = p
-		a.dampers[p.Condition] = taints.NewDamper(p.Damping)
+		a.dampers[p.Condition] = taints.NewDamper(p.Damping, p.HealthyStatus())
 		a.faultConds[p.Condition] = true
 		a.faultProbes[p.Entry.Probe.Name()] = p.Condition
 		switch h := p.HealthyStatus(); h {
@@ -415,21 +415,25 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	return true
 }
 
+// Verdict is the damper's verdict for a probe status: anything but OK or
+// Problem is Unknown.
+func Verdict(s probes.Status) taints.Verdict {
+	switch s {
+	case probes.StatusOK:
+		return taints.VerdictOK
+	case probes.StatusProblem:
+		return taints.VerdictProblem
+	default:
+		return taints.VerdictUnknown
+	}
+}
+
 // ConditionStatus maps a probe verdict to the status of a condition whose
 // healthy status is healthy (False for conditions that say "there is a
 // problem", True for Ready): OK is healthy, a problem the opposite, anything
 // else Unknown.
 func ConditionStatus(s probes.Status, healthy corev1.ConditionStatus) corev1.ConditionStatus {
-	switch {
-	case s == probes.StatusOK:
-		return healthy
-	case s == probes.StatusProblem && healthy == corev1.ConditionTrue:
-		return corev1.ConditionFalse
-	case s == probes.StatusProblem:
-		return corev1.ConditionTrue
-	default:
-		return corev1.ConditionUnknown
-	}
+	return taints.StatusFor(Verdict(s), healthy)
 }
 
 // Observe feeds one probe result to its condition's damper and enqueues a
@@ -447,7 +451,7 @@ func (a *Agent) Observe(r probes.Result) {
 	firstVerdict := !a.reported[r.Probe]
 	a.reported[r.Probe] = true
 	before, hadBefore := d.State()
-	d.Observe(ConditionStatus(r.Status, spec.HealthyStatus()), r.Reason, r.Message, now)
+	d.Observe(Verdict(r.Status), r.Reason, r.Message, now)
 	after, hasAfter := d.State()
 	next, pending := d.NextChange()
 	a.mu.Unlock()

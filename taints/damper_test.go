@@ -11,13 +11,17 @@ const (
 	T = corev1.ConditionTrue
 	F = corev1.ConditionFalse
 	U = corev1.ConditionUnknown
+	// The verdicts a probe reports.
+	O = VerdictOK
+	P = VerdictProblem
+	X = VerdictUnknown
 )
 
 // step is one thing that happens to a damper at an offset from t0, and what
 // the condition must look like right after.
 type step struct {
 	at      time.Duration
-	observe corev1.ConditionStatus // "" means Tick
+	observe Verdict // "" means Tick
 	reason  string
 
 	wantDecided bool
@@ -35,32 +39,33 @@ func TestDamper(t *testing.T) {
 	tests := []struct {
 		name    string
 		damping Damping
-		adopt   *State // adopted at t0 before the steps
+		healthy corev1.ConditionStatus // "" means False
+		adopt   *State                 // adopted at t0 before the steps
 		steps   []step
 	}{
 		{
 			name: "healthy start is decided at once", damping: d,
 			steps: []step{
-				{at: 0, observe: F, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: 0, wantChanged: true, wantNext: -1},
-				{at: 10 * s, observe: F, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: 0, wantNext: -1},
+				{at: 0, observe: O, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: 0, wantChanged: true, wantNext: -1},
+				{at: 10 * s, observe: O, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: 0, wantNext: -1},
 			},
 		},
 		{
 			name: "bad start waits for `for`", damping: d,
 			steps: []step{
-				{at: 0, observe: T, reason: "Low", wantNext: 30 * s},
-				{at: 29 * s, observe: T, reason: "Low", wantNext: 30 * s},
+				{at: 0, observe: P, reason: "Low", wantNext: 30 * s},
+				{at: 29 * s, observe: P, reason: "Low", wantNext: 30 * s},
 				{at: 30 * s, wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: 30 * s, wantChanged: true, wantNext: -1},
 			},
 		},
 		{
 			name: "flip to True after for, back to False after clearAfter", damping: d,
 			steps: []step{
-				{at: 0, observe: F, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantChanged: true, wantNext: -1},
-				{at: 10 * s, observe: T, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 40 * s},
-				{at: 39 * s, observe: T, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 40 * s},
-				{at: 40 * s, observe: T, reason: "Low", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: 40 * s, wantChanged: true, wantNext: -1},
-				{at: 50 * s, observe: F, reason: "OK", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: 40 * s, wantNext: 170 * s},
+				{at: 0, observe: O, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantChanged: true, wantNext: -1},
+				{at: 10 * s, observe: P, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 40 * s},
+				{at: 39 * s, observe: P, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 40 * s},
+				{at: 40 * s, observe: P, reason: "Low", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: 40 * s, wantChanged: true, wantNext: -1},
+				{at: 50 * s, observe: O, reason: "OK", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: 40 * s, wantNext: 170 * s},
 				{at: 169 * s, wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: 40 * s, wantNext: 170 * s},
 				{at: 170 * s, wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: 170 * s, wantChanged: true, wantNext: -1},
 			},
@@ -68,10 +73,10 @@ func TestDamper(t *testing.T) {
 		{
 			name: "a blip shorter than for does not flip and restarts the clock", damping: d,
 			steps: []step{
-				{at: 0, observe: F, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantChanged: true, wantNext: -1},
-				{at: 10 * s, observe: T, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 40 * s},
-				{at: 20 * s, observe: F, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: -1},
-				{at: 25 * s, observe: T, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 55 * s},
+				{at: 0, observe: O, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantChanged: true, wantNext: -1},
+				{at: 10 * s, observe: P, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 40 * s},
+				{at: 20 * s, observe: O, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: -1},
+				{at: 25 * s, observe: P, reason: "Low", wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 55 * s},
 				{at: 40 * s, wantDecided: true, wantStatus: F, wantReason: "OK", wantNext: 55 * s},
 			},
 		},
@@ -79,43 +84,80 @@ func TestDamper(t *testing.T) {
 			name: "same status with new reason updates words, not transition time", damping: d,
 			adopt: &State{Status: T, Reason: "Low", Message: "m", LastTransitionTime: t0.Add(-time.Hour)},
 			steps: []step{
-				{at: 5 * s, observe: T, reason: "Stall", wantDecided: true, wantStatus: T, wantReason: "Stall", wantLTT: -time.Hour, wantChanged: true, wantNext: -1},
+				{at: 5 * s, observe: P, reason: "Stall", wantDecided: true, wantStatus: T, wantReason: "Stall", wantLTT: -time.Hour, wantChanged: true, wantNext: -1},
 			},
 		},
 		{
 			name: "adopted True survives a restart with the problem still there", damping: d,
 			adopt: &State{Status: T, Reason: "Low", Message: "msg Low", LastTransitionTime: t0.Add(-time.Hour)},
 			steps: []step{
-				{at: 0, observe: T, reason: "Low", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: -time.Hour, wantNext: -1},
+				{at: 0, observe: P, reason: "Low", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: -time.Hour, wantNext: -1},
 			},
 		},
 		{
 			name: "adopted True needs clearAfter of good readings after restart", damping: d,
 			adopt: &State{Status: T, Reason: "Low", LastTransitionTime: t0.Add(-time.Hour)},
 			steps: []step{
-				{at: 0, observe: F, reason: "OK", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: -time.Hour, wantNext: 120 * s},
-				{at: 120 * s, observe: F, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: 120 * s, wantChanged: true, wantNext: -1},
+				{at: 0, observe: O, reason: "OK", wantDecided: true, wantStatus: T, wantReason: "Low", wantLTT: -time.Hour, wantNext: 120 * s},
+				{at: 120 * s, observe: O, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: 120 * s, wantChanged: true, wantNext: -1},
 			},
 		},
 		{
 			name: "Unknown from True is damped like a problem", damping: d,
 			adopt: &State{Status: T, Reason: "Low", LastTransitionTime: t0},
 			steps: []step{
-				{at: 0, observe: U, reason: "ReadError", wantDecided: true, wantStatus: T, wantReason: "Low", wantNext: 30 * s},
+				{at: 0, observe: X, reason: "ReadError", wantDecided: true, wantStatus: T, wantReason: "Low", wantNext: 30 * s},
 				{at: 30 * s, wantDecided: true, wantStatus: U, wantReason: "ReadError", wantLTT: 30 * s, wantChanged: true, wantNext: -1},
+			},
+		},
+		{
+			name: "Ready-style: a healthy start is decided at once, True", damping: d, healthy: T,
+			steps: []step{
+				{at: 0, observe: O, reason: "Ready", wantDecided: true, wantStatus: T, wantReason: "Ready", wantChanged: true, wantNext: -1},
+			},
+		},
+		{
+			name: "Ready-style: a problem waits for `for` before False, recovery clearAfter before True", damping: d, healthy: T,
+			steps: []step{
+				{at: 0, observe: O, reason: "Ready", wantDecided: true, wantStatus: T, wantReason: "Ready", wantChanged: true, wantNext: -1},
+				{at: 10 * s, observe: P, reason: "Down", wantDecided: true, wantStatus: T, wantReason: "Ready", wantNext: 40 * s},
+				{at: 39 * s, wantDecided: true, wantStatus: T, wantReason: "Ready", wantNext: 40 * s},
+				{at: 40 * s, wantDecided: true, wantStatus: F, wantReason: "Down", wantLTT: 40 * s, wantChanged: true, wantNext: -1},
+				{at: 50 * s, observe: O, reason: "Ready", wantDecided: true, wantStatus: F, wantReason: "Down", wantLTT: 40 * s, wantNext: 170 * s},
+				{at: 169 * s, wantDecided: true, wantStatus: F, wantReason: "Down", wantLTT: 40 * s, wantNext: 170 * s},
+				{at: 170 * s, wantDecided: true, wantStatus: T, wantReason: "Ready", wantLTT: 170 * s, wantChanged: true, wantNext: -1},
+			},
+		},
+		{
+			name: "Ready-style: a bad start waits for `for`", damping: d, healthy: T,
+			steps: []step{
+				{at: 0, observe: P, reason: "Down", wantNext: 30 * s},
+				{at: 30 * s, wantDecided: true, wantStatus: F, wantReason: "Down", wantLTT: 30 * s, wantChanged: true, wantNext: -1},
+			},
+		},
+		{
+			name: "Ready-style: adopted False needs clearAfter of good readings after restart", damping: d, healthy: T,
+			adopt: &State{Status: F, Reason: "Down", LastTransitionTime: t0.Add(-time.Hour)},
+			steps: []step{
+				{at: 0, observe: O, reason: "Ready", wantDecided: true, wantStatus: F, wantReason: "Down", wantLTT: -time.Hour, wantNext: 120 * s},
+				{at: 120 * s, wantDecided: true, wantStatus: T, wantReason: "Ready", wantLTT: 120 * s, wantChanged: true, wantNext: -1},
 			},
 		},
 		{
 			name: "zero damping follows every verdict", damping: Damping{},
 			steps: []step{
-				{at: 0, observe: T, reason: "Low", wantDecided: true, wantStatus: T, wantReason: "Low", wantChanged: true, wantNext: -1},
-				{at: s, observe: F, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: s, wantChanged: true, wantNext: -1},
+				{at: 0, observe: P, reason: "Low", wantDecided: true, wantStatus: T, wantReason: "Low", wantChanged: true, wantNext: -1},
+				{at: s, observe: O, reason: "OK", wantDecided: true, wantStatus: F, wantReason: "OK", wantLTT: s, wantChanged: true, wantNext: -1},
 			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dm := NewDamper(tt.damping)
+			healthy := tt.healthy
+			if healthy == "" {
+				healthy = F
+			}
+			dm := NewDamper(tt.damping, healthy)
 			if tt.adopt != nil {
 				dm.Adopt(*tt.adopt, t0)
 			}

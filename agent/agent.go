@@ -45,6 +45,7 @@ import (
 
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/faults"
 )
 
 // DefaultFieldManager is the server-side apply field manager selftaint
@@ -632,7 +633,7 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 			Status: c.Status, Reason: c.Reason, Message: c.Message,
 			LastTransitionTime: c.LastTransitionTime.Time,
 		}
-		fault := faulted[t] || c.Reason == DefaultFaultReason
+		fault := faulted[t] || c.Reason == faults.DefaultReason
 		a.published[t] = publishedState{State: s, fault: fault}
 		if fault {
 			a.log.Info("condition on node shows an injected fault; the probe decides it afresh", "condition", t, "status", c.Status, "reason", c.Reason)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,185 +19,8 @@ import (
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/faults"
 )
-
-var (
-	faultNow   = time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC)
-	faultKnown = map[corev1.NodeConditionType]bool{"SelftaintMemoryPressure": true, "SelftaintDiskPressure": true}
-	faultProbe = map[string]corev1.NodeConditionType{"memory": "SelftaintMemoryPressure", "disk": "SelftaintDiskPressure"}
-)
-
-func TestParseFaults(t *testing.T) {
-	const max = time.Hour
-	in := func(d time.Duration) string { return faultNow.Add(d).Format(time.RFC3339) }
-	tests := []struct {
-		name  string
-		key   string
-		value string
-		want  *agent.Fault // nil: rejected
-		// problem is a substring of the rejection; expired is its flag.
-		problem string
-		expired bool
-	}{
-		{
-			name:  "full",
-			key:   "fault.selftaint.io/SelftaintMemoryPressure",
-			value: `{"status":"Unknown","reason":"GPUFellOff","message":"chaos day","expiresAt":"2026-11-23T11:30:00Z","injectedBy":"alice"}`,
-			want: &agent.Fault{Target: "SelftaintMemoryPressure", Condition: "SelftaintMemoryPressure", Status: corev1.ConditionUnknown,
-				Reason: "GPUFellOff", Message: "chaos day", ExpiresAt: faultNow.Add(30 * time.Minute), InjectedBy: "alice"},
-		},
-		{
-			name:  "defaults, by probe name",
-			key:   "fault.selftaint.io/disk",
-			value: `{"expiresAt":"2026-11-23T11:10:00Z"}`,
-			want: &agent.Fault{Target: "disk", Condition: "SelftaintDiskPressure", Status: corev1.ConditionTrue,
-				Reason: agent.DefaultFaultReason, Message: agent.DefaultFaultMessage, ExpiresAt: faultNow.Add(10 * time.Minute)},
-		},
-		{
-			name:  "expiry with an offset and fractional seconds",
-			key:   "fault.selftaint.io/memory",
-			value: `{"status":"False","expiresAt":"2026-11-23T12:10:00.5+01:00"}`,
-			want: &agent.Fault{Target: "memory", Condition: "SelftaintMemoryPressure", Status: corev1.ConditionFalse,
-				Reason: agent.DefaultFaultReason, Message: agent.DefaultFaultMessage, ExpiresAt: faultNow.Add(10*time.Minute + 500*time.Millisecond)},
-		},
-		{
-			name:  "max duration plus the slack is fine",
-			key:   "fault.selftaint.io/memory",
-			value: `{"expiresAt":"` + in(max+agent.FaultExpirySlack) + `"}`,
-			want: &agent.Fault{Target: "memory", Condition: "SelftaintMemoryPressure", Status: corev1.ConditionTrue,
-				Reason: agent.DefaultFaultReason, Message: agent.DefaultFaultMessage, ExpiresAt: faultNow.Add(max + agent.FaultExpirySlack)},
-		},
-		{name: "bad JSON", key: "fault.selftaint.io/memory", value: `{"status":"True",`, problem: "not a valid fault"},
-		{name: "not an object", key: "fault.selftaint.io/memory", value: `null`, problem: "not a JSON object"},
-		{name: "a string", key: "fault.selftaint.io/memory", value: `True`, problem: "not a JSON object"},
-		{name: "unknown field", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:10:00Z","duration":"5m"}`, problem: `unknown field "duration"`},
-		{name: "field with the wrong case", key: "fault.selftaint.io/memory", value: `{"ExpiresAt":"2026-11-23T11:10:00Z"}`, problem: `unknown field "ExpiresAt"`},
-		{name: "wrong type", key: "fault.selftaint.io/memory", value: `{"expiresAt":1234}`, problem: "expiresAt"},
-		{name: "data after the object", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:10:00Z"} {}`, problem: "data after the JSON object"},
-		{name: "unknown condition", key: "fault.selftaint.io/SelftaintGPUFailure", value: `{"expiresAt":"2026-11-23T11:10:00Z"}`,
-			problem: `unknown target "SelftaintGPUFailure": this agent manages the conditions [SelftaintDiskPressure, SelftaintMemoryPressure] and the probes [disk, memory]`},
-		{name: "empty target", key: "fault.selftaint.io/", value: `{"expiresAt":"2026-11-23T11:10:00Z"}`, problem: `unknown target ""`},
-		{name: "bad status", key: "fault.selftaint.io/memory", value: `{"status":"true","expiresAt":"2026-11-23T11:10:00Z"}`, problem: `status "true" is not True, False or Unknown`},
-		{name: "reason with spaces", key: "fault.selftaint.io/memory", value: `{"reason":"it broke","expiresAt":"2026-11-23T11:10:00Z"}`, problem: `reason "it broke" must be CamelCase`},
-		{name: "injectedBy too long", key: "fault.selftaint.io/memory", value: `{"injectedBy":"` + strings.Repeat("x", 300) + `","expiresAt":"2026-11-23T11:10:00Z"}`, problem: "injectedBy is longer than"},
-		{name: "expiresAt missing", key: "fault.selftaint.io/memory", value: `{"status":"True"}`, problem: "expiresAt is required"},
-		{name: "expiresAt unparseable", key: "fault.selftaint.io/memory", value: `{"expiresAt":"in 5 minutes"}`, problem: `expiresAt "in 5 minutes" is not an RFC 3339 time`},
-		{name: "expiresAt without a zone", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:10:00"}`, problem: "not an RFC 3339 time"},
-		{name: "expiresAt in the past", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T10:59:00Z"}`, problem: "expiresAt 2026-11-23T10:59:00Z is in the past", expired: true},
-		{name: "expiresAt now", key: "fault.selftaint.io/memory", value: `{"expiresAt":"2026-11-23T11:00:00Z"}`, problem: "in the past", expired: true},
-		{name: "absurd duration", key: "fault.selftaint.io/memory", value: `{"expiresAt":"` + in(100*time.Hour) + `"}`, problem: "is 100h0m0s away, beyond the maximum fault duration 1h0m0s"},
-		{name: "just beyond max plus slack", key: "fault.selftaint.io/memory", value: `{"expiresAt":"` + in(max+agent.FaultExpirySlack+time.Second) + `"}`, problem: "beyond the maximum fault duration"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ann := map[string]string{tt.key: tt.value, "example.com/other": "not a fault", "fault.example.com/x": "{"}
-			valid, rejected := agent.ParseFaults(ann, faultKnown, faultProbe, faultNow, max)
-			if tt.want != nil {
-				want := *tt.want
-				want.Key, want.Value = tt.key, tt.value
-				if len(rejected) != 0 || len(valid) != 1 {
-					t.Fatalf("got valid %+v, rejected %+v; want one valid fault", valid, rejected)
-				}
-				got := valid[0]
-				if !got.ExpiresAt.Equal(want.ExpiresAt) {
-					t.Errorf("ExpiresAt = %s, want %s", got.ExpiresAt, want.ExpiresAt)
-				}
-				got.ExpiresAt = want.ExpiresAt
-				if got != want {
-					t.Errorf("got %+v\nwant %+v", got, want)
-				}
-				return
-			}
-			if len(valid) != 0 || len(rejected) != 1 {
-				t.Fatalf("got valid %+v, rejected %+v; want one rejection", valid, rejected)
-			}
-			r := rejected[0]
-			if r.Key != tt.key || r.Value != tt.value || !strings.Contains(r.Problem, tt.problem) || r.Expired != tt.expired {
-				t.Errorf("got %+v, want key %s, problem containing %q, expired %v", r, tt.key, tt.problem, tt.expired)
-			}
-		})
-	}
-}
-
-func TestParseFaultsSortsAndIgnoresOthers(t *testing.T) {
-	ann := map[string]string{
-		"fault.selftaint.io/memory":                `{"expiresAt":"2026-11-23T11:05:00Z"}`,
-		"fault.selftaint.io/SelftaintDiskPressure": `{"expiresAt":"2026-11-23T11:06:00Z"}`,
-		"fault.selftaint.io/zzz":                   `{}`,
-		"fault.selftaint.io/aaa":                   `{}`,
-		"selftaint.io/owned-taints":                "x:NoSchedule",
-	}
-	valid, rejected := agent.ParseFaults(ann, faultKnown, faultProbe, faultNow, time.Hour)
-	var gotValid, gotRejected []string
-	for _, f := range valid {
-		gotValid = append(gotValid, f.Key)
-	}
-	for _, r := range rejected {
-		gotRejected = append(gotRejected, r.Key)
-	}
-	if want := []string{"fault.selftaint.io/SelftaintDiskPressure", "fault.selftaint.io/memory"}; !slices.Equal(gotValid, want) {
-		t.Errorf("valid = %v, want %v", gotValid, want)
-	}
-	if want := []string{"fault.selftaint.io/aaa", "fault.selftaint.io/zzz"}; !slices.Equal(gotRejected, want) {
-		t.Errorf("rejected = %v, want %v", gotRejected, want)
-	}
-	if v, r := agent.ParseFaults(nil, faultKnown, faultProbe, faultNow, time.Hour); v != nil || r != nil {
-		t.Errorf("no annotations: got %v, %v, want nothing", v, r)
-	}
-}
-
-func TestEffectiveFaults(t *testing.T) {
-	mk := func(key string, cond corev1.NodeConditionType, exp time.Duration) agent.Fault {
-		return agent.Fault{Key: key, Condition: cond, ExpiresAt: faultNow.Add(exp)}
-	}
-	tests := []struct {
-		name   string
-		faults []agent.Fault
-		want   map[corev1.NodeConditionType]string
-	}{
-		{"none", nil, map[corev1.NodeConditionType]string{}},
-		{"one per condition", []agent.Fault{mk("a", "M", time.Minute), mk("b", "D", time.Minute)}, map[corev1.NodeConditionType]string{"M": "a", "D": "b"}},
-		{"latest expiry wins", []agent.Fault{mk("a", "M", time.Minute), mk("b", "M", 2*time.Minute)}, map[corev1.NodeConditionType]string{"M": "b"}},
-		{"tie goes to the smaller key", []agent.Fault{mk("b", "M", time.Minute), mk("a", "M", time.Minute)}, map[corev1.NodeConditionType]string{"M": "a"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := map[corev1.NodeConditionType]string{}
-			for c, f := range agent.EffectiveFaults(tt.faults) {
-				got[c] = f.Key
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
-				t.Errorf("got %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestFaultSpecRoundTrip(t *testing.T) {
-	spec := agent.FaultSpec{Status: corev1.ConditionFalse, Reason: "Drill", Message: `quotes " and \ slashes`, ExpiresAt: "2026-11-23T11:20:00Z", InjectedBy: "bob"}
-	v, err := spec.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := agent.ParseFault(agent.FaultAnnotationKey("memory"), v, faultKnown, faultProbe)
-	if err != nil {
-		t.Fatalf("ParseFault(%s): %v", v, err)
-	}
-	if f.Status != spec.Status || f.Reason != spec.Reason || f.Message != spec.Message || f.InjectedBy != spec.InjectedBy || !f.ExpiresAt.Equal(faultNow.Add(20*time.Minute)) {
-		t.Errorf("round trip: got %+v from %s", f, v)
-	}
-	if p, _ := agent.CheckFaultTime(f, faultNow, time.Hour); p != "" {
-		t.Errorf("CheckFaultTime: %s, want valid", p)
-	}
-}
-
-func TestValidFaultTarget(t *testing.T) {
-	for target, ok := range map[string]bool{"memory": true, "SelftaintMemoryPressure": true, "example.com/GPUHealthy": false, "": false, strings.Repeat("x", 64): false} {
-		if err := agent.ValidFaultTarget(target); (err == nil) != ok {
-			t.Errorf("ValidFaultTarget(%q) = %v, want ok=%v", target, err, ok)
-		}
-	}
-}
 
 // Integration tests against a real kube-apiserver.
 
@@ -241,7 +63,7 @@ func setAnnotations(t *testing.T, c kubernetes.Interface, node string, ann map[s
 	}
 }
 
-func faultValue(t *testing.T, spec agent.FaultSpec) string {
+func faultValue(t *testing.T, spec faults.Spec) string {
 	t.Helper()
 	v, err := spec.Encode()
 	if err != nil {
@@ -307,9 +129,9 @@ func TestFaultInjectAndExpire(t *testing.T) {
 	time.Sleep(time.Until(ltt0.Add(time.Second)) + 100*time.Millisecond)
 
 	const ttl = 4 * time.Second
-	key := agent.FaultAnnotationKey(string(cond))
+	key := faults.AnnotationKey(string(cond))
 	expiry := time.Now().Add(ttl).Truncate(time.Second)
-	value := faultValue(t, agent.FaultSpec{
+	value := faultValue(t, faults.Spec{
 		Message:    "drill: pretend memory is short",
 		ExpiresAt:  expiry.UTC().Format(time.RFC3339),
 		InjectedBy: "TestFaultInjectAndExpire",
@@ -325,7 +147,7 @@ func TestFaultInjectAndExpire(t *testing.T) {
 		t.Errorf("the fault took %s to apply, want under 3s (damping For=%s must not apply to faults)", took, damping.For)
 	}
 	cc := condition(n, cond)
-	if cc.Reason != agent.DefaultFaultReason || cc.Message != "drill: pretend memory is short" {
+	if cc.Reason != faults.DefaultReason || cc.Message != "drill: pretend memory is short" {
 		t.Errorf("condition = %s/%s %q, want the fault's reason and message", cc.Status, cc.Reason, cc.Message)
 	}
 	ltt1 := cc.LastTransitionTime.Time
@@ -407,8 +229,8 @@ func TestFaultRejections(t *testing.T) {
 		"fault.selftaint.io/SelftaintThirdPressure": {`{"expiresAt":"` + in(5*time.Minute) + `","severity":"high"}`, `unknown field "severity"`},
 		"fault.selftaint.io/third":                  {`{"status":"Maybe","expiresAt":"` + in(5*time.Minute) + `"}`, `status "Maybe" is not True, False or Unknown`},
 	}
-	validKey := agent.FaultAnnotationKey(string(cond))
-	ann := map[string]any{validKey: faultValue(t, agent.FaultSpec{ExpiresAt: in(5 * time.Minute)})}
+	validKey := faults.AnnotationKey(string(cond))
+	ann := map[string]any{validKey: faultValue(t, faults.Spec{ExpiresAt: in(5 * time.Minute)})}
 	for k, b := range bad {
 		ann[k] = b.value
 	}
@@ -460,8 +282,8 @@ func TestFaultRejections(t *testing.T) {
 	}
 
 	// The agent keeps going: a corrected annotation is judged afresh and applies.
-	thirdKey := agent.FaultAnnotationKey(thirdProbe)
-	setAnnotations(t, c, node, map[string]any{thirdKey: faultValue(t, agent.FaultSpec{Reason: "Corrected", ExpiresAt: in(5 * time.Minute)})})
+	thirdKey := faults.AnnotationKey(thirdProbe)
+	setAnnotations(t, c, node, map[string]any{thirdKey: faultValue(t, faults.Spec{Reason: "Corrected", ExpiresAt: in(5 * time.Minute)})})
 	waitNode(t, c, node, 5*time.Second, "the corrected fault applied", func(n *corev1.Node) bool {
 		cc := condition(n, thirdCond)
 		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Reason == "Corrected"
@@ -479,7 +301,7 @@ func TestFaultRejections(t *testing.T) {
 		Faults:   agent.FaultOptions{Disabled: true},
 	})
 	waitNode(t, c, off, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
-	setAnnotations(t, c, off, map[string]any{validKey: faultValue(t, agent.FaultSpec{ExpiresAt: in(5 * time.Minute)})})
+	setAnnotations(t, c, off, map[string]any{validKey: faultValue(t, faults.Spec{ExpiresAt: in(5 * time.Minute)})})
 	waitEvent(t, c, off, "FaultRejected", 10*time.Second, validKey, "fault injection is disabled")
 	if n := getNode(t, c, off); !conditionIs(corev1.ConditionFalse)(n) || hasTaint(n, ourTaint) {
 		t.Errorf("a disabled agent applied a fault: %s", describe(n))
@@ -494,7 +316,7 @@ func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
 	c := cp.Client()
 	const node = "reinjected"
 	cp.CreateNode(t, node, withForeignAnnotation)
-	key := agent.FaultAnnotationKey(probeName)
+	key := faults.AnnotationKey(probeName)
 	// The fault values are set once the agent runs; the hook reads them.
 	var firstV, secondV atomic.Value
 	firstV.Store("")
@@ -515,8 +337,8 @@ func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
 	p := newSwitchProbe(probes.StatusOK)
 	runAgent(t, c, node, p, agentOpts{damping: taints.Damping{For: time.Minute, ClearAfter: time.Minute}, hook: hook})
 	waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
-	first := faultValue(t, agent.FaultSpec{Message: "first", ExpiresAt: time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)})
-	second := faultValue(t, agent.FaultSpec{Message: "second", ExpiresAt: time.Now().Add(5 * time.Minute).UTC().Format(time.RFC3339)})
+	first := faultValue(t, faults.Spec{Message: "first", ExpiresAt: time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)})
+	second := faultValue(t, faults.Spec{Message: "second", ExpiresAt: time.Now().Add(5 * time.Minute).UTC().Format(time.RFC3339)})
 	firstV.Store(first)
 	secondV.Store(second)
 	setAnnotations(t, c, node, map[string]any{key: first})
@@ -558,9 +380,9 @@ func TestFaultSurvivesRestartAndExpiresWhileDown(t *testing.T) {
 	_, stop := runAgent(t, c, node, p, agentOpts{damping: damping, heartbeat: time.Second})
 	waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
 
-	key := agent.FaultAnnotationKey(string(cond))
+	key := faults.AnnotationKey(string(cond))
 	expiry := time.Now().Add(8 * time.Second).Truncate(time.Second)
-	setAnnotations(t, c, node, map[string]any{key: faultValue(t, agent.FaultSpec{ExpiresAt: expiry.UTC().Format(time.RFC3339)})})
+	setAnnotations(t, c, node, map[string]any{key: faultValue(t, faults.Spec{ExpiresAt: expiry.UTC().Format(time.RFC3339)})})
 	n := waitNode(t, c, node, 5*time.Second, "the fault applied", func(n *corev1.Node) bool {
 		return conditionIs(corev1.ConditionTrue)(n) && hasTaint(n, ourTaint)
 	})

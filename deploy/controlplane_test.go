@@ -32,6 +32,7 @@ import (
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/faults"
 )
 
 // TestOnControlPlane creates every manifest on a real etcd and
@@ -371,8 +372,8 @@ func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	})
 
 	// A fault the agent applied and saw expire is removed by a JSON patch.
-	key := agent.FaultAnnotationKey(string(quietCondition))
-	value, err := agent.FaultSpec{Status: corev1.ConditionTrue, ExpiresAt: time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)}.Encode()
+	key := faults.AnnotationKey(string(quietCondition))
+	value, err := faults.Spec{Status: corev1.ConditionTrue, ExpiresAt: time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	}
 	waitNode(t, admin, node, 30*time.Second, "the fault applied", func(n *corev1.Node) bool {
 		c := nodeCondition(n, quietCondition)
-		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == agent.DefaultFaultReason
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == faults.DefaultReason
 	})
 	waitNode(t, admin, node, 30*time.Second, "the expired fault removed and the condition back to False", func(n *corev1.Node) bool {
 		_, still := n.Annotations[key]
@@ -580,8 +581,8 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 
 	// A fault: the node's agent taints the node, then removes the expired
 	// annotation.
-	key := agent.FaultAnnotationKey(string(simCondition))
-	value, err := agent.FaultSpec{Status: corev1.ConditionTrue, ExpiresAt: time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)}.Encode()
+	key := faults.AnnotationKey(string(simCondition))
+	value, err := faults.Spec{Status: corev1.ConditionTrue, ExpiresAt: time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/faults"
 )
 
 // fpgaResource is the hardware the test agent advertises, taints and
@@ -127,7 +128,7 @@ func kubeletNode(n *corev1.Node) {
 	n.Labels = map[string]string{"team": "infra", "kubernetes.io/hostname": n.Name}
 	n.Annotations = map[string]string{
 		"example.com/owner":                        "team-a",
-		agent.FaultAnnotationKey("memory"):         `{"status":"True"}`,
+		faults.AnnotationKey("memory"):             `{"status":"True"}`,
 		taints.OwnedTaintsAnnotation:               "selftaint.io/memory-pressure:NoSchedule",
 		"node.alpha.kubernetes.io/ttl":             "0",
 		"volumes.kubernetes.io/controller-managed": "true",

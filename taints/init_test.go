@@ -23,7 +23,9 @@ func TestDecideInit(t *testing.T) {
 	}{
 		{
 			name: "fresh node, probes and inventory pending",
-			in:   base(func(in *InitInput) { in.WaitingProbes, in.InventoryTaken, in.States = []string{"pid", "disk"}, false, nil }),
+			in: base(func(in *InitInput) {
+				in.WaitingProbes, in.InventoryTaken, in.States = []string{"pid", "disk"}, false, nil
+			}),
 			want: InitVerdict{Decided: true, Uninitialized: true, State: State{Status: corev1.ConditionTrue, Reason: ReasonInitializing,
 				Message: "waiting for the first verdict of probes disk, pid; waiting for the hardware inventory; required: SelftaintGPUFailure is not reported"}},
 		},
@@ -59,7 +61,9 @@ func TestDecideInit(t *testing.T) {
 		},
 		{
 			name: "continuous, initialized before, restarted: undecided until the first full round",
-			in:   base(func(in *InitInput) { in.Continuous, in.Initialized, in.WaitingProbes, in.States = true, true, []string{"memory"}, nil }),
+			in: base(func(in *InitInput) {
+				in.Continuous, in.Initialized, in.WaitingProbes, in.States = true, true, []string{"memory"}, nil
+			}),
 			want: InitVerdict{State: State{Status: corev1.ConditionUnknown, Reason: ReasonInitializing,
 				Message: "waiting for the first verdict of probes memory; required: SelftaintGPUFailure is not reported"}},
 		},
@@ -84,7 +88,9 @@ func TestDecideInit(t *testing.T) {
 		},
 		{
 			name: "a required condition Unknown is not healthy",
-			in:   base(func(in *InitInput) { in.States = map[corev1.NodeConditionType]State{gpu: {Status: corev1.ConditionUnknown, Reason: "NVMLUnreadable"}} }),
+			in: base(func(in *InitInput) {
+				in.States = map[corev1.NodeConditionType]State{gpu: {Status: corev1.ConditionUnknown, Reason: "NVMLUnreadable"}}
+			}),
 			want: InitVerdict{Decided: true, Uninitialized: true, State: State{Status: corev1.ConditionTrue, Reason: ReasonRequiredCheckFailed,
 				Message: "required: SelftaintGPUFailure is Unknown (NVMLUnreadable)"}},
 		},

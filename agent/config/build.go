@@ -2,7 +2,9 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 
@@ -15,58 +17,41 @@ import (
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/custom"
-	"github.com/selftaint/selftaint/probes/disk"
-	"github.com/selftaint/selftaint/probes/gpu"
-	"github.com/selftaint/selftaint/probes/memory"
-	"github.com/selftaint/selftaint/probes/network"
-	"github.com/selftaint/selftaint/probes/pid"
 )
 
-// ProbeSpecs builds the enabled host probes (memory, disk, PID, network),
+// ProbeSpecs builds the enabled probes that read the host (memory, disk,
+// PID, network: every registry section whose settings are a HostBuilder),
 // reading the host under host.Root. apiServer is the API server's
 // "host:port" for the network probe to check, empty for none.
 func (c *Config) ProbeSpecs(host probes.Host, apiServer string) ([]agent.ProbeSpec, error) {
 	var specs []agent.ProbeSpec
-	add := func(cm Common, p probes.Probe, err error) error {
-		if err != nil {
-			return fmt.Errorf("building probe: %w", err)
+	for _, s := range c.registry() {
+		set := s.Settings(&c.Probes)
+		b, ok := set.(HostBuilder)
+		if !ok || !set.Base().IsEnabled() {
+			continue
 		}
+		ps, err := b.BuildHost(HostEnv{Host: host, APIServer: apiServer})
+		if err != nil {
+			return nil, fmt.Errorf("building probe: %w", err)
+		}
+		specs = append(specs, probeSpecs(ps, set.Commons())...)
+	}
+	return specs, nil
+}
+
+// probeSpecs pairs probes with their settings, in order.
+func probeSpecs(ps []probes.Probe, commons []Common) []agent.ProbeSpec {
+	specs := make([]agent.ProbeSpec, 0, len(ps))
+	for i, p := range ps {
+		cm := commons[i]
 		specs = append(specs, agent.ProbeSpec{
 			Entry:     probes.Entry{Probe: p, Interval: cm.Interval.D, Timeout: cm.Timeout.D},
 			Condition: cm.Condition,
 			Damping:   cm.Damping(),
 		})
-		return nil
 	}
-	if m := c.Probes.Memory; m.IsEnabled() {
-		p, err := memory.New(memory.Config{
-			AvailableBelow:    m.AvailableBelow.T,
-			PSISomeAvg10Above: *m.PSISomeAvg10Above,
-			PSIFullAvg10Above: *m.PSIFullAvg10Above,
-		}, host)
-		if err := add(m.Common, p, err); err != nil {
-			return nil, err
-		}
-	}
-	if d := c.Probes.Disk; d.IsEnabled() {
-		p, err := disk.New(disk.Config{Paths: d.Paths, FreeBelow: d.FreeBelow.T, InodesFreeBelow: d.InodesFreeBelow.T}, host)
-		if err := add(d.Common, p, err); err != nil {
-			return nil, err
-		}
-	}
-	if pc := c.Probes.PID; pc.IsEnabled() {
-		p, err := pid.New(pid.Config{UsedAbove: pc.UsedAbove.T}, host)
-		if err := add(pc.Common, p, err); err != nil {
-			return nil, err
-		}
-	}
-	if n := c.Probes.Network; n.IsEnabled() {
-		p, err := network.New(c.networkConfig(apiServer), host)
-		if err := add(n.Common, p, err); err != nil {
-			return nil, err
-		}
-	}
-	return specs, nil
+	return specs
 }
 
 // FaultOptions returns the agent's fault injection options.
@@ -80,13 +65,14 @@ type namedProbe struct {
 	c    Common
 }
 
-// probeList is every probe with its common settings, in a stable order.
+// probeList is every probe in the registry with its common settings, in
+// the registry's order.
 func (c *Config) probeList() []namedProbe {
-	return []namedProbe{
-		{memory.Name, c.Probes.Memory.Common}, {disk.Name, c.Probes.Disk.Common}, {pid.Name, c.Probes.PID.Common},
-		{gpu.NameFatal, c.Probes.GPU.Common}, {gpu.NameDegraded, c.Probes.GPU.degradedCommon()},
-		{network.Name, c.Probes.Network.Common},
+	var out []namedProbe
+	for _, cp := range c.registry().configured(&c.Probes) {
+		out = append(out, namedProbe{cp.target.Name, cp.c})
 	}
+	return out
 }
 
 // CheckProbeSpecs builds the checks users bring: the custom checks, sharing
@@ -113,7 +99,7 @@ func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
 		return nil
 	}
 	if len(c.Checks.Custom) > 0 {
-		conds, err := custom.ConditionsFromChecks(c.customChecks())
+		conds, err := custom.ConditionsFromChecks(c.Checks.customChecks())
 		if err != nil {
 			return nil, fmt.Errorf("checks.custom: %w", err)
 		}
@@ -164,34 +150,49 @@ func (c *Config) InitOptions() *agent.InitOptions {
 	}
 }
 
-// degradedCommon is the degraded GPU probe's settings: the fatal one's
-// schedule, its own condition and damping.
-func (g GPUProbe) degradedCommon() Common {
-	d := g.Common
-	d.Condition, d.For, d.ClearAfter = g.Degraded.Condition, g.Degraded.For, g.Degraded.ClearAfter
-	return d
-}
-
-// GPUProbeSpecs builds the two GPU probes over an initialized NVML, or
-// nothing when the GPU probe is disabled or lib is nil (no driver). The
-// caller closes the Monitor, then shuts NVML down.
-func (c *Config) GPUProbeSpecs(lib nvml.Interface) ([]agent.ProbeSpec, *gpu.Monitor, error) {
-	g := c.Probes.GPU
-	if lib == nil || !g.IsEnabled() {
+// GPUProbeSpecs builds the probes that read NVML (the two GPU probes:
+// every registry section whose settings are an NVMLBuilder) over an
+// initialized NVML, or nothing when they are disabled or lib is nil (no
+// driver). The caller closes what is returned (nil when nothing is), then
+// shuts NVML down.
+func (c *Config) GPUProbeSpecs(lib nvml.Interface) ([]agent.ProbeSpec, io.Closer, error) {
+	if lib == nil {
 		return nil, nil, nil
 	}
-	m, err := gpu.New(gpu.Config{SkipXids: g.SkipXids, ECCUncorrectedAbove: g.ECCUncorrectedAbove, IgnoreSlowdown: g.IgnoreSlowdown}, lib)
-	if err != nil {
-		return nil, nil, fmt.Errorf("building the GPU probe: %w", err)
-	}
-	spec := func(p probes.Probe, cm Common) agent.ProbeSpec {
-		return agent.ProbeSpec{
-			Entry:     probes.Entry{Probe: p, Interval: cm.Interval.D, Timeout: cm.Timeout.D},
-			Condition: cm.Condition,
-			Damping:   cm.Damping(),
+	var specs []agent.ProbeSpec
+	var closers closeAll
+	for _, s := range c.registry() {
+		set := s.Settings(&c.Probes)
+		b, ok := set.(NVMLBuilder)
+		if !ok || !set.Base().IsEnabled() {
+			continue
+		}
+		ps, closer, err := b.BuildNVML(lib)
+		if err != nil {
+			_ = closers.Close()
+			return nil, nil, fmt.Errorf("building the %s probe: %w", s.Key, err)
+		}
+		specs = append(specs, probeSpecs(ps, set.Commons())...)
+		if closer != nil {
+			closers = append(closers, closer)
 		}
 	}
-	return []agent.ProbeSpec{spec(m.FatalProbe(), g.Common), spec(m.DegradedProbe(), g.degradedCommon())}, m, nil
+	if len(closers) == 0 {
+		return specs, nil, nil
+	}
+	return specs, closers, nil
+}
+
+// closeAll closes each, in reverse order.
+type closeAll []io.Closer
+
+// Close implements io.Closer.
+func (cs closeAll) Close() error {
+	var errs []error
+	for i := len(cs) - 1; i >= 0; i-- {
+		errs = append(errs, cs[i].Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Inventory is the node's special hardware as the config asks to see it:

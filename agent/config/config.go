@@ -3,11 +3,21 @@
 // field name is an error instead of a silently ignored setting, and every
 // validation error names the field path and says what is wrong, because a
 // node agent that misreads its config can taint a fleet.
+//
+// A new probe goes into the probe registry (registry.go, DefaultRegistry):
+// one section names its block under probes:, its probes (each a fault
+// target with a default condition and default rule), its schedule, and
+// its settings, which default and validate themselves (delegating to the
+// probe package's Config validation) and build the probes from a host root
+// or from NVML. Defaults, validation, the probes built and simulated,
+// fault targets, default rules, ownership and `selftaint fault --help` all
+// derive from the registry.
 package config
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -16,13 +26,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
 
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/custom"
-	"github.com/selftaint/selftaint/probes/gpu"
-	"github.com/selftaint/selftaint/probes/network"
+	"github.com/selftaint/selftaint/probes/strict"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -86,6 +94,18 @@ type Config struct {
 	Checks Checks `json:"checks"`
 	// Initialization configures the uninitialized taint.
 	Initialization Initialization `json:"initialization"`
+
+	// reg is the probe registry; nil means DefaultRegistry. Tests set
+	// another.
+	reg Registry
+}
+
+// registry is the config's probe registry.
+func (c *Config) registry() Registry {
+	if c.reg == nil {
+		return DefaultRegistry()
+	}
+	return c.reg
 }
 
 // Checks configures user-supplied checks.
@@ -459,11 +479,12 @@ func Load(path string) (*Config, error) {
 func Parse(b []byte) (*Config, error) {
 	c := &Config{}
 	if len(bytes.TrimSpace(b)) > 0 {
-		if err := yaml.UnmarshalStrict(b, c); err != nil {
-			if unknown := unknownFields(b); len(unknown) > 0 {
-				return nil, fmt.Errorf("decoding: unknown field %q (fields are case-sensitive; see deploy/configmap.yaml for every field)", strings.Join(unknown, `", "`))
+		if err := strict.YAML(b, c); err != nil {
+			var fe *strict.FieldError
+			if errors.As(err, &fe) && len(fe.Unknown) > 0 {
+				return nil, fmt.Errorf("decoding: %w (fields are case-sensitive; see deploy/configmap.yaml for every field)", err)
 			}
-			return nil, fmt.Errorf("decoding: %s", cleanDecodeError(err))
+			return nil, fmt.Errorf("decoding: %w", err)
 		}
 	}
 	c.setDefaults()
@@ -471,17 +492,6 @@ func Parse(b []byte) (*Config, error) {
 		return nil, fmt.Errorf("invalid: %w", errs.ToAggregate())
 	}
 	return c, nil
-}
-
-// cleanDecodeError drops the nested "error unmarshaling JSON: while decoding
-// JSON:" prefixes the YAML library adds, keeping the part that names the
-// field.
-func cleanDecodeError(err error) string {
-	s := err.Error()
-	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: "} {
-		s = strings.ReplaceAll(s, p, "")
-	}
-	return s
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -504,11 +514,6 @@ type commonDefaults struct {
 	interval, timeout, forD, clearAfter time.Duration
 }
 
-// hostDefaults are the memory, disk and PID probes' defaults.
-func hostDefaults(cond corev1.NodeConditionType) commonDefaults {
-	return commonDefaults{condition: cond, interval: 10 * time.Second, timeout: 5 * time.Second, forD: 30 * time.Second, clearAfter: 2 * time.Minute}
-}
-
 func defaultCommon(c *Common, d commonDefaults) {
 	if c.Enabled == nil {
 		c.Enabled = ptr(true)
@@ -524,49 +529,34 @@ func defaultCommon(c *Common, d commonDefaults) {
 
 func (c *Config) setDefaults() {
 	defaultDuration(&c.HeartbeatPeriod, 5*time.Minute)
-	m := &c.Probes.Memory
-	defaultCommon(&m.Common, hostDefaults(DefaultMemoryCondition))
-	defaultThreshold(&m.AvailableBelow, probes.Threshold{Value: 5, Percent: true})
-	if m.PSISomeAvg10Above == nil {
-		m.PSISomeAvg10Above = ptr(0.0)
+	c.registry().setDefaults(&c.Probes)
+	c.Checks.setDefaults()
+	c.Initialization.setDefaults()
+	h := &c.Hardware
+	defaultDuration(&h.Period, time.Minute)
+	if h.GPU.Resource == "" {
+		h.GPU.Resource = DefaultGPUResource
 	}
-	if m.PSIFullAvg10Above == nil {
-		m.PSIFullAvg10Above = ptr(25.0)
+	h.GPU.setDefaults(false, true, false)
+	for i := range h.PCI {
+		h.PCI[i].setDefaults(true, true, true)
 	}
-	d := &c.Probes.Disk
-	defaultCommon(&d.Common, hostDefaults(DefaultDiskCondition))
-	defaultThreshold(&d.FreeBelow, probes.Threshold{Value: 10, Percent: true})
-	defaultThreshold(&d.InodesFreeBelow, probes.Threshold{Value: 5, Percent: true})
-	p := &c.Probes.PID
-	defaultCommon(&p.Common, hostDefaults(DefaultPIDCondition))
-	defaultThreshold(&p.UsedAbove, probes.Threshold{Value: 90, Percent: true})
-	g := &c.Probes.GPU
-	// A GPU that fell off the bus must stop taking pods in seconds.
-	defaultCommon(&g.Common, commonDefaults{condition: DefaultGPUCondition, interval: 5 * time.Second, timeout: 3 * time.Second, clearAfter: 5 * time.Minute})
-	if g.Degraded.Condition == "" {
-		g.Degraded.Condition = DefaultGPUDegradedCondition
+	if c.Faults.Enabled == nil {
+		c.Faults.Enabled = ptr(true)
 	}
-	defaultDuration(&g.Degraded.For, time.Minute)
-	defaultDuration(&g.Degraded.ClearAfter, 5*time.Minute)
-	if g.SkipXids == nil {
-		g.SkipXids = gpu.DefaultSkipXids()
+	defaultDuration(&c.Faults.DefaultDuration, 10*time.Minute)
+	defaultDuration(&c.Faults.MaxDuration, time.Hour)
+	if c.Rules == nil {
+		c.Rules = c.registry().DefaultRules()
 	}
-	n := &c.Probes.Network
-	defaultCommon(&n.Common, hostDefaults(DefaultNetworkCondition))
-	if n.DefaultRoute == "" {
-		n.DefaultRoute = string(network.RouteAny)
+	for i := range c.Rules {
+		if c.Rules[i].Status == "" {
+			c.Rules[i].Status = corev1.ConditionTrue
+		}
 	}
-	if n.CheckCNIConfig == nil {
-		n.CheckCNIConfig = ptr(true)
-	}
-	if n.CNIConfDir == "" {
-		n.CNIConfDir = network.DefaultCNIConfDir
-	}
-	if n.CheckAPIServer == nil {
-		n.CheckAPIServer = ptr(true)
-	}
-	defaultDuration(&n.TargetTimeout, network.DefaultTargetTimeout)
-	ch := &c.Checks
+}
+
+func (ch *Checks) setDefaults() {
 	if ch.Concurrency == 0 {
 		ch.Concurrency = custom.DefaultConcurrency
 	}
@@ -577,7 +567,9 @@ func (c *Config) setDefaults() {
 		defaultDuration(&ch.Custom[i].Interval, custom.DefaultInterval)
 		defaultDuration(&ch.Custom[i].Timeout, custom.DefaultTimeout)
 	}
-	in := &c.Initialization
+}
+
+func (in *Initialization) setDefaults() {
 	if in.Enabled == nil {
 		in.Enabled = ptr(true)
 	}
@@ -596,28 +588,6 @@ func (c *Config) setDefaults() {
 	if in.Taint.Effect == "" {
 		in.Taint.Effect = corev1.TaintEffectNoSchedule
 	}
-	h := &c.Hardware
-	defaultDuration(&h.Period, time.Minute)
-	if h.GPU.Resource == "" {
-		h.GPU.Resource = DefaultGPUResource
-	}
-	h.GPU.setDefaults(false, true, false)
-	for i := range h.PCI {
-		h.PCI[i].setDefaults(true, true, true)
-	}
-	if c.Faults.Enabled == nil {
-		c.Faults.Enabled = ptr(true)
-	}
-	defaultDuration(&c.Faults.DefaultDuration, 10*time.Minute)
-	defaultDuration(&c.Faults.MaxDuration, time.Hour)
-	if c.Rules == nil {
-		c.Rules = DefaultRules()
-	}
-	for i := range c.Rules {
-		if c.Rules[i].Status == "" {
-			c.Rules[i].Status = corev1.ConditionTrue
-		}
-	}
 }
 
 func (a *HardwareAction) setDefaults(advertise, taint, label bool) {
@@ -632,24 +602,10 @@ func (a *HardwareAction) setDefaults(advertise, taint, label bool) {
 	}
 }
 
-// DefaultRules taints NoSchedule while each default condition is True, and
+// DefaultRules taints while each probe's default condition is True, with
+// the probe's default taint (see DefaultRegistry): NoSchedule, and
 // PreferNoSchedule while a GPU is degraded.
-func DefaultRules() []Rule {
-	mk := func(cond corev1.NodeConditionType, key string, effect corev1.TaintEffect) Rule {
-		r := Rule{Condition: cond, Status: corev1.ConditionTrue}
-		r.Taint.Key = key
-		r.Taint.Effect = effect
-		return r
-	}
-	return []Rule{
-		mk(DefaultMemoryCondition, "selftaint.io/memory-pressure", corev1.TaintEffectNoSchedule),
-		mk(DefaultDiskCondition, "selftaint.io/disk-pressure", corev1.TaintEffectNoSchedule),
-		mk(DefaultPIDCondition, "selftaint.io/pid-pressure", corev1.TaintEffectNoSchedule),
-		mk(DefaultGPUCondition, "selftaint.io/gpu-failure", corev1.TaintEffectNoSchedule),
-		mk(DefaultGPUDegradedCondition, "selftaint.io/gpu-degraded", corev1.TaintEffectPreferNoSchedule),
-		mk(DefaultNetworkCondition, "selftaint.io/network-unavailable", corev1.TaintEffectNoSchedule),
-	}
-}
+func DefaultRules() []Rule { return DefaultRegistry().DefaultRules() }
 
 // Validate checks the (defaulted) config and returns every problem found.
 func (c *Config) Validate() field.ErrorList {
@@ -658,84 +614,32 @@ func (c *Config) Validate() field.ErrorList {
 	if c.HeartbeatPeriod.err == nil && c.HeartbeatPeriod.D < 10*time.Second {
 		errs = append(errs, field.Invalid(field.NewPath("heartbeatPeriod"), c.HeartbeatPeriod.D.String(), "must be at least 10s"))
 	}
-	pp := field.NewPath("probes")
 	conds := map[corev1.NodeConditionType]*field.Path{}
 	known := map[corev1.NodeConditionType]bool{}
-	common := func(name string, cm Common) {
-		p := pp.Child(name)
-		errs = append(errs, cm.Interval.validate(p.Child("interval"), false)...)
-		errs = append(errs, cm.Timeout.validate(p.Child("timeout"), false)...)
-		errs = append(errs, cm.For.validate(p.Child("for"), true)...)
-		errs = append(errs, cm.ClearAfter.validate(p.Child("clearAfter"), true)...)
-		if cm.Interval.err == nil && cm.Timeout.err == nil && cm.Interval.D > 0 && cm.Timeout.D >= cm.Interval.D {
-			errs = append(errs, field.Invalid(p.Child("timeout"), cm.Timeout.D.String(),
-				fmt.Sprintf("must be below interval (%s), so runs never overlap", cm.Interval.D)))
-		}
-		errs = append(errs, validateConditionType(p.Child("condition"), cm.Condition)...)
-		if prev, dup := conds[cm.Condition]; dup {
-			errs = append(errs, field.Duplicate(p.Child("condition"), fmt.Sprintf("%s (also %s)", cm.Condition, prev)))
-		}
-		conds[cm.Condition] = p.Child("condition")
-		// A rule may name a disabled probe's condition: it just never fires.
-		known[cm.Condition] = true
-	}
-	m := c.Probes.Memory
-	common("memory", m.Common)
-	errs = append(errs, m.AvailableBelow.parseError(pp.Child("memory", "availableBelow"))...)
-	for name, v := range map[string]*float64{"psiSomeAvg10Above": m.PSISomeAvg10Above, "psiFullAvg10Above": m.PSIFullAvg10Above} {
-		if v != nil && (*v < 0 || *v > 100) {
-			errs = append(errs, field.Invalid(pp.Child("memory", name), *v, "must be a percentage between 0 and 100 (0 turns the check off)"))
-		}
-	}
-	d := c.Probes.Disk
-	common("disk", d.Common)
-	errs = append(errs, d.FreeBelow.parseError(pp.Child("disk", "freeBelow"))...)
-	errs = append(errs, d.InodesFreeBelow.parseError(pp.Child("disk", "inodesFreeBelow"))...)
-	for i, path := range d.Paths {
-		if !strings.HasPrefix(path, "/") {
-			errs = append(errs, field.Invalid(pp.Child("disk", "paths").Index(i), path, "must be an absolute path on the host"))
-		}
-	}
-	p := c.Probes.PID
-	common("pid", p.Common)
-	errs = append(errs, p.UsedAbove.parseError(pp.Child("pid", "usedAbove"))...)
-	g := c.Probes.GPU
-	common("gpu", g.Common)
-	gd := pp.Child("gpu", "degraded")
-	errs = append(errs, g.Degraded.For.validate(gd.Child("for"), true)...)
-	errs = append(errs, g.Degraded.ClearAfter.validate(gd.Child("clearAfter"), true)...)
-	errs = append(errs, validateConditionType(gd.Child("condition"), g.Degraded.Condition)...)
-	if prev, dup := conds[g.Degraded.Condition]; dup {
-		errs = append(errs, field.Duplicate(gd.Child("condition"), fmt.Sprintf("%s (also %s)", g.Degraded.Condition, prev)))
-	}
-	conds[g.Degraded.Condition] = gd.Child("condition")
-	known[g.Degraded.Condition] = true
+	errs = append(errs, c.registry().validate(&c.Probes, conds, known)...)
 	errs = append(errs, c.Hardware.validate(field.NewPath("hardware"))...)
-	nw := c.Probes.Network
-	common("network", nw.Common)
-	errs = append(errs, nw.TargetTimeout.validate(pp.Child("network", "targetTimeout"), false)...)
-	if err := c.networkConfig("").Validate(); err != nil {
-		errs = append(errs, field.Invalid(pp.Child("network"), "", err.Error()))
+	errs = append(errs, c.Checks.validate(field.NewPath("checks"), conds, known)...)
+	errs = append(errs, c.Initialization.validate(field.NewPath("initialization"), conds)...)
+	known[c.Initialization.Condition] = true
+
+	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
+	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
+	return errs
+}
+
+// validate checks the checks, adding their conditions to conds and known.
+// Custom checks may share a condition with each other (they feed it
+// together), not with anything else.
+func (ch Checks) validate(cp *field.Path, conds map[corev1.NodeConditionType]*field.Path, known map[corev1.NodeConditionType]bool) field.ErrorList {
+	var errs field.ErrorList
+	if ch.Concurrency < 1 {
+		errs = append(errs, field.Invalid(cp.Child("concurrency"), ch.Concurrency, "must be at least 1"))
 	}
-	for i, tg := range nw.Targets {
-		tp := pp.Child("network", "targets").Index(i)
-		errs = append(errs, tg.Timeout.validate(tp.Child("timeout"), false)...)
-		if (tg.TCP == "") == (tg.DNS == "") {
-			errs = append(errs, field.Invalid(tp, fmt.Sprintf("tcp %q dns %q", tg.TCP, tg.DNS), "give exactly one of tcp and dns"))
-		}
-	}
-	if !strings.HasPrefix(nw.CNIConfDir, "/") {
-		errs = append(errs, field.Invalid(pp.Child("network", "cniConfDir"), nw.CNIConfDir, "must be an absolute path on the host"))
-	}
-	cp := field.NewPath("checks")
-	if c.Checks.Concurrency < 1 {
-		errs = append(errs, field.Invalid(cp.Child("concurrency"), c.Checks.Concurrency, "must be at least 1"))
-	}
-	if c.Checks.MaxOutputLength < 1 {
-		errs = append(errs, field.Invalid(cp.Child("maxOutputLength"), c.Checks.MaxOutputLength, "must be at least 1"))
+	if ch.MaxOutputLength < 1 {
+		errs = append(errs, field.Invalid(cp.Child("maxOutputLength"), ch.MaxOutputLength, "must be at least 1"))
 	}
 	customConds := map[corev1.NodeConditionType]bool{}
-	for i, ck := range c.Checks.Custom {
+	for i, ck := range ch.Custom {
 		p := cp.Child("custom").Index(i)
 		errs = append(errs, ck.Interval.validate(p.Child("interval"), false)...)
 		errs = append(errs, ck.Timeout.validate(p.Child("timeout"), false)...)
@@ -747,19 +651,14 @@ func (c *Config) Validate() field.ErrorList {
 		customConds[ck.Condition] = true
 		known[ck.Condition] = true
 	}
-	if _, err := custom.ConditionsFromChecks(c.customChecks()); err != nil {
+	if _, err := custom.ConditionsFromChecks(ch.customChecks()); err != nil {
 		errs = append(errs, field.Invalid(cp.Child("custom"), "", err.Error()))
 	}
-	for i, path := range c.Checks.NPDConfigs {
+	for i, path := range ch.NPDConfigs {
 		if !strings.HasPrefix(path, "/") {
 			errs = append(errs, field.Invalid(cp.Child("npdConfigs").Index(i), path, "must be an absolute path"))
 		}
 	}
-	errs = append(errs, c.Initialization.validate(field.NewPath("initialization"), conds)...)
-	known[c.Initialization.Condition] = true
-
-	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
-	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
 	return errs
 }
 
@@ -868,34 +767,10 @@ func (c Common) Damping() taints.Damping {
 	return taints.Damping{For: c.For.D, ClearAfter: c.ClearAfter.D}
 }
 
-// networkConfig is the network probe's config; apiServer is the API
-// server's "host:port" to check, empty for none.
-func (c *Config) networkConfig(apiServer string) network.Config {
-	n := c.Probes.Network
-	cfg := network.Config{
-		Interfaces:    n.Interfaces,
-		DefaultRoute:  network.RouteRequirement(n.DefaultRoute),
-		SkipCNIConfig: !*n.CheckCNIConfig,
-		CNIConfDir:    n.CNIConfDir,
-		TargetTimeout: n.TargetTimeout.D,
-	}
-	if *n.CheckAPIServer {
-		cfg.APIServer = apiServer
-	}
-	for _, t := range n.Targets {
-		tg := network.Target{Kind: network.TargetTCP, Address: t.TCP, Timeout: t.Timeout.D}
-		if t.DNS != "" {
-			tg.Kind, tg.Address = network.TargetDNS, t.DNS
-		}
-		cfg.Targets = append(cfg.Targets, tg)
-	}
-	return cfg
-}
-
 // customChecks converts the custom checks to the custom package's form.
-func (c *Config) customChecks() []custom.Check {
-	out := make([]custom.Check, 0, len(c.Checks.Custom))
-	for _, ck := range c.Checks.Custom {
+func (ch Checks) customChecks() []custom.Check {
+	out := make([]custom.Check, 0, len(ch.Custom))
+	for _, ck := range ch.Custom {
 		out = append(out, custom.Check{
 			Name: ck.Name, Condition: string(ck.Condition), Reason: ck.Reason, Path: ck.Path, Args: ck.Args,
 			Interval: ck.Interval.D, Timeout: ck.Timeout.D,

@@ -33,7 +33,7 @@ func TestParseDefaults(t *testing.T) {
 		{"disk.inodesFreeBelow", c.Probes.Disk.InodesFreeBelow.T, probes.Threshold{Value: 5, Percent: true}},
 		{"pid.usedAbove", c.Probes.PID.UsedAbove.T, probes.Threshold{Value: 90, Percent: true}},
 		{"pid.enabled", c.Probes.PID.IsEnabled(), true},
-		{"rules", len(c.Rules), 6},
+		{"rules", len(c.Rules), len(DefaultRegistry().Targets())},
 		{"network.condition", c.Probes.Network.Condition, DefaultNetworkCondition},
 		{"initialization.mode", c.Initialization.Mode, InitBootstrap},
 		{"initialization.taint", c.InitOptions().Taint, corev1.Taint{Key: DefaultInitTaintKey, Effect: corev1.TaintEffectNoSchedule}},

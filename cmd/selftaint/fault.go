@@ -19,23 +19,38 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
-	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/virtual"
+	"github.com/selftaint/selftaint/probes/custom"
+	"github.com/selftaint/selftaint/taints/faults"
 )
 
-const faultUsage = `Usage:
+// faultUsage is `selftaint fault`'s help; its list of probes comes from
+// reg, the probe registry.
+func faultUsage(reg config.Registry) string {
+	return `Usage:
   selftaint fault inject NODE --condition C [--status True] [--for 10m] [--reason R] [--message M]
   selftaint fault clear NODE (--condition C | --all)
   selftaint fault list [NODE]
 
 A fault is the annotation fault.selftaint.io/<C> on the Node: the agent there
-publishes condition C (a condition type or a probe name such as memory) with
+publishes condition C (a condition type or a probe name, listed below) with
 the fault's status, without damping, until it expires, then removes it.
 Every command takes --kubeconfig (default $KUBECONFIG, else ~/.kube/config)
 and --config (the agent's config file, for the known conditions, the default
 duration and the maximum; default the built-in one).
+
+Probes, each a fault target by its name, and the condition each feeds by
+default (--config may rename a condition or disable a probe):
+` + reg.FaultTargetHelp() + `A custom check's condition C is also the target ` + custom.ProbeNamePrefix + `C. On a virtual node
+the kubelet's conditions (Ready, MemoryPressure, ...) are targets too.
 `
+}
+
+// conditionFlagUsage is inject's --condition help, naming reg's probes.
+func conditionFlagUsage(reg config.Registry) string {
+	return "the condition type to fault, or a probe name (" + reg.ProbeNames() + ") meaning its condition (required)"
+}
 
 // faultFlags are the flags every fault subcommand has.
 type faultFlags struct {
@@ -118,7 +133,7 @@ func newFaultFlagSet(sub string, stderr io.Writer) (*flag.FlagSet, *faultFlags) 
 
 func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, faultUsage)
+		fmt.Fprint(stderr, faultUsage(config.DefaultRegistry()))
 		return errUsage
 	}
 	switch args[0] {
@@ -129,10 +144,10 @@ func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "list":
 		return runFaultList(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, faultUsage)
+		fmt.Fprint(stdout, faultUsage(config.DefaultRegistry()))
 		return flag.ErrHelp
 	default:
-		fmt.Fprintf(stderr, "selftaint fault: unknown command %q\n\n%s", args[0], faultUsage)
+		fmt.Fprintf(stderr, "selftaint fault: unknown command %q\n\n%s", args[0], faultUsage(config.DefaultRegistry()))
 		return errUsage
 	}
 }
@@ -179,11 +194,11 @@ func defaultInjectedBy() string {
 
 func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, ff := newFaultFlagSet("inject", stderr)
-	target := fs.String("condition", "", "the condition type to fault, or a probe name (memory, disk, pid) meaning its condition (required)")
+	target := fs.String("condition", "", conditionFlagUsage(config.DefaultRegistry()))
 	status := fs.String("status", "True", "the status the condition takes: True, False or Unknown")
 	dur := fs.Duration("for", 0, "how long the fault lasts (default the config's faults.defaultDuration, 10m; at most faults.maxDuration)")
-	reason := fs.String("reason", agent.DefaultFaultReason, "the condition's reason (CamelCase)")
-	message := fs.String("message", agent.DefaultFaultMessage, "the condition's message")
+	reason := fs.String("reason", faults.DefaultReason, "the condition's reason (CamelCase)")
+	message := fs.String("message", faults.DefaultMessage, "the condition's message")
 	injectedBy := fs.String("injected-by", defaultInjectedBy(), "free text recorded in the fault: who or what injected it")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -211,13 +226,13 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if max := env.cfg.Faults.MaxDuration.D; *dur > max {
 		return fmt.Errorf("--for %s is longer than the maximum fault duration %s (faults.maxDuration); the agent would reject it", *dur, max)
 	}
-	if err := agent.ValidFaultTarget(*target); err != nil {
+	if err := faults.ValidTarget(*target); err != nil {
 		return fmt.Errorf("--condition %s: %w", *target, err)
 	}
 	// Whole seconds, rounded up, so the fault lasts at least --for.
 	now := time.Now()
 	expires := now.Add(*dur).Add(time.Second - 1).Truncate(time.Second).UTC()
-	spec := agent.FaultSpec{
+	spec := faults.Spec{
 		Status:     corev1.ConditionStatus(*status),
 		Reason:     *reason,
 		Message:    *message,
@@ -228,16 +243,16 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	key := agent.FaultAnnotationKey(*target)
+	key := faults.AnnotationKey(*target)
 	// Check it as the agent will, so a fault is never written only to be
 	// rejected on the node: first what can be checked without the
 	// cluster, then the target against the node (only a virtual node takes
 	// faults on the kubelet's conditions).
-	f, err := agent.ParseFault(key, value, env.knownFor(anyVirtualNode()), env.probeConditions)
+	f, err := faults.Parse(key, value, env.knownFor(anyVirtualNode()), env.probeConditions)
 	if err != nil {
 		return fmt.Errorf("the agent would reject this fault: %w (the known targets come from --config)", err)
 	}
-	if problem, _ := agent.CheckFaultTime(f, now, env.cfg.Faults.MaxDuration.D); problem != "" {
+	if problem, _ := faults.CheckTime(f, now, env.cfg.Faults.MaxDuration.D); problem != "" {
 		return fmt.Errorf("the agent would reject this fault: %s", problem)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
@@ -248,7 +263,7 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	if _, err := agent.ParseFault(key, value, env.knownFor(n), env.probeConditions); err != nil {
+	if _, err := faults.Parse(key, value, env.knownFor(n), env.probeConditions); err != nil {
 		return fmt.Errorf("the agent on node %s would reject this fault: %w (only virtual nodes take faults on the kubelet's conditions)", node, err)
 	}
 	if _, err := nodes.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "selftaint-fault"}); err != nil {
@@ -284,24 +299,10 @@ func runFaultClear(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	// --condition matches the target by either of its names.
-	known := env.knownFor(n)
-	cond, resolveErr := agent.ResolveFaultTarget(*target, known, env.probeConditions)
-	var keys []string
-	for k := range n.Annotations {
-		if !agent.IsFaultAnnotation(k) {
-			continue
-		}
-		t := strings.TrimPrefix(k, agent.FaultAnnotationPrefix)
-		match := *all || t == *target
-		if !match && resolveErr == nil {
-			c, err := agent.ResolveFaultTarget(t, known, env.probeConditions)
-			match = err == nil && c == cond
-		}
-		if match {
-			keys = append(keys, k)
-		}
+	keys := faults.Keys(n.Annotations)
+	if !*all {
+		keys = faults.KeysFor(n.Annotations, *target, env.knownFor(n), env.probeConditions)
 	}
-	slices.Sort(keys)
 	if len(keys) == 0 {
 		fmt.Fprintf(stdout, "no fault to clear on node %s\n", node)
 		return nil
@@ -334,8 +335,8 @@ type faultRow struct {
 func faultRows(env *faultEnv, n *corev1.Node, now time.Time) []faultRow {
 	max := env.cfg.Faults.MaxDuration.D
 	known := env.knownFor(n)
-	valid, rejected := agent.ParseFaults(n.Annotations, known, env.probeConditions, now, max)
-	effective := agent.EffectiveFaults(valid)
+	valid, rejected := faults.ParseAll(n.Annotations, known, env.probeConditions, now, max)
+	effective := faults.Effective(valid)
 	byKey := map[string]faultRow{}
 	for _, f := range valid {
 		v := "yes"
@@ -346,7 +347,7 @@ func faultRows(env *faultEnv, n *corev1.Node, now time.Time) []faultRow {
 	}
 	for _, r := range rejected {
 		row := faultRow{n.Name, r.Target, "-", "-", "-", "no: " + r.Problem}
-		if f, err := agent.ParseFault(r.Key, r.Value, known, env.probeConditions); err == nil {
+		if f := r.Fault; f != nil {
 			row.status, row.reason, row.expires = string(f.Status), f.Reason, expiresIn(f.ExpiresAt, now)
 			if r.Expired {
 				row.valid = "no: expired (the agent removes a fault it applied)"

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/taints/faults"
 )
 
 var cliForeignTaint = corev1.Taint{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}
@@ -48,7 +48,7 @@ func nodeNow(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
 // withoutFaults returns n's annotations other than faults.
 func withoutFaults(n *corev1.Node) map[string]string {
 	out := maps.Clone(n.Annotations)
-	maps.DeleteFunc(out, func(k, _ string) bool { return agent.IsFaultAnnotation(k) })
+	maps.DeleteFunc(out, func(k, _ string) bool { return faults.IsAnnotation(k) })
 	return out
 }
 
@@ -74,12 +74,12 @@ func TestFaultCLIRoundTrip(t *testing.T) {
 		}
 	}
 	n1 := nodeNow(t, c, "n1")
-	key := agent.FaultAnnotationKey("memory")
-	f, err := agent.ParseFault(key, n1.Annotations[key], nil, map[string]corev1.NodeConditionType{"memory": "SelftaintMemoryPressure"})
+	key := faults.AnnotationKey("memory")
+	f, err := faults.Parse(key, n1.Annotations[key], nil, map[string]corev1.NodeConditionType{"memory": "SelftaintMemoryPressure"})
 	if err != nil {
 		t.Fatalf("the injected annotation %q does not parse: %v", n1.Annotations[key], err)
 	}
-	if f.Status != corev1.ConditionTrue || f.Reason != agent.DefaultFaultReason || f.Message != "drill" || f.InjectedBy != "ci" {
+	if f.Status != corev1.ConditionTrue || f.Reason != faults.DefaultReason || f.Message != "drill" || f.InjectedBy != "ci" {
 		t.Errorf("injected fault = %+v", f)
 	}
 	if lo, hi := began.Add(5*time.Minute).Truncate(time.Second), time.Now().Add(5*time.Minute+time.Second); f.ExpiresAt.Before(lo) || f.ExpiresAt.After(hi) {

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/probes"
 )
 
@@ -169,8 +170,16 @@ func TestCheckUnreadableHost(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Probes) != 4 { // memory, disk, pid, network; no GPU without NVML
-		t.Fatalf("got %d probes, want 4", len(rep.Probes))
+	// Every probe that reads the host (memory, disk, pid, network); no GPU
+	// without NVML.
+	hostProbes := 0
+	for _, s := range config.DefaultRegistry() {
+		if _, ok := s.Settings(&config.Probes{}).(config.HostBuilder); ok {
+			hostProbes += len(s.Probes)
+		}
+	}
+	if len(rep.Probes) != hostProbes {
+		t.Fatalf("got %d probes, want %d", len(rep.Probes), hostProbes)
 	}
 	for _, r := range rep.Probes {
 		if r.Status != probes.StatusUnknown || r.ConditionStatus != corev1.ConditionUnknown || r.Message == "" {

@@ -24,10 +24,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/faults"
 )
 
 // syncBuffer is a bytes.Buffer safe to read while a child process writes.
@@ -240,10 +240,10 @@ func TestVirtualNodeNoExecuteFault(t *testing.T) {
 	// Malformed faults while the good one holds: each rejected with an
 	// Event, the node's other faults and conditions unaffected.
 	bad := map[string]string{
-		agent.FaultAnnotationKey("Ready"):        "{not json",
-		agent.FaultAnnotationKey("NoSuchThing"):  `{"status":"True"}`,
-		agent.FaultAnnotationKey("DiskPressure"): fmt.Sprintf(`{"status":"True","expiresAt":%q}`, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)),
-		agent.FaultAnnotationKey("disk"):         fmt.Sprintf(`{"status":"True","expiresAt":%q}`, time.Now().Add(100*24*time.Hour).UTC().Format(time.RFC3339)),
+		faults.AnnotationKey("Ready"):        "{not json",
+		faults.AnnotationKey("NoSuchThing"):  `{"status":"True"}`,
+		faults.AnnotationKey("DiskPressure"): fmt.Sprintf(`{"status":"True","expiresAt":%q}`, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)),
+		faults.AnnotationKey("disk"):         fmt.Sprintf(`{"status":"True","expiresAt":%q}`, time.Now().Add(100*24*time.Hour).UTC().Format(time.RFC3339)),
 	}
 	patchAnnotations(t, c, "vnode-1", bad)
 
@@ -319,7 +319,7 @@ func TestVirtualNodeNoExecuteFault(t *testing.T) {
 	// The fault expires (40s after injection) and clears by itself.
 	expiry := injected.Add(40 * time.Second)
 	cleared, at := pollNode(t, c, "vnode-1", time.Until(expiry)+10*time.Second, "the fault to expire", func(n *corev1.Node) bool {
-		_, still := n.Annotations[agent.FaultAnnotationKey("memory")]
+		_, still := n.Annotations[faults.AnnotationKey("memory")]
 		return conditionStatus(n, "SelftaintMemoryPressure") == corev1.ConditionFalse && !hasTaintKey(n, memTaint, corev1.TaintEffectNoExecute) && !still
 	})
 	t.Logf("fault expired and cleared %s after its expiry time", at.Sub(expiry).Round(time.Millisecond))

@@ -1,16 +1,12 @@
 package custom
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/selftaint/selftaint/probes/strict"
 )
 
 // The NPD custom plugin monitor's config file, field for field as
@@ -110,7 +106,8 @@ func LoadNPDConfig(path string) (*NPDConfig, error) {
 
 // ParseNPDConfig parses an NPD custom plugin monitor config; path names it
 // in errors. It is strict where NPD is lenient: a key NPD does not declare
-// (compared case-sensitively) is an error naming it, as are a rule type
+// (compared case-sensitively) or a key given twice is an error naming it
+// by its path (the shared decoder of package strict), as are a rule type
 // other than "temporary" or "permanent", a permanent rule without a path,
 // a reason or a defined condition, a rule timeout above the global one
 // (NPD's own check) and timeouts not below the intervals they run at.
@@ -121,20 +118,8 @@ func LoadNPDConfig(path string) (*NPDConfig, error) {
 // checked here: a missing plugin makes its condition Unknown, naming it.
 func ParseNPDConfig(data []byte, path string) (*NPDConfig, error) {
 	wrap := func(err error) error { return fmt.Errorf("NPD config %s: %w", path, err) }
-	var tree any
-	if err := json.Unmarshal(data, &tree); err != nil {
-		return nil, wrap(err)
-	}
-	var unknown []string
-	unknownFields(tree, reflect.TypeFor[npdFile](), "", &unknown)
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, wrap(fmt.Errorf("unknown field %s", strings.Join(unknown, ", ")))
-	}
 	var f npdFile
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	if err := strict.JSON(data, &f); err != nil {
 		return nil, wrap(err)
 	}
 	c, err := f.resolve(path)
@@ -142,45 +127,6 @@ func ParseNPDConfig(data []byte, path string) (*NPDConfig, error) {
 		return nil, wrap(err)
 	}
 	return c, nil
-}
-
-// unknownFields appends to out the paths ("rules[1].timout") of keys in
-// the decoded JSON v that the struct type t does not declare.
-func unknownFields(v any, t reflect.Type, path string, out *[]string) {
-	switch t.Kind() {
-	case reflect.Pointer:
-		unknownFields(v, t.Elem(), path, out)
-	case reflect.Slice:
-		list, ok := v.([]any)
-		if !ok {
-			return
-		}
-		for i, e := range list {
-			unknownFields(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), out)
-		}
-	case reflect.Struct:
-		m, ok := v.(map[string]any)
-		if !ok || t == reflect.TypeFor[time.Time]() {
-			return
-		}
-		fields := map[string]reflect.Type{}
-		for i := range t.NumField() {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			fields[name] = t.Field(i).Type
-		}
-		for k, child := range m {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			ft, ok := fields[k]
-			if !ok {
-				*out = append(*out, strconv.Quote(p))
-				continue
-			}
-			unknownFields(child, ft, p, out)
-		}
-	}
 }
 
 // resolve applies NPD's defaults, checks the file and builds conditions.

@@ -56,23 +56,21 @@ type Config struct {
 }
 
 // Validate checks the thresholds and that paths are absolute.
+// A problem is a *probes.ConfigError naming each field.
 func (c Config) Validate() error {
-	var errs []error
+	var errs []probes.FieldError
 	if err := c.FreeBelow.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("FreeBelow: %w", err))
+		errs = append(errs, probes.FieldError{Field: "FreeBelow", Detail: err.Error()})
 	}
 	if err := c.InodesFreeBelow.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("InodesFreeBelow: %w", err))
+		errs = append(errs, probes.FieldError{Field: "InodesFreeBelow", Detail: err.Error()})
 	}
-	for _, p := range c.Paths {
+	for i, p := range c.Paths {
 		if !filepath.IsAbs(p) {
-			errs = append(errs, fmt.Errorf("Paths: %q is not an absolute path", p))
+			errs = append(errs, probes.FieldError{Field: fmt.Sprintf("Paths[%d]", i), Detail: fmt.Sprintf("%q is not an absolute path on the host", p)})
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("disk probe config: %w", err)
-	}
-	return nil
+	return probes.NewConfigError(Name, errs)
 }
 
 // Usage is what statfs(2) says about the filesystem holding a path.

@@ -235,8 +235,8 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"zero", Config{}, ""},
 		{"typical", Config{Paths: []string{"/", "/data"}, FreeBelow: pct(10), InodesFreeBelow: pct(5)}, ""},
-		{"relative path", Config{Paths: []string{"var/lib"}}, `Paths: "var/lib" is not an absolute path`},
-		{"empty path", Config{Paths: []string{""}}, `Paths: "" is not an absolute path`},
+		{"relative path", Config{Paths: []string{"var/lib"}}, `Paths[0]: "var/lib" is not an absolute path`},
+		{"empty path", Config{Paths: []string{""}}, `Paths[0]: "" is not an absolute path`},
 		{"free percent above 100", Config{FreeBelow: pct(101)}, "FreeBelow: threshold 101% must not be above 100%"},
 		{"inodes negative", Config{InodesFreeBelow: probes.Threshold{Value: -3}}, "InodesFreeBelow: threshold -3 must not be negative"},
 	}

@@ -51,23 +51,21 @@ type Config struct {
 }
 
 // Validate checks that thresholds are in range.
+// A problem is a *probes.ConfigError naming each field.
 func (c Config) Validate() error {
-	var errs []error
+	var errs []probes.FieldError
 	if err := c.AvailableBelow.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("AvailableBelow: %w", err))
+		errs = append(errs, probes.FieldError{Field: "AvailableBelow", Detail: err.Error()})
 	}
 	for _, f := range []struct {
 		name string
 		v    float64
 	}{{"PSISomeAvg10Above", c.PSISomeAvg10Above}, {"PSIFullAvg10Above", c.PSIFullAvg10Above}} {
 		if !(f.v >= 0 && f.v <= 100) {
-			errs = append(errs, fmt.Errorf("%s: %v is not a percentage between 0 and 100", f.name, f.v))
+			errs = append(errs, probes.FieldError{Field: f.name, Detail: fmt.Sprintf("%v is not a percentage between 0 and 100 (0 turns the check off)", f.v)})
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("memory probe config: %w", err)
-	}
-	return nil
+	return probes.NewConfigError(Name, errs)
 }
 
 // Probe is the memory probe. It is safe for concurrent use.

@@ -145,50 +145,55 @@ type Config struct {
 	TargetTimeout time.Duration
 }
 
-// Validate checks names, addresses and timeouts. Errors name the field.
+// Validate checks names, addresses and timeouts. A problem is a
+// *probes.ConfigError naming each field.
 func (c Config) Validate() error {
-	var errs []error
-	for i, name := range c.Interfaces {
-		if err := validInterfaceName(name); err != nil {
-			errs = append(errs, fmt.Errorf("Interfaces[%d]: %w", i, err))
+	var errs []probes.FieldError
+	add := func(field string, err error) {
+		if err != nil {
+			errs = append(errs, probes.FieldError{Field: field, Detail: err.Error()})
 		}
+	}
+	for i, name := range c.Interfaces {
+		add(fmt.Sprintf("Interfaces[%d]", i), validInterfaceName(name))
 	}
 	switch c.DefaultRoute {
 	case "", RouteAny, RouteIPv4, RouteIPv6, RouteBoth, RouteNone:
 	default:
-		errs = append(errs, fmt.Errorf("DefaultRoute: %q is not one of any, ipv4, ipv6, both, none", c.DefaultRoute))
+		add("DefaultRoute", fmt.Errorf("%q is not one of any, ipv4, ipv6, both, none", c.DefaultRoute))
 	}
 	if c.CNIConfDir != "" && !path.IsAbs(c.CNIConfDir) {
-		errs = append(errs, fmt.Errorf("CNIConfDir: %q is not an absolute path", c.CNIConfDir))
+		add("CNIConfDir", fmt.Errorf("%q is not an absolute path", c.CNIConfDir))
 	}
 	if c.APIServer != "" {
-		if err := validHostPort(c.APIServer); err != nil {
-			errs = append(errs, fmt.Errorf("APIServer: %w", err))
-		}
+		add("APIServer", validHostPort(c.APIServer))
 	}
 	if c.TargetTimeout < 0 {
-		errs = append(errs, fmt.Errorf("TargetTimeout: %v must not be negative", c.TargetTimeout))
+		add("TargetTimeout", fmt.Errorf("%v must not be negative", c.TargetTimeout))
 	}
 	for i, t := range c.Targets {
 		field := fmt.Sprintf("Targets[%d]", i)
-		switch t.Kind {
-		case TargetTCP:
-			if err := validHostPort(t.Address); err != nil {
-				errs = append(errs, fmt.Errorf("%s.Address: %w", field, err))
-			}
-		case TargetDNS:
-			if t.Address == "" || strings.ContainsAny(t.Address, " \t\n/:") {
-				errs = append(errs, fmt.Errorf("%s.Address: %q is not a host name", field, t.Address))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("%s.Kind: %q is not tcp or dns", field, t.Kind))
+		add(field+".Address", t.validAddress())
+		if t.Kind != TargetTCP && t.Kind != TargetDNS {
+			add(field+".Kind", fmt.Errorf("%q is not tcp or dns", t.Kind))
 		}
 		if t.Timeout < 0 {
-			errs = append(errs, fmt.Errorf("%s.Timeout: %v must not be negative", field, t.Timeout))
+			add(field+".Timeout", fmt.Errorf("%v must not be negative", t.Timeout))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("network probe config: %w", err)
+	return probes.NewConfigError(Name, errs)
+}
+
+// validAddress checks the address for the target's kind; an unknown kind
+// has no address to check.
+func (t Target) validAddress() error {
+	switch t.Kind {
+	case TargetTCP:
+		return validHostPort(t.Address)
+	case TargetDNS:
+		if t.Address == "" || strings.ContainsAny(t.Address, " \t\n/:") {
+			return fmt.Errorf("%q is not a host name", t.Address)
+		}
 	}
 	return nil
 }

@@ -37,11 +37,13 @@ type Config struct {
 }
 
 // Validate checks the threshold.
+// A problem is a *probes.ConfigError naming the field.
 func (c Config) Validate() error {
+	var errs []probes.FieldError
 	if err := c.UsedAbove.Validate(); err != nil {
-		return fmt.Errorf("pid probe config: UsedAbove: %w", err)
+		errs = append(errs, probes.FieldError{Field: "UsedAbove", Detail: err.Error()})
 	}
-	return nil
+	return probes.NewConfigError(Name, errs)
 }
 
 // Probe is the PID probe. It is safe for concurrent use.

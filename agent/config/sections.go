@@ -1,0 +1,224 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/disk"
+	"github.com/selftaint/selftaint/probes/gpu"
+	"github.com/selftaint/selftaint/probes/memory"
+	"github.com/selftaint/selftaint/probes/network"
+	"github.com/selftaint/selftaint/probes/pid"
+)
+
+// The probe blocks' settings as registry sections (see Registry): each
+// converts itself to its probe package's Config once, and both Validate
+// and the build use that conversion, so validation is the package's.
+
+// Base implements ProbeSettings.
+func (m *MemoryProbe) Base() *Common { return &m.Common }
+
+// Commons implements ProbeSettings.
+func (m *MemoryProbe) Commons() []Common { return []Common{m.Common} }
+
+// SetDefaults implements ProbeSettings.
+func (m *MemoryProbe) SetDefaults() {
+	defaultThreshold(&m.AvailableBelow, probes.Threshold{Value: 5, Percent: true})
+	if m.PSISomeAvg10Above == nil {
+		m.PSISomeAvg10Above = ptr(0.0)
+	}
+	if m.PSIFullAvg10Above == nil {
+		m.PSIFullAvg10Above = ptr(25.0)
+	}
+}
+
+func (m *MemoryProbe) packageConfig() memory.Config {
+	return memory.Config{AvailableBelow: m.AvailableBelow.T, PSISomeAvg10Above: *m.PSISomeAvg10Above, PSIFullAvg10Above: *m.PSIFullAvg10Above}
+}
+
+// Validate implements ProbeSettings.
+func (m *MemoryProbe) Validate(p *field.Path) field.ErrorList {
+	errs := m.AvailableBelow.parseError(p.Child("availableBelow"))
+	return append(errs, packageErrors(p, m, m.packageConfig().Validate())...)
+}
+
+// BuildHost implements HostBuilder.
+func (m *MemoryProbe) BuildHost(env HostEnv) ([]probes.Probe, error) {
+	return one(memory.New(m.packageConfig(), env.Host))
+}
+
+// Base implements ProbeSettings.
+func (d *DiskProbe) Base() *Common { return &d.Common }
+
+// Commons implements ProbeSettings.
+func (d *DiskProbe) Commons() []Common { return []Common{d.Common} }
+
+// SetDefaults implements ProbeSettings.
+func (d *DiskProbe) SetDefaults() {
+	defaultThreshold(&d.FreeBelow, probes.Threshold{Value: 10, Percent: true})
+	defaultThreshold(&d.InodesFreeBelow, probes.Threshold{Value: 5, Percent: true})
+}
+
+func (d *DiskProbe) packageConfig() disk.Config {
+	return disk.Config{Paths: d.Paths, FreeBelow: d.FreeBelow.T, InodesFreeBelow: d.InodesFreeBelow.T}
+}
+
+// Validate implements ProbeSettings.
+func (d *DiskProbe) Validate(p *field.Path) field.ErrorList {
+	errs := d.FreeBelow.parseError(p.Child("freeBelow"))
+	errs = append(errs, d.InodesFreeBelow.parseError(p.Child("inodesFreeBelow"))...)
+	return append(errs, packageErrors(p, d, d.packageConfig().Validate())...)
+}
+
+// BuildHost implements HostBuilder.
+func (d *DiskProbe) BuildHost(env HostEnv) ([]probes.Probe, error) {
+	return one(disk.New(d.packageConfig(), env.Host))
+}
+
+// Base implements ProbeSettings.
+func (pc *PIDProbe) Base() *Common { return &pc.Common }
+
+// Commons implements ProbeSettings.
+func (pc *PIDProbe) Commons() []Common { return []Common{pc.Common} }
+
+// SetDefaults implements ProbeSettings.
+func (pc *PIDProbe) SetDefaults() {
+	defaultThreshold(&pc.UsedAbove, probes.Threshold{Value: 90, Percent: true})
+}
+
+func (pc *PIDProbe) packageConfig() pid.Config { return pid.Config{UsedAbove: pc.UsedAbove.T} }
+
+// Validate implements ProbeSettings.
+func (pc *PIDProbe) Validate(p *field.Path) field.ErrorList {
+	errs := pc.UsedAbove.parseError(p.Child("usedAbove"))
+	return append(errs, packageErrors(p, pc, pc.packageConfig().Validate())...)
+}
+
+// BuildHost implements HostBuilder.
+func (pc *PIDProbe) BuildHost(env HostEnv) ([]probes.Probe, error) {
+	return one(pid.New(pc.packageConfig(), env.Host))
+}
+
+// Base implements ProbeSettings.
+func (g *GPUProbe) Base() *Common { return &g.Common }
+
+// Commons implements ProbeSettings: the fatal probe's, then the degraded
+// one's (see degradedCommon).
+func (g *GPUProbe) Commons() []Common { return []Common{g.Common, g.degradedCommon()} }
+
+// SetDefaults implements ProbeSettings.
+func (g *GPUProbe) SetDefaults() {
+	if g.Degraded.Condition == "" {
+		g.Degraded.Condition = DefaultGPUDegradedCondition
+	}
+	defaultDuration(&g.Degraded.For, time.Minute)
+	defaultDuration(&g.Degraded.ClearAfter, 5*time.Minute)
+	if g.SkipXids == nil {
+		g.SkipXids = gpu.DefaultSkipXids()
+	}
+}
+
+func (g *GPUProbe) packageConfig() gpu.Config {
+	return gpu.Config{SkipXids: g.SkipXids, ECCUncorrectedAbove: g.ECCUncorrectedAbove, IgnoreSlowdown: g.IgnoreSlowdown}
+}
+
+// Validate implements ProbeSettings.
+func (g *GPUProbe) Validate(p *field.Path) field.ErrorList {
+	return packageErrors(p, g, g.packageConfig().Validate())
+}
+
+// BuildNVML implements NVMLBuilder: a Monitor and its fatal and degraded
+// probes.
+func (g *GPUProbe) BuildNVML(lib nvml.Interface) ([]probes.Probe, io.Closer, error) {
+	m, err := gpu.New(g.packageConfig(), lib)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []probes.Probe{m.FatalProbe(), m.DegradedProbe()}, m, nil
+}
+
+// degradedCommon is the degraded GPU probe's settings: the fatal one's
+// schedule, its own condition and damping.
+func (g GPUProbe) degradedCommon() Common {
+	d := g.Common
+	d.Condition, d.For, d.ClearAfter = g.Degraded.Condition, g.Degraded.For, g.Degraded.ClearAfter
+	return d
+}
+
+// Base implements ProbeSettings.
+func (n *NetworkProbe) Base() *Common { return &n.Common }
+
+// Commons implements ProbeSettings.
+func (n *NetworkProbe) Commons() []Common { return []Common{n.Common} }
+
+// SetDefaults implements ProbeSettings.
+func (n *NetworkProbe) SetDefaults() {
+	if n.DefaultRoute == "" {
+		n.DefaultRoute = string(network.RouteAny)
+	}
+	if n.CheckCNIConfig == nil {
+		n.CheckCNIConfig = ptr(true)
+	}
+	if n.CNIConfDir == "" {
+		n.CNIConfDir = network.DefaultCNIConfDir
+	}
+	if n.CheckAPIServer == nil {
+		n.CheckAPIServer = ptr(true)
+	}
+	defaultDuration(&n.TargetTimeout, network.DefaultTargetTimeout)
+}
+
+// packageConfig is the network probe's config; apiServer is the API
+// server's "host:port" to check, empty for none.
+func (n *NetworkProbe) packageConfig(apiServer string) network.Config {
+	cfg := network.Config{
+		Interfaces:    n.Interfaces,
+		DefaultRoute:  network.RouteRequirement(n.DefaultRoute),
+		SkipCNIConfig: !*n.CheckCNIConfig,
+		CNIConfDir:    n.CNIConfDir,
+		TargetTimeout: n.TargetTimeout.D,
+	}
+	if *n.CheckAPIServer {
+		cfg.APIServer = apiServer
+	}
+	for _, t := range n.Targets {
+		tg := network.Target{Kind: network.TargetTCP, Address: t.TCP, Timeout: t.Timeout.D}
+		if t.DNS != "" {
+			tg.Kind, tg.Address = network.TargetDNS, t.DNS
+		}
+		cfg.Targets = append(cfg.Targets, tg)
+	}
+	return cfg
+}
+
+// Validate implements ProbeSettings. Which of tcp and dns a target gives
+// is the config file's shape, checked here; the rest is the package's.
+func (n *NetworkProbe) Validate(p *field.Path) field.ErrorList {
+	errs := n.TargetTimeout.validate(p.Child("targetTimeout"), false)
+	for i, tg := range n.Targets {
+		tp := p.Child("targets").Index(i)
+		errs = append(errs, tg.Timeout.validate(tp.Child("timeout"), false)...)
+		if (tg.TCP == "") == (tg.DNS == "") {
+			errs = append(errs, field.Invalid(tp, fmt.Sprintf("tcp %q dns %q", tg.TCP, tg.DNS), "give exactly one of tcp and dns"))
+		}
+	}
+	return append(errs, packageErrors(p, n, n.packageConfig("").Validate())...)
+}
+
+// BuildHost implements HostBuilder.
+func (n *NetworkProbe) BuildHost(env HostEnv) ([]probes.Probe, error) {
+	return one(network.New(n.packageConfig(env.APIServer), env.Host))
+}
+
+// one is a constructor's probe as a list.
+func one[P probes.Probe](p P, err error) ([]probes.Probe, error) {
+	if err != nil {
+		return nil, err
+	}
+	return []probes.Probe{p}, nil
+}

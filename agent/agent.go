@@ -495,7 +495,8 @@ func newer(cached, written *corev1.Node) *corev1.Node {
 }
 
 // sync reconciles once and returns when it next needs to run (zero: only
-// when something changes).
+// when something changes): read the Node, take what the agent knows under
+// the lock, write what follows, and schedule the next run.
 func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	a.syncs.Add(1)
 	cached, err := a.lister.Get(a.opts.NodeName)
@@ -507,12 +508,73 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("reading node from cache: %w", err)
 	}
 	now := a.clock.Now()
-
 	a.mu.Lock()
 	node := newer(cached, a.lastWritten)
+	snap := a.snapshotLocked(node, now)
+	a.mu.Unlock()
+
+	node, resources, err := a.write(ctx, node, snap, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	a.mu.Lock()
+	final := newer(node, a.lastWritten)
+	a.mu.Unlock()
+	a.observeSync(syncOutcome{node: final, states: snap.states, fromFault: snap.fromFault, faults: snap.faults, resources: resources})
+	return earliest(snap.next, a.nextHeartbeat(node, snap.states)), nil
+}
+
+// syncSnapshot is what one sync decides from before writing: the
+// conditions to publish (damped, or decided by a fault in force), the
+// faults, the hardware, initialization, and when a pending change is due.
+type syncSnapshot struct {
+	states     map[corev1.NodeConditionType]taints.State
+	fromFault  map[corev1.NodeConditionType]bool
+	faults     faultEval
+	hw         hardwareState
+	advertised map[corev1.ResourceName]bool
+	in         *initState
+	next       time.Time
+}
+
+// snapshotLocked takes what the agent knows at now, adopting the Node's
+// state first after a start. a.mu is held.
+func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) syncSnapshot {
 	if !a.adopted {
 		a.adoptLocked(node, now)
 	}
+	var snap syncSnapshot
+	snap.states, snap.next = a.dampedLocked(now)
+	// A fault in force decides its condition outright: no damping, it is a
+	// statement of fact. The damper keeps observing underneath and takes
+	// over again when the fault ends.
+	snap.faults = a.evalFaultsLocked(node.Annotations, now)
+	snap.fromFault = map[corev1.NodeConditionType]bool{}
+	for t, f := range snap.faults.apply {
+		snap.states[t] = taints.State{Status: f.Status, Reason: f.Reason, Message: f.Message}
+		snap.fromFault[t] = true
+	}
+	snap.next = earliest(snap.next, snap.faults.next)
+	for t, s := range snap.states {
+		snap.states[t] = a.transitionLocked(t, s, snap.fromFault[t], now)
+	}
+	snap.hw = hardwareState{resources: a.hardware, known: a.haveHardware || a.opts.Hardware == nil}
+	snap.advertised = maps.Clone(a.advertised)
+	if a.opts.Init != nil {
+		st := a.evalInitLocked(node, snap.states, snap.hw.known)
+		c := a.opts.Init.Condition
+		if p, ok := a.published[c]; !st.decided && ok {
+			st.state = p.State
+		}
+		snap.states[c] = a.transitionLocked(c, st.state, false, now)
+		snap.in = &st
+	}
+	return snap
+}
+
+// dampedLocked ticks every damper at now and returns the conditions they
+// have decided and when the next pending flip is due. a.mu is held.
+func (a *Agent) dampedLocked(now time.Time) (map[corev1.NodeConditionType]taints.State, time.Time) {
 	states := map[corev1.NodeConditionType]taints.State{}
 	var next time.Time
 	for t, d := range a.dampers {
@@ -520,70 +582,49 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 		if s, ok := d.State(); ok {
 			states[t] = s
 		}
-		if at, ok := d.NextChange(); ok && (next.IsZero() || at.Before(next)) {
-			next = at
+		if at, ok := d.NextChange(); ok {
+			next = earliest(next, at)
 		}
 	}
-	// A fault in force decides its condition outright: no damping, it is a
-	// statement of fact. The damper keeps observing underneath and takes
-	// over again when the fault ends.
-	faults := a.evalFaultsLocked(node.Annotations, now)
-	fromFault := map[corev1.NodeConditionType]bool{}
-	for t, f := range faults.apply {
-		states[t] = taints.State{Status: f.Status, Reason: f.Reason, Message: f.Message}
-		fromFault[t] = true
-	}
-	if !faults.next.IsZero() && (next.IsZero() || faults.next.Before(next)) {
-		next = faults.next
-	}
-	for t, s := range states {
-		states[t] = a.transitionLocked(t, s, fromFault[t], now)
-	}
-	hw := hardwareState{resources: a.hardware, known: a.haveHardware || a.opts.Hardware == nil}
-	advertised := maps.Clone(a.advertised)
-	var in *initState
-	if a.opts.Init != nil {
-		st := a.evalInitLocked(node, states, hw.known)
-		c := a.opts.Init.Condition
-		if p, ok := a.published[c]; !st.decided && ok {
-			st.state = p.State
-		}
-		states[c] = a.transitionLocked(c, st.state, false, now)
-		in = &st
-	}
-	a.mu.Unlock()
+	return states, next
+}
 
-	a.reportFaults(node, faults)
-	resources := a.advertisedResources(node, hw.resources, advertised)
-	if node, err = a.removeResources(ctx, node, resources, advertised); err != nil {
-		return time.Time{}, err
+// write brings the Node in line with snap: withdrawn resources, then
+// conditions and advertised resources (status), then taints, labels and
+// records (metadata), then expired faults. It returns the newest Node it
+// wrote or read and the resources it advertises.
+func (a *Agent) write(ctx context.Context, node *corev1.Node, snap syncSnapshot, now time.Time) (*corev1.Node, map[corev1.ResourceName]int64, error) {
+	a.reportFaults(node, snap.faults)
+	resources := a.advertisedResources(node, snap.hw.resources, snap.advertised)
+	node, err := a.removeResources(ctx, node, resources, snap.advertised)
+	if err != nil {
+		return nil, nil, err
 	}
-	if a.conditionsNeedWrite(node, states, fromFault, now) || resourcesNeedWrite(node, resources) {
-		written, err := a.applyStatus(ctx, node, states, resources, now)
-		if err != nil {
-			return time.Time{}, err
+	if a.conditionsNeedWrite(node, snap.states, snap.fromFault, now) || resourcesNeedWrite(node, resources) {
+		if node, err = a.applyStatus(ctx, node, snap.states, resources, now); err != nil {
+			return nil, nil, err
 		}
-		node = written
 	}
 	a.mu.Lock()
-	for t, s := range states {
-		a.published[t] = publishedState{State: s, fault: fromFault[t]}
+	for t, s := range snap.states {
+		a.published[t] = publishedState{State: s, fault: snap.fromFault[t]}
 	}
 	a.mu.Unlock()
-	if err := a.reconcileMetadata(ctx, node, states, hw, in, now); err != nil {
-		return time.Time{}, err
+	if err := a.reconcileMetadata(ctx, node, snap.states, snap.hw, snap.in, now); err != nil {
+		return nil, nil, err
 	}
-	if err := a.removeExpiredFaults(ctx, node, faults.expired); err != nil {
-		return time.Time{}, err
+	if err := a.removeExpiredFaults(ctx, node, snap.faults.expired); err != nil {
+		return nil, nil, err
 	}
-	if hb := a.nextHeartbeat(node, states); !hb.IsZero() && (next.IsZero() || hb.Before(next)) {
-		next = hb
+	return node, resources, nil
+}
+
+// earliest is the earlier of two times, a zero time meaning none.
+func earliest(x, y time.Time) time.Time {
+	if x.IsZero() || (!y.IsZero() && y.Before(x)) {
+		return y
 	}
-	a.mu.Lock()
-	final := newer(node, a.lastWritten)
-	a.mu.Unlock()
-	a.observeSync(syncOutcome{node: final, states: states, fromFault: fromFault, faults: faults, resources: resources})
-	return next, nil
+	return x
 }
 
 // transitionLocked sets s's lastTransitionTime: carried from the last

@@ -13,8 +13,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,26 +34,26 @@ import (
 
 // The names deploy/virtual's admission policies agree on.
 const (
-	virtualParams       = "selftaint-virtual" // the ConfigMap
-	virtualPrefix       = "vnode-"
-	virtualNodesPolicy  = "selftaint-virtual-nodes"
-	virtualPodsPolicy   = "selftaint-virtual-pods"
-	virtualLeasesPolicy = "selftaint-virtual-leases"
+	// virtualPrefixAnnotation is each virtual policy's parameter, on the
+	// policy itself: the virtual nodes' name prefix.
+	virtualPrefixAnnotation = "virtual.selftaint.io/node-name-prefix"
+	virtualPrefix           = "vnode-"
+	virtualNodesPolicy      = "selftaint-virtual-nodes"
+	virtualPodsPolicy       = "selftaint-virtual-pods"
+	virtualLeasesPolicy     = "selftaint-virtual-leases"
 )
 
 var virtualPolicies = []string{virtualNodesPolicy, virtualPodsPolicy, virtualLeasesPolicy}
 
 // TestVirtualPolicyManifests checks, without a cluster, what keeps the
-// virtual policies in force: the ConfigMap's prefix is the Deployment's
-// --name-prefix; each policy fails closed, matches the service account by
-// name in any namespace (no namespace in the policy, so a namespace overlay
-// keeps it) and is bound with the ConfigMap as a required param.
+// virtual policies in force: each policy's prefix annotation is the
+// Deployment's --name-prefix; each policy fails closed, matches the service
+// account by name in any namespace (no namespace in the policy, so a
+// namespace overlay keeps it) and is its own required parameter object, so
+// it can never be in force without its parameters. And no RBAC object is
+// namespaced: a namespace overlay would move a Role out of kube-node-lease.
 func TestVirtualPolicyManifests(t *testing.T) {
 	ms := readManifests(t, "virtual")
-	cm := find[*corev1.ConfigMap](t, ms, virtualParams)
-	if got := cm.Data["nodeNamePrefix"]; got != virtualPrefix {
-		t.Errorf("ConfigMap %s nodeNamePrefix = %q, want %q", virtualParams, got, virtualPrefix)
-	}
 	dep := find[*appsv1.Deployment](t, ms, "selftaint-virtual")
 	var prefixes []string
 	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
@@ -59,20 +61,29 @@ func TestVirtualPolicyManifests(t *testing.T) {
 			prefixes = append(prefixes, p)
 		}
 	}
-	if want := []string{cm.Data["nodeNamePrefix"]}; !slices.Equal(prefixes, want) {
-		t.Errorf("Deployment --name-prefix %q, want %q (the ConfigMap's nodeNamePrefix)", prefixes, want)
+	if want := []string{virtualPrefix}; !slices.Equal(prefixes, want) {
+		t.Errorf("Deployment --name-prefix %q, want %q", prefixes, want)
 	}
-	if cm.Namespace != namespace {
-		t.Errorf("ConfigMap in %q, want %q (beside the service account)", cm.Namespace, namespace)
+	for _, m := range ms {
+		switch m.obj.(type) {
+		case *corev1.ConfigMap:
+			t.Errorf("%s: the virtual policies' parameters are their own annotations; a separate object, if missing, would deny every user's writes", m)
+		case *rbacv1.Role, *rbacv1.RoleBinding:
+			t.Errorf("%s: a namespace overlay would move it to the overlay's namespace; grant with a ClusterRole and ClusterRoleBinding", m)
+		}
 	}
 
 	for _, name := range virtualPolicies {
 		vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, name)
+		// Each policy's parameter, and the Deployment's flag, are one value.
+		if got, ok := vap.Annotations[virtualPrefixAnnotation]; !ok || !slices.Equal([]string{got}, prefixes) {
+			t.Errorf("%s: annotation %s = %q (present: %v), want the Deployment's --name-prefix %q", name, virtualPrefixAnnotation, got, ok, prefixes)
+		}
 		if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
 			t.Errorf("%s: failurePolicy %v, want Fail", name, vap.Spec.FailurePolicy)
 		}
-		if pk := vap.Spec.ParamKind; pk == nil || pk.APIVersion != "v1" || pk.Kind != "ConfigMap" {
-			t.Errorf("%s: paramKind %+v, want v1 ConfigMap", name, pk)
+		if pk := vap.Spec.ParamKind; pk == nil || pk.APIVersion != "admissionregistration.k8s.io/v1" || pk.Kind != "ValidatingAdmissionPolicy" {
+			t.Errorf("%s: paramKind %+v, want the policy itself (admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy)", name, pk)
 		}
 		data, err := yaml.Marshal(vap)
 		if err != nil {
@@ -89,15 +100,39 @@ func TestVirtualPolicyManifests(t *testing.T) {
 			t.Errorf("%s: matchConditions %+v, want %+v", name, vap.Spec.MatchConditions, want)
 		}
 		b := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, name)
-		deny := admissionregistrationv1.DenyAction
-		wantRef := &admissionregistrationv1.ParamRef{Name: virtualParams, Namespace: namespace, ParameterNotFoundAction: &deny}
-		if b.Spec.PolicyName != name || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
-			t.Errorf("binding %s: policy %q actions %v, want %s and Deny", name, b.Spec.PolicyName, b.Spec.ValidationActions, name)
-		}
-		if got := b.Spec.ParamRef; got == nil || got.Name != wantRef.Name || got.Namespace != wantRef.Namespace ||
-			got.ParameterNotFoundAction == nil || *got.ParameterNotFoundAction != deny || got.Selector != nil {
-			t.Errorf("binding %s: paramRef %+v, want %+v", name, got, wantRef)
-		}
+		checkVirtualBinding(t, b, name)
+	}
+	// Leases in every namespace: RBAC grants them cluster-wide, so the
+	// policy must see every write to say kube-node-lease only.
+	leases := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, virtualLeasesPolicy)
+	if mc := leases.Spec.MatchConstraints; mc == nil || mc.NamespaceSelector != nil && len(mc.NamespaceSelector.MatchLabels)+len(mc.NamespaceSelector.MatchExpressions) > 0 {
+		t.Errorf("%s: matchConstraints %+v, want leases in every namespace (no namespaceSelector)", virtualLeasesPolicy, mc)
+	}
+}
+
+// checkVirtualBinding checks binding b enforces policy: Deny, with the
+// policy itself as its required parameter object.
+func checkVirtualBinding(t *testing.T, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, policy string) {
+	t.Helper()
+	if b.Spec.PolicyName != policy || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("binding %s: policy %q actions %v, want %s and Deny", b.Name, b.Spec.PolicyName, b.Spec.ValidationActions, policy)
+	}
+	if p := b.Spec.ParamRef; p == nil || p.Name != policy || p.Namespace != "" || p.Selector != nil ||
+		p.ParameterNotFoundAction == nil || *p.ParameterNotFoundAction != admissionregistrationv1.DenyAction {
+		t.Errorf("binding %s: paramRef %+v, want the policy %s itself (no namespace), denying when it is missing", b.Name, p, policy)
+	}
+}
+
+// TestVirtualPolicyNamePrefixOverlay renders deploy/virtual under a
+// kustomize name prefix: each binding's policyName and paramRef.name follow
+// its renamed policy (kustomizeconfig.yaml), so the policies stay in force
+// with their parameters.
+func TestVirtualPolicyNamePrefixOverlay(t *testing.T) {
+	const prefix = "team-"
+	ms := renderOverlay(t, "namePrefix: "+prefix)
+	for _, name := range virtualPolicies {
+		find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, prefix+name)
+		checkVirtualBinding(t, find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, prefix+name), prefix+name)
 	}
 }
 
@@ -112,8 +147,11 @@ func TestVirtualPolicyManifests(t *testing.T) {
 //     and the Node is left untouched (not even with admin credentials);
 //   - stops a virtual node whose label an admin removed, and does not
 //     delete it on exit;
-//   - empties and then deletes the prefix ConfigMap: the service account
-//     may then write nothing.
+//   - checks by access review what RBAC grants it and what not;
+//   - removes and then empties the policies' prefix annotation: the
+//     service account may then write nothing, and an admin and a kubelet
+//     are unaffected; then deletes a policy and leaves its binding: it
+//     denies no one.
 func TestVirtualPolicyOnControlPlane(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and virtual nodes")
 	cp := testcp.Start(t, testcp.Options{
@@ -126,14 +164,17 @@ func TestVirtualPolicyOnControlPlane(t *testing.T) {
 		}
 	}
 	sa := asServiceAccount(cp, virtualSA, "")
-	waitVirtualPolicies(t, cp, sa)
+	// The type check first: a policy whose CEL does not check may never
+	// come into force.
 	checkPolicyTypes(t, cp.Client())
+	waitVirtualPolicies(t, cp, sa)
 
 	t.Run("Attacks", func(t *testing.T) { testVirtualPolicyAttacks(t, cp, sa) })
 	t.Run("RunUnderPolicy", func(t *testing.T) { testVirtualRBACIsEnough(t, cp) })
 	t.Run("RefusesRealNode", func(t *testing.T) { testVirtualRefusesRealNode(t, cp, sa) })
 	t.Run("StopsWhenUnlabelled", func(t *testing.T) { testVirtualStopsWhenUnlabelled(t, cp) })
-	// Last: it changes the ConfigMap.
+	t.Run("RBACIsTight", func(t *testing.T) { testVirtualRBACIsTight(t, cp) })
+	// Last: it changes the policies' parameters.
 	t.Run("PrefixMissing", func(t *testing.T) { testVirtualPrefixMissing(t, cp, sa) })
 }
 
@@ -178,8 +219,8 @@ func waitVirtualPolicies(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config)
 }
 
 // checkPolicyTypes waits for the API server's type check of each virtual
-// policy's CEL against the schemas of what it matches and the ConfigMap
-// param, and fails t on any warning.
+// policy's CEL against the schemas of what it matches and of its param (a
+// ValidatingAdmissionPolicy), and fails t on any warning.
 func checkPolicyTypes(t *testing.T, admin kubernetes.Interface) {
 	t.Helper()
 	for _, name := range virtualPolicies {
@@ -205,10 +246,13 @@ func leaseClient(t *testing.T, rc *rest.Config) *typedcoordv1.CoordinationV1Clie
 }
 
 // lease is node's Lease in kube-node-lease, as a kubelet writes it.
-func lease(node string) *coordinationv1.Lease {
+func lease(node string) *coordinationv1.Lease { return leaseIn(corev1.NamespaceNodeLease, node) }
+
+// leaseIn is a Lease like node's, in namespace ns.
+func leaseIn(ns, node string) *coordinationv1.Lease {
 	holder, seconds := node, int32(40)
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: node},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: node},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &metav1.MicroTime{Time: time.Now()}},
 	}
 }
@@ -229,20 +273,32 @@ type attack struct {
 func (a attack) check(t *testing.T) {
 	t.Helper()
 	err := a.do(t.Context())
+	if a.matches(err) {
+		return
+	}
 	switch {
-	case a.policy == "" && err != nil:
+	case a.policy == "":
 		t.Errorf("%s: %v, want allowed", a.name, err)
-	case a.policy != "" && err == nil:
+	case err == nil:
 		t.Errorf("%s: allowed, want denied by %s with %q", a.name, a.policy, a.deny)
-	case a.policy != "" && (!apierrors.IsForbidden(err) || !containsAll(err.Error(), []string{"'" + a.policy + "'", a.deny})):
+	default:
 		t.Errorf("%s: %v, want Forbidden by %s with %q", a.name, err, a.policy, a.deny)
 	}
 }
 
+// matches reports whether err, what a's write returned, is what a wants.
+func (a attack) matches(err error) bool {
+	if a.policy == "" {
+		return err == nil
+	}
+	return apierrors.IsForbidden(err) && containsAll(err.Error(), []string{"'" + a.policy + "'", a.deny})
+}
+
 // testVirtualPolicyAttacks writes, as the virtual service account, to real
-// Nodes (one named like a virtual node), their pods and Leases (all
-// denied), and to a virtual node, its pod and Lease (allowed); an admin's
-// writes to the real ones are not affected.
+// Nodes (one named like a virtual node), their pods and Leases, and to
+// Leases outside kube-node-lease (all denied), and to a virtual node, its
+// pod and Lease (allowed); an admin's writes to the real ones are not
+// affected.
 func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Config) {
 	const (
 		real     = "real-1"
@@ -268,8 +324,12 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 			t.Fatal(err)
 		}
 	}
-	if _, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, lease(realLike), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// Leases the service account may not renew: a real Node's, and leases
+	// outside kube-node-lease (RBAC grants leases in every namespace).
+	for _, l := range []*coordinationv1.Lease{lease(realLike), lease(real), leaseIn(podNS, vnode+"-elsewhere"), leaseIn(metav1.NamespaceSystem, "some-leader")} {
+		if _, err := admin.CoordinationV1().Leases(l.Namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	core, leases := coreClient(t, rc), leaseClient(t, rc)
@@ -301,27 +361,16 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 		}
 	}
 	createLease := func(node string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			_, err := leases.Leases(corev1.NamespaceNodeLease).Create(ctx, lease(node), metav1.CreateOptions{})
-			return err
-		}
+		return createLeaseIn(leases, corev1.NamespaceNodeLease, node)
 	}
 	renewLease := func(node string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			l, err := leases.Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-			_, err = leases.Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
-			return err
-		}
+		return renewLeaseIn(leases, corev1.NamespaceNodeLease, node)
 	}
 	notReady := `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Attack"}]}}`
 	notVirtualMsg := func(n string) string {
 		return "only virtual Nodes (labelled selftaint.io/virtual=true), and " + n + " is not"
 	}
-	prefixMsg := func(n string) string { return "starts with " + virtualPrefix + " (nodeNamePrefix), not " + n }
+	prefixMsg := func(n string) string { return "starts with " + virtualPrefix + " (node-name-prefix), not " + n }
 	unlabelled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: virtualPrefix + "unlabelled"}}
 
 	for _, a := range []attack{
@@ -348,7 +397,16 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 		{"update the status of a pod on a virtual Node", podRunning("on-virtual"), "", ""},
 		{"delete a pod on a virtual Node", deletePod("on-virtual"), "", ""},
 		// Leases.
-		{"create a real Node's Lease", createLease(real), virtualLeasesPolicy, prefixMsg(real)},
+		{"create a real Node's Lease", createLease(real + "-new"), virtualLeasesPolicy, prefixMsg(real + "-new")},
+		{"renew a real Node's Lease", renewLease(real), virtualLeasesPolicy, prefixMsg(real)},
+		{"create a virtual Node's Lease outside kube-node-lease", createLeaseIn(leases, podNS, vnode), virtualLeasesPolicy,
+			"may write Leases only in kube-node-lease, not " + vnode + " in namespace " + podNS},
+		{"renew a Lease named like a virtual node's outside kube-node-lease", renewLeaseIn(leases, podNS, vnode+"-elsewhere"), virtualLeasesPolicy,
+			"may write Leases only in kube-node-lease, not " + vnode + "-elsewhere in namespace " + podNS},
+		{"take over a leader-election Lease in kube-system", renewLeaseIn(leases, metav1.NamespaceSystem, "some-leader"), virtualLeasesPolicy,
+			"may write Leases only in kube-node-lease, not some-leader in namespace kube-system"},
+		{"create a Lease in kube-system", createLeaseIn(leases, metav1.NamespaceSystem, vnode), virtualLeasesPolicy,
+			"may write Leases only in kube-node-lease, not " + vnode + " in namespace kube-system"},
 		{"create a virtual Node's Lease", createLease(vnode), "", ""},
 		{"renew a virtual Node's Lease", renewLease(vnode), "", ""},
 		// Deleting the virtual Node last.
@@ -383,6 +441,28 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 	}
 	if err := admin.CoreV1().Pods(podNS).Delete(ctx, "admin-deletes", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("admin deleting a pod on a real Node: %v", err)
+	}
+}
+
+// createLeaseIn creates, with client c, a Lease like node's in namespace
+// ns.
+func createLeaseIn(c typedcoordv1.LeasesGetter, ns, node string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.Leases(ns).Create(ctx, leaseIn(ns, node), metav1.CreateOptions{})
+		return err
+	}
+}
+
+// renewLeaseIn renews, with client c, the Lease named node in namespace ns.
+func renewLeaseIn(c typedcoordv1.LeasesGetter, ns, node string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		l, err := c.Leases(ns).Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		_, err = c.Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+		return err
 	}
 }
 
@@ -518,62 +598,308 @@ func testVirtualStopsWhenUnlabelled(t *testing.T, cp *testcp.ControlPlane) {
 	}
 }
 
-// testVirtualPrefixMissing empties the ConfigMap's prefix, then deletes the
-// ConfigMap: the service account may then create no virtual Node. With the
-// ConfigMap missing the binding denies every matched request, the admin's
-// included (parameterNotFoundAction Deny is checked before the match
-// condition): this pins that behaviour, which the manifests warn about.
+// testVirtualRBACIsTight asks the API server's authorizer what the
+// virtual service account may do: what it needs (rbac.yaml), and nothing
+// else. Leases are granted in every namespace (a Role in kube-node-lease
+// would not survive a namespace overlay); the leases policy confines the
+// writes to kube-node-lease (testVirtualPolicyAttacks).
+func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
+	type access struct {
+		verb, group, resource, subresource, namespace, name string
+	}
+	const (
+		coord     = "coordination.k8s.io"
+		admission = "admissionregistration.k8s.io"
+		elsewhere = "some-namespace"
+	)
+	allowed := []access{
+		{verb: "create", resource: "nodes"}, {verb: "get", resource: "nodes"}, {verb: "list", resource: "nodes"},
+		{verb: "watch", resource: "nodes"}, {verb: "patch", resource: "nodes"}, {verb: "delete", resource: "nodes"},
+		{verb: "patch", resource: "nodes", subresource: "status"},
+		{verb: "list", resource: "pods"}, {verb: "watch", resource: "pods"}, {verb: "delete", resource: "pods", namespace: elsewhere},
+		{verb: "update", resource: "pods", subresource: "status", namespace: elsewhere},
+		{verb: "create", resource: "events", namespace: "default"}, {verb: "patch", resource: "events", namespace: elsewhere},
+		{verb: "get", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		{verb: "create", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		{verb: "update", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		// Allowed by RBAC, denied by the leases policy.
+		{verb: "create", group: coord, resource: "leases", namespace: elsewhere},
+		{verb: "update", group: coord, resource: "leases", namespace: namespace},
+	}
+	denied := []access{
+		{verb: "update", resource: "nodes"}, {verb: "deletecollection", resource: "nodes"},
+		{verb: "update", resource: "nodes", subresource: "status"}, {verb: "get", resource: "nodes", subresource: "proxy"},
+		{verb: "get", resource: "pods", namespace: elsewhere}, {verb: "create", resource: "pods", namespace: elsewhere},
+		{verb: "update", resource: "pods", namespace: elsewhere}, {verb: "patch", resource: "pods", subresource: "status", namespace: elsewhere},
+		{verb: "create", resource: "pods", subresource: "eviction", namespace: elsewhere},
+		{verb: "deletecollection", resource: "pods", namespace: elsewhere},
+		{verb: "delete", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		{verb: "patch", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		{verb: "list", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		{verb: "watch", group: coord, resource: "leases"},
+		{verb: "deletecollection", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		{verb: "get", resource: "secrets", namespace: namespace}, {verb: "list", resource: "secrets"},
+		{verb: "get", resource: "configmaps", namespace: namespace},
+		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: virtualSA},
+		{verb: "update", resource: "events", namespace: "default"}, {verb: "delete", resource: "events", namespace: "default"},
+		// Its parameters are the operator's.
+		{verb: "get", group: admission, resource: "validatingadmissionpolicies", name: virtualNodesPolicy},
+		{verb: "update", group: admission, resource: "validatingadmissionpolicies", name: virtualNodesPolicy},
+		{verb: "patch", group: admission, resource: "validatingadmissionpolicies", name: virtualLeasesPolicy},
+		{verb: "delete", group: admission, resource: "validatingadmissionpolicybindings", name: virtualPodsPolicy},
+	}
+	review := func(a access) bool {
+		t.Helper()
+		sar, err := cp.Client().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   saUser(virtualSA),
+				Groups: saGroups(),
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name, Version: "v1",
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("access review %+v: %v", a, err)
+		}
+		return sar.Status.Allowed
+	}
+	for _, a := range allowed {
+		if !review(a) {
+			t.Errorf("%s %s %s/%s in %q: denied, but the virtual kubelet needs it", a.verb, a.group, a.resource, a.subresource, a.namespace)
+		}
+	}
+	for _, a := range denied {
+		if review(a) {
+			t.Errorf("%s %s %s/%s %s in %q: allowed, but the virtual kubelet does not need it", a.verb, a.group, a.resource, a.subresource, a.name, a.namespace)
+		}
+	}
+}
+
+// setVirtualPrefix sets each virtual policy's parameter, its prefix
+// annotation, to prefix, or removes it when prefix is nil, as an operator
+// editing the policies would. The API server takes it up asynchronously.
+func setVirtualPrefix(t *testing.T, admin kubernetes.Interface, prefix *string) {
+	t.Helper()
+	vaps := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	for _, name := range virtualPolicies {
+		vap, err := vaps.Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prefix == nil {
+			delete(vap.Annotations, virtualPrefixAnnotation)
+		} else {
+			if vap.Annotations == nil {
+				vap.Annotations = map[string]string{}
+			}
+			vap.Annotations[virtualPrefixAnnotation] = *prefix
+		}
+		if _, err := vaps.Update(t.Context(), vap, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// asKubelet is a client config that acts as the kubelet of node.
+func asKubelet(cp *testcp.ControlPlane, node string) *rest.Config {
+	rc := cp.RESTConfig()
+	rc.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
+	return rc
+}
+
+// testVirtualPrefixMissing removes, restores and then empties the policies'
+// prefix annotation. Without a prefix (absent or empty) the service account
+// may write no Node, pod or Lease, while an admin and a real node's kubelet
+// go on writing Nodes, pods and Leases: the parameters can be wrong but
+// never missing, so they cannot cause an outage. Last, it deletes one
+// policy and leaves its binding, as an uninstall half done: the binding
+// then denies nobody (a separate parameter object missing would have had
+// it deny every user's Lease writes).
 func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config) {
+	const (
+		kubeletNode = "bystander"
+		vnode       = virtualPrefix + "no-prefix"
+		podNS       = "prefix-missing"
+	)
 	admin := cp.Client()
 	ctx := t.Context()
-	core := coreClient(t, sa)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	createVirtual := func() error { _, err := core.Nodes().Create(ctx, virtualNode(virtualPrefix+"x"), dry); return err }
-	if err := createVirtual(); err != nil {
-		t.Fatalf("creating a virtual node before the change: %v, want allowed", err)
+	cp.CreateNode(t, kubeletNode, nil)
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A kubelet, authorized as in a cluster whose node authorizer is off
+	// (testcp runs RBAC only).
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-kubelet-" + kubeletNode},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:node:" + kubeletNode}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeletRC := asKubelet(cp, kubeletNode)
+	kubelet, kubeletLeases := coreClient(t, kubeletRC), leaseClient(t, kubeletRC)
+	if err := createLeaseIn(kubeletLeases, corev1.NamespaceNodeLease, kubeletNode)(ctx); err != nil {
+		t.Fatalf("the kubelet creating its Lease: %v", err)
+	}
+	pod := func(name, node string) {
+		t.Helper()
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
+		}
+		if _, err := admin.CoreV1().Pods(podNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod("on-virtual", vnode)
+	if _, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, lease(vnode), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 
-	cm, err := admin.CoreV1().ConfigMaps(namespace).Get(ctx, virtualParams, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The service account's writes, all dry runs: allowed with the prefix,
+	// denied without.
+	core, leases := coreClient(t, sa), leaseClient(t, sa)
+	dry := []string{metav1.DryRunAll}
+	noPrefix := func(policy string) string {
+		return "policy " + policy + " has no (or an empty) annotation " + virtualPrefixAnnotation
 	}
-	cm.Data["nodeNamePrefix"] = ""
-	if _, err := admin.CoreV1().ConfigMaps(namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	saWrites := []attack{
+		{"create a virtual Node", func(ctx context.Context) error {
+			_, err := core.Nodes().Create(ctx, virtualNode(vnode), metav1.CreateOptions{DryRun: dry})
+			return err
+		}, virtualNodesPolicy, "may write no Node: " + noPrefix(virtualNodesPolicy)},
+		{"update the status of a pod on a virtual Node", func(ctx context.Context) error {
+			p, err := admin.CoreV1().Pods(podNS).Get(ctx, "on-virtual", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Status.Phase = corev1.PodRunning
+			_, err = core.Pods(podNS).UpdateStatus(ctx, p, metav1.UpdateOptions{DryRun: dry})
+			return err
+		}, virtualPodsPolicy, "may change no pod: " + noPrefix(virtualPodsPolicy)},
+		{"renew a virtual Node's Lease", func(ctx context.Context) error {
+			l, err := leases.Leases(corev1.NamespaceNodeLease).Get(ctx, vnode, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			_, err = leases.Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{DryRun: dry})
+			return err
+		}, virtualLeasesPolicy, "may write no Lease: " + noPrefix(virtualLeasesPolicy)},
 	}
-	poll(t, 30*time.Second, "an empty prefix to deny creating a virtual node", func() (bool, error) {
-		err := createVirtual()
-		return apierrors.IsForbidden(err) && containsAll(err.Error(), []string{virtualNodesPolicy, "has no nodeNamePrefix"}), err
-	})
+	// waitSA waits until each of the service account's writes is denied
+	// (want false) or allowed (want true): each policy's parameters reach
+	// the API server's admission on their own.
+	waitSA := func(state string, allowed bool) {
+		t.Helper()
+		for _, a := range saWrites {
+			want := a
+			if allowed {
+				want.policy, want.deny = "", ""
+			}
+			poll(t, 30*time.Second, fmt.Sprintf("%s: %q allowed: %v", state, a.name, allowed), func() (bool, error) {
+				err := want.do(ctx)
+				return want.matches(err), err
+			})
+		}
+	}
+	// bystanders checks an admin and a kubelet are not affected: they
+	// write Nodes, pods (a fresh one named by step) and Leases.
+	bystanders := func(step string) {
+		t.Helper()
+		pod("kubelet-"+step, kubeletNode)
+		pod("admin-"+step, kubeletNode)
+		ready := fmt.Appendf(nil, `{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":%q}]}}`, step)
+		for _, a := range []attack{
+			{"kubelet: its Node's status", func(ctx context.Context) error {
+				_, err := kubelet.Nodes().Patch(ctx, kubeletNode, types.StrategicMergePatchType, ready, metav1.PatchOptions{}, "status")
+				return err
+			}, "", ""},
+			{"kubelet: renew its Lease", renewLeaseIn(kubeletLeases, corev1.NamespaceNodeLease, kubeletNode), "", ""},
+			{"kubelet: a pod's status", func(ctx context.Context) error {
+				p, err := kubelet.Pods(podNS).Get(ctx, "kubelet-"+step, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				p.Status.Phase = corev1.PodSucceeded
+				_, err = kubelet.Pods(podNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+				return err
+			}, "", ""},
+			{"kubelet: delete a pod", func(ctx context.Context) error {
+				return kubelet.Pods(podNS).Delete(ctx, "kubelet-"+step, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			}, "", ""},
+			{"admin: label a Node", func(ctx context.Context) error {
+				_, err := admin.CoreV1().Nodes().Patch(ctx, kubeletNode, types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{"step":%q}}}`, step), metav1.PatchOptions{})
+				return err
+			}, "", ""},
+			{"admin: delete a pod", func(ctx context.Context) error {
+				return admin.CoreV1().Pods(podNS).Delete(ctx, "admin-"+step, metav1.DeleteOptions{})
+			}, "", ""},
+			{"admin: renew a Lease", renewLeaseIn(admin.CoordinationV1(), corev1.NamespaceNodeLease, kubeletNode), "", ""},
+			{"admin: create a virtual node's Lease", createLeaseIn(admin.CoordinationV1(), corev1.NamespaceNodeLease, vnode+"-"+step), "", ""},
+		} {
+			a.name = step + ": " + a.name
+			a.check(t)
+		}
+	}
 
-	cp.CreateNode(t, "bystander", nil)
-	if err := admin.CoreV1().ConfigMaps(namespace).Delete(ctx, virtualParams, metav1.DeleteOptions{}); err != nil {
+	for _, a := range saWrites {
+		a.policy, a.deny = "", ""
+		a.name = "with the prefix: " + a.name
+		a.check(t)
+	}
+
+	setVirtualPrefix(t, admin, nil)
+	waitSA("annotation removed", false)
+	bystanders("removed")
+
+	prefix := virtualPrefix
+	setVirtualPrefix(t, admin, &prefix)
+	waitSA("annotation restored", true)
+
+	empty := ""
+	setVirtualPrefix(t, admin, &empty)
+	waitSA("annotation empty", false)
+	bystanders("empty")
+
+	// A binding whose policy (its own parameter object) is gone: it stops
+	// confining the service account, and denies no one.
+	vaps := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	if err := vaps.Delete(ctx, virtualLeasesPolicy, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 30*time.Second, "a missing ConfigMap to deny creating a virtual node", func() (bool, error) {
-		err := createVirtual()
-		return err != nil && containsAll(err.Error(), []string{virtualNodesPolicy, "no params found"}), fmt.Errorf("%w (reason %s)", err, apierrors.ReasonForError(err))
-	})
-	_, err = admin.CoreV1().Nodes().Patch(ctx, "bystander", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
-	if err == nil || !containsAll(err.Error(), []string{virtualNodesPolicy, "no params found"}) {
-		t.Errorf("admin patching a Node while the ConfigMap is missing: %v; the manifests say it is denied", err)
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, virtualLeasesPolicy, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the binding of the deleted policy: %v, want it still there", err)
 	}
+	poll(t, 30*time.Second, "the deleted policy to leave admission", func() (bool, error) {
+		err := saWrites[2].do(ctx)
+		return err == nil, err
+	})
+	bystanders("policy-deleted")
 }
 
 // TestVirtualPolicyNamespaceOverlay renders deploy/virtual under a
 // kustomize overlay that moves it to another namespace, creates the result
-// on a fresh control plane, and checks the policies follow: the binding
-// reads its param from the new namespace, the service account there may
-// register a virtual node and is still refused a real one.
+// on a fresh control plane, and checks it still works there: the RBAC
+// bindings name the service account in the new namespace and nothing is
+// left in kube-system; the service account there may register a virtual
+// node and is still refused a real one; it may create and renew a virtual
+// node's Lease in kube-node-lease (with a Role in kube-node-lease, moved by
+// the overlay, it could not), and is refused a Lease outside
+// kube-node-lease and one with a real node's name.
 func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	const ns = "selftaint-test"
-	rendered := renderOverlay(t, ns)
+	rendered := renderOverlay(t, "namespace: "+ns)
 	for _, m := range rendered {
-		if m.kind() == "ValidatingAdmissionPolicyBinding" {
-			b := m.obj.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
-			if b.Spec.ParamRef == nil || b.Spec.ParamRef.Namespace != ns {
-				t.Errorf("%s: paramRef %+v, want namespace %s", m, b.Spec.ParamRef, ns)
+		if m.meta().GetNamespace() == namespace {
+			t.Errorf("%s: left in %s by the namespace overlay", m, namespace)
+		}
+		if b, ok := m.obj.(*rbacv1.ClusterRoleBinding); ok {
+			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: virtualSA, Namespace: ns}}
+			if !slices.Equal(b.Subjects, want) {
+				t.Errorf("%s: subjects %+v, want %+v", m, b.Subjects, want)
 			}
 		}
 	}
@@ -594,12 +920,17 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 		UserName: "system:serviceaccount:" + ns + ":" + virtualSA,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 	}
-	core := coreClient(t, rc)
-	real := virtualPrefix + "real"
-	cp.CreateNode(t, real, nil)
+	core, leases := coreClient(t, rc), leaseClient(t, rc)
+	const real = "real-1"
+	realLike := virtualPrefix + "real"
+	cp.CreateNode(t, realLike, nil)
 	poll(t, time.Minute, "the overlay's policy to deny patching a real node", func() (bool, error) {
-		_, err := core.Nodes().Patch(ctx, real, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+		_, err := core.Nodes().Patch(ctx, realLike, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 		return apierrors.IsForbidden(err) && containsAll(err.Error(), []string{virtualNodesPolicy, "only virtual Nodes"}), err
+	})
+	poll(t, time.Minute, "the overlay's policy to deny a Lease in "+ns, func() (bool, error) {
+		_, err := leases.Leases(ns).Create(ctx, leaseIn(ns, virtualPrefix+"canary"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), virtualLeasesPolicy), err
 	})
 	vnode := virtualNode(virtualPrefix + "1")
 	for _, a := range []attack{
@@ -611,15 +942,22 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 			_, err := core.Nodes().Create(ctx, vnode, metav1.CreateOptions{})
 			return err
 		}, "", ""},
+		{"create the virtual Node's Lease", createLeaseIn(leases, corev1.NamespaceNodeLease, vnode.Name), "", ""},
+		{"renew the virtual Node's Lease", renewLeaseIn(leases, corev1.NamespaceNodeLease, vnode.Name), "", ""},
+		{"create a virtual Node's Lease in " + ns, createLeaseIn(leases, ns, vnode.Name), virtualLeasesPolicy,
+			"may write Leases only in kube-node-lease, not " + vnode.Name + " in namespace " + ns},
+		{"create a real Node's Lease", createLeaseIn(leases, corev1.NamespaceNodeLease, real), virtualLeasesPolicy,
+			"Leases of nodes whose name starts with " + virtualPrefix + " (node-name-prefix), not " + real},
 		{"delete the virtual Node", func(ctx context.Context) error { return core.Nodes().Delete(ctx, vnode.Name, metav1.DeleteOptions{}) }, "", ""},
 	} {
 		a.check(t)
 	}
 }
 
-// renderOverlay builds, with kustomize, an overlay of deploy/virtual that
-// sets namespace ns, and decodes the result.
-func renderOverlay(t *testing.T, ns string) []manifest {
+// renderOverlay builds, with kustomize, an overlay of deploy/virtual with
+// the kustomization field line (e.g. "namespace: x"), and decodes the
+// result.
+func renderOverlay(t *testing.T, line string) []manifest {
 	t.Helper()
 	base, err := filepath.Abs("virtual")
 	if err != nil {
@@ -632,7 +970,7 @@ func renderOverlay(t *testing.T, ns string) []manifest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + ns + "\nresources:\n- " + rel + "\n"
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + line + "\nresources:\n- " + rel + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}

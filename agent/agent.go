@@ -193,21 +193,12 @@ type Agent struct {
 	reported map[string]bool
 	// published is the last state of each condition written to (or adopted
 	// from) the Node; its transition time is carried while the status holds.
-	published map[corev1.NodeConditionType]publishedState
-	// faultsSeen is the verdict on each fault annotation's current value,
-	// by key, so a rejection is reported once and an expiry is told apart
-	// from a fault that was already stale when first seen.
-	faultsSeen map[string]faultVerdict
-	// faultsApplied maps the keys of the faults applied at the last sync to
-	// their values, to tell when a fault starts applying.
-	faultsApplied map[string]string
-}
-
-// publishedState is a condition as last published, and whether a fault
-// decided it.
-type publishedState struct {
-	taints.State
-	fault bool
+	published map[corev1.NodeConditionType]taints.Published
+	// faultMem is the verdict on each fault annotation's current value
+	// and the faults applied at the last sync (faults.Evaluate), so a
+	// rejection is reported once and an expiry is told apart from a fault
+	// that was already stale when first seen.
+	faultMem faults.Memory
 }
 
 // New checks the options and builds an Agent; Run starts it.
@@ -240,20 +231,19 @@ func New(opts Options) (*Agent, error) {
 		opts.Metrics = nopMetrics{}
 	}
 	a := &Agent{
-		opts:          opts,
-		log:           opts.Logger.With("node", opts.NodeName),
-		clock:         opts.Clock,
-		byProbe:       map[string]ProbeSpec{},
-		ruleFor:       map[taints.TaintID][]taints.Rule{},
-		dampers:       map[corev1.NodeConditionType]*taints.Damper{},
-		faultConds:    map[corev1.NodeConditionType]bool{},
-		faultProbes:   map[string]corev1.NodeConditionType{},
-		healthy:       map[corev1.NodeConditionType]corev1.ConditionStatus{},
-		published:     map[corev1.NodeConditionType]publishedState{},
-		faultsSeen:    map[string]faultVerdict{},
-		faultsApplied: map[string]string{},
-		advertised:    map[corev1.ResourceName]bool{},
-		reported:      map[string]bool{},
+		opts:        opts,
+		log:         opts.Logger.With("node", opts.NodeName),
+		clock:       opts.Clock,
+		byProbe:     map[string]ProbeSpec{},
+		ruleFor:     map[taints.TaintID][]taints.Rule{},
+		dampers:     map[corev1.NodeConditionType]*taints.Damper{},
+		faultConds:  map[corev1.NodeConditionType]bool{},
+		faultProbes: map[string]corev1.NodeConditionType{},
+		healthy:     map[corev1.NodeConditionType]corev1.ConditionStatus{},
+		published:   map[corev1.NodeConditionType]taints.Published{},
+		faultMem:    faults.Memory{Seen: map[string]faults.Verdict{}, Applied: map[string]string{}},
+		advertised:  map[corev1.ResourceName]bool{},
+		reported:    map[string]bool{},
 	}
 	if opts.HardwarePeriod <= 0 {
 		a.opts.HardwarePeriod = DefaultHardwarePeriod
@@ -544,31 +534,17 @@ func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) syncSnapshot {
 		a.adoptLocked(node, now)
 	}
 	var snap syncSnapshot
-	snap.states, snap.next = a.dampedLocked(now)
-	// A fault in force decides its condition outright: no damping, it is a
-	// statement of fact. The damper keeps observing underneath and takes
-	// over again when the fault ends.
+	damped, next := a.dampedLocked(now)
 	snap.faults = a.evalFaultsLocked(node.Annotations, now)
-	snap.fromFault = map[corev1.NodeConditionType]bool{}
-	for t, f := range snap.faults.apply {
-		snap.states[t] = taints.State{Status: f.Status, Reason: f.Reason, Message: f.Message}
-		snap.fromFault[t] = true
-	}
-	snap.next = earliest(snap.next, snap.faults.next)
-	for t, s := range snap.states {
-		snap.states[t] = a.transitionLocked(t, s, snap.fromFault[t], now)
-	}
 	snap.hw = hardwareState{resources: a.hardware, known: a.haveHardware || a.opts.Hardware == nil}
 	snap.advertised = maps.Clone(a.advertised)
+	in := taints.ConditionsInput{Now: now, Damped: damped, Faults: snap.faults.Apply, Published: a.published}
 	if a.opts.Init != nil {
-		st := a.evalInitLocked(node, snap.states, snap.hw.known)
-		c := a.opts.Init.Condition
-		if p, ok := a.published[c]; !st.decided && ok {
-			st.state = p.State
-		}
-		snap.states[c] = a.transitionLocked(c, st.state, false, now)
-		snap.in = &st
+		in.InitCondition, in.Init = a.opts.Init.Condition, a.initInputLocked(node, snap.hw.known)
 	}
+	cp := taints.PlanConditions(in)
+	snap.states, snap.fromFault, snap.in = cp.States, cp.FromFault, cp.Init
+	snap.next = earliest(next, snap.faults.Next)
 	return snap
 }
 
@@ -607,13 +583,13 @@ func (a *Agent) write(ctx context.Context, node *corev1.Node, snap syncSnapshot,
 	}
 	a.mu.Lock()
 	for t, s := range snap.states {
-		a.published[t] = publishedState{State: s, fault: snap.fromFault[t]}
+		a.published[t] = taints.Published{State: s, Fault: snap.fromFault[t]}
 	}
 	a.mu.Unlock()
 	if err := a.reconcileMetadata(ctx, node, snap.states, snap.hw, snap.in, now); err != nil {
 		return nil, nil, err
 	}
-	if err := a.removeExpiredFaults(ctx, node, snap.faults.expired); err != nil {
+	if err := a.removeExpiredFaults(ctx, node, snap.faults.Expired); err != nil {
 		return nil, nil, err
 	}
 	return node, resources, nil
@@ -625,24 +601,6 @@ func earliest(x, y time.Time) time.Time {
 		return y
 	}
 	return x
-}
-
-// transitionLocked sets s's lastTransitionTime: carried from the last
-// published state while the status holds, else now — or, for a flip the
-// damper made on its own, the damper's flip time.
-func (a *Agent) transitionLocked(t corev1.NodeConditionType, s taints.State, fromFault bool, now time.Time) taints.State {
-	p, ok := a.published[t]
-	switch {
-	case ok && p.Status == s.Status:
-		s.LastTransitionTime = p.LastTransitionTime
-	case fromFault || (ok && p.fault) || s.LastTransitionTime.IsZero():
-		// A fault starting or ending flips the condition now, whenever the
-		// damper underneath last changed.
-		s.LastTransitionTime = now
-	case ok && s.LastTransitionTime.Before(p.LastTransitionTime):
-		s.LastTransitionTime = now
-	}
-	return s
 }
 
 // adoptLocked takes over the conditions a previous run left on the Node, so
@@ -660,7 +618,7 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 		// Kept while the state is undecided after a restart, so the
 		// condition does not flap to Unknown.
 		if c := findCondition(node, in.Condition); c != nil {
-			a.published[in.Condition] = publishedState{State: taints.State{
+			a.published[in.Condition] = taints.Published{State: taints.State{
 				Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,
 			}}
 		}
@@ -675,7 +633,7 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 			LastTransitionTime: c.LastTransitionTime.Time,
 		}
 		fault := faulted[t] || c.Reason == faults.DefaultReason
-		a.published[t] = publishedState{State: s, fault: fault}
+		a.published[t] = taints.Published{State: s, Fault: fault}
 		if fault {
 			a.log.Info("condition on node shows an injected fault; the probe decides it afresh", "condition", t, "status", c.Status, "reason", c.Reason)
 			continue
@@ -792,70 +750,6 @@ func (a *Agent) remember(n *corev1.Node) {
 	a.lastWritten = n
 }
 
-// desiredTaints is what the rules imply for the decided conditions and the
-// hardware inventory asks for, plus what must not be lifted yet: for
-// conditions not decided yet (no verdict since start and nothing on the
-// Node to adopt), the owned taints already there, and before the first
-// inventory, the owned taints no rule makes. An undecided condition or an
-// inventory not yet taken never lifts a taint.
-func (a *Agent) desiredTaints(node *corev1.Node, owned []taints.TaintID, states map[corev1.NodeConditionType]taints.State, hw hardwareState) []corev1.Taint {
-	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
-	for t, s := range states {
-		statuses[t] = s.Status
-	}
-	desired := taints.Desired(a.opts.Rules, statuses)
-	have := map[taints.TaintID]bool{}
-	for _, t := range desired {
-		have[taints.IDOf(t)] = true
-	}
-	for _, t := range HardwareTaints(hw.resources) {
-		if id := taints.IDOf(t); !have[id] {
-			desired = append(desired, t)
-			have[id] = true
-		}
-	}
-	ownedSet := map[taints.TaintID]bool{}
-	for _, id := range owned {
-		ownedSet[id] = true
-	}
-	for _, t := range node.Spec.Taints {
-		id := taints.IDOf(t)
-		if !ownedSet[id] || have[id] {
-			continue
-		}
-		if a.opts.Init != nil && id == a.initTaintID() {
-			continue // withInitTaint decides it
-		}
-		keep := !hw.known && !a.ruleTaint(id)
-		for _, r := range a.ruleFor[id] {
-			if _, decided := statuses[r.Condition]; !decided {
-				keep = true
-				break
-			}
-		}
-		if keep {
-			desired = append(desired, t)
-			have[id] = true
-		}
-	}
-	return desired
-}
-
-// desiredLabels is what the hardware inventory asks for; before the first
-// inventory, the labels we own stay as they are.
-func desiredLabels(node *corev1.Node, owned []string, hw hardwareState) map[string]string {
-	if hw.known {
-		return hardwareLabels(hw.resources)
-	}
-	keep := map[string]string{}
-	for _, k := range owned {
-		if v, ok := node.Labels[k]; ok {
-			keep[k] = v
-		}
-	}
-	return keep
-}
-
 // metadataPatch is the JSON merge patch that replaces spec.taints, sets and
 // removes our labels, and updates both ownership records. Carrying
 // resourceVersion makes it a compare-and-swap: if anyone changed the Node
@@ -895,56 +789,21 @@ func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.Label
 	return json.Marshal(map[string]any{"metadata": meta, "spec": map[string]any{"taints": list}})
 }
 
-// ownership reads our two ownership records from the Node and keeps the
-// entries we could own under our config (see trustOwnership). A garbled
-// record counts as owning nothing: we may fail to remove something of ours,
-// but never remove someone else's. ignored says whether the records hold
-// entries we do not trust, which the next write drops.
-func (a *Agent) ownership(node *corev1.Node) (owned []taints.TaintID, ownedLabels []string, ignored bool) {
-	owned, err := taints.ParseOwned(node.Annotations[taints.OwnedTaintsAnnotation])
-	if err != nil {
-		a.log.Warn("ignoring unreadable ownership annotation", "err", err)
-		a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
-		owned = nil
-	}
-	ownedLabels, err = taints.ParseOwnedLabels(node.Annotations[taints.OwnedLabelsAnnotation])
-	if err != nil {
-		a.log.Warn("ignoring unreadable ownership annotation", "err", err)
-		a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
-		ownedLabels = nil
-	}
-	return a.trustOwnership(node, owned, ownedLabels)
-}
-
 // reconcileMetadata brings the Node's taints and our labels in line with
 // the conditions and the hardware inventory, in one compare-and-swap patch.
 func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState, now time.Time) error {
 	for attempt := 0; ; attempt++ {
-		owned, ownedLabels, untrusted := a.ownership(node)
-		owned = a.claimInitTaint(node, owned)
-		desired := a.desiredTaints(node, owned, states, hw)
-		extra := map[string]string{}
-		if in != nil {
-			desired = a.withInitTaint(node, desired, *in)
-			if _, done := node.Annotations[InitializedAnnotation]; in.first && !done {
-				extra[InitializedAnnotation] = initTimestamp(now)
-			}
-		}
-		plan := taints.PlanTaints(node.Spec.Taints, owned, desired, now)
-		labels := taints.PlanLabels(node.Labels, ownedLabels, desiredLabels(node, ownedLabels, hw))
-		if untrusted {
-			// Rewrite the records without the entries we ignored.
-			plan.Changed, labels.Changed = true, true
-		}
-		a.reportForeign(node, plan.Foreign)
-		a.reportForeignLabels(node, labels.Foreign)
-		if !plan.Changed && !labels.Changed && len(extra) == 0 {
+		p := taints.PlanMetadata(a.metadataInput(node, states, hw, in, now))
+		a.reportRecords(node, p)
+		a.reportForeign(node, p.Taints.Foreign)
+		a.reportForeignLabels(node, p.Labels.Foreign)
+		if !p.Changed {
 			return nil
 		}
 		if a.opts.BeforeTaintWrite != nil {
 			a.opts.BeforeTaintWrite(ctx, node)
 		}
-		patch, err := metadataPatch(node.ResourceVersion, plan, labels, extra)
+		patch, err := metadataPatch(node.ResourceVersion, p.Taints, p.Labels, p.Annotations)
 		if err != nil {
 			return fmt.Errorf("building taint patch: %w", err)
 		}
@@ -963,14 +822,33 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states
 		}
 		a.taintWrites.Add(1)
 		a.remember(written)
-		a.reportPlan(written, plan, states, hw)
-		a.reportLabels(written, labels)
-		if len(extra) > 0 {
-			a.recorder.Eventf(written, corev1.EventTypeNormal, "NodeInitialized", "%s", in.state.Message)
-			a.log.Info("node initialized", "detail", in.state.Message)
+		a.reportPlan(written, p.Taints, states, hw)
+		a.reportLabels(written, p.Labels)
+		if _, ok := p.Annotations[InitializedAnnotation]; ok {
+			a.recorder.Eventf(written, corev1.EventTypeNormal, "NodeInitialized", "%s", in.State.Message)
+			a.log.Info("node initialized", "detail", in.State.Message)
 		}
 		return nil
 	}
+}
+
+// metadataInput is what the metadata plan decides from at this sync.
+func (a *Agent) metadataInput(node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState, now time.Time) taints.MetadataInput {
+	statuses := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(states))
+	for t, s := range states {
+		statuses[t] = s.Status
+	}
+	a.mu.Lock()
+	ownable := a.ownable
+	a.mu.Unlock()
+	mi := taints.MetadataInput{
+		Node: node, Now: now, Rules: a.opts.Rules, Statuses: statuses,
+		Hardware: hw.resources, HardwareKnown: hw.known, Ownable: ownable,
+	}
+	if in != nil {
+		mi.Init = &taints.InitTaint{Taint: a.opts.Init.Taint, Verdict: *in}
+	}
+	return mi
 }
 
 // why names the condition or hardware behind a taint of ours, for Events.

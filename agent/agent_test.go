@@ -123,17 +123,11 @@ func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
 // waitNode polls the Node until ok holds or timeout passes, and returns it.
 func waitNode(t testing.TB, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil && ok(n) {
-			return n
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last node: %s (err %v)", timeout, what, describe(n), err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	n, _, err := testcp.WaitNode(context.Background(), c, name, timeout, ok)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v; last node: %s", what, err, describe(n))
 	}
+	return n
 }
 
 func describe(n *corev1.Node) string {

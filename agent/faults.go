@@ -13,7 +13,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -45,92 +44,26 @@ func faultRemovalPatch(key, value string) ([]byte, error) {
 	})
 }
 
-// faultVerdict is the agent's judgement of one fault annotation value.
-type faultVerdict struct {
-	value   string
-	fault   faults.Fault // when problem is empty
-	problem string       // why the annotation is ignored; empty when valid
-}
-
 // faultEval is what one sync makes of the fault annotations.
-type faultEval struct {
-	apply    map[corev1.NodeConditionType]faults.Fault // the fault in force per condition
-	started  []faults.Fault                            // began applying at this sync
-	ended    []string                                  // keys that stopped applying
-	rejected []faults.Rejection                        // newly rejected
-	expired  []faults.Fault                            // applied before, expired now: to remove
-	next     time.Time                                 // earliest expiry of a fault in force
-}
+type faultEval = faults.Eval
 
-// evalFaultsLocked judges each fault annotation on the Node, reusing the
-// verdict on a value already seen: a fault is checked against the maximum
-// duration and for being already expired once, when its value is first seen.
-// A fault seen valid that has since expired is due for removal.
+// evalFaultsLocked judges the fault annotations on the Node
+// (faults.Evaluate), remembering the verdicts for the next sync. a.mu is
+// held.
 func (a *Agent) evalFaultsLocked(annotations map[string]string, now time.Time) faultEval {
-	var ev faultEval
-	keys := faults.Keys(annotations)
-	var live []faults.Fault
-	for _, k := range keys {
-		v := annotations[k]
-		seen, ok := a.faultsSeen[k]
-		if !ok || seen.value != v {
-			seen = a.judgeFault(k, v, now)
-			a.faultsSeen[k] = seen
-			if seen.problem != "" {
-				ev.rejected = append(ev.rejected, faults.Rejection{Key: k, Value: v, Target: faults.TargetOf(k), Problem: seen.problem})
-			}
-		}
-		switch {
-		case seen.problem != "":
-		case !now.Before(seen.fault.ExpiresAt):
-			ev.expired = append(ev.expired, seen.fault)
-		default:
-			live = append(live, seen.fault)
-			if ev.next.IsZero() || seen.fault.ExpiresAt.Before(ev.next) {
-				ev.next = seen.fault.ExpiresAt
-			}
-		}
-	}
-	for k := range a.faultsSeen {
-		if _, ok := annotations[k]; !ok {
-			delete(a.faultsSeen, k)
-		}
-	}
-	ev.apply = faults.Effective(live)
-	applied := make(map[string]string, len(ev.apply))
-	for _, f := range ev.apply {
-		applied[f.Key] = f.Value
-		if v, ok := a.faultsApplied[f.Key]; !ok || v != f.Value {
-			ev.started = append(ev.started, f)
-		}
-	}
-	for k := range a.faultsApplied {
-		if _, ok := applied[k]; !ok {
-			ev.ended = append(ev.ended, k)
-		}
-	}
-	a.faultsApplied = applied
-	slices.SortFunc(ev.started, func(x, y faults.Fault) int { return strings.Compare(x.Key, y.Key) })
-	slices.Sort(ev.ended)
+	ev, mem := faults.Evaluate(annotations, a.faultMem, now, a.faultJudge())
+	a.faultMem = mem
 	return ev
 }
 
-// judgeFault is the verdict on a fault annotation value first seen at now.
-func (a *Agent) judgeFault(key, value string, now time.Time) faultVerdict {
-	if a.opts.Faults.Disabled {
-		return faultVerdict{value: value, problem: "fault injection is disabled in this agent's config (faults.enabled: false)"}
+// faultJudge judges fault values as this agent's options say.
+func (a *Agent) faultJudge() faults.Judge {
+	return faults.Judge{
+		Disabled:        a.opts.Faults.Disabled,
+		Conditions:      a.faultConds,
+		ProbeConditions: a.faultProbes,
+		MaxDuration:     a.opts.Faults.MaxDuration,
 	}
-	f, err := faults.Parse(key, value, a.faultConds, a.faultProbes)
-	if err != nil {
-		return faultVerdict{value: value, problem: err.Error()}
-	}
-	if problem, expired := faults.CheckTime(f, now, a.opts.Faults.MaxDuration); problem != "" {
-		if expired {
-			problem += " already when the agent first saw it; left in place for you to remove"
-		}
-		return faultVerdict{value: value, problem: problem}
-	}
-	return faultVerdict{value: value, fault: f}
 }
 
 // adoptFaultsLocked recognises, at start-up, the faults a previous run was
@@ -154,8 +87,8 @@ func (a *Agent) adoptFaultsLocked(node *corev1.Node) map[corev1.NodeConditionTyp
 		if c == nil || c.Status != f.Status || c.Reason != f.Reason || c.Message != truncate(f.Message, maxMessageLen) {
 			continue
 		}
-		a.faultsSeen[k] = faultVerdict{value: v, fault: f}
-		a.faultsApplied[k] = v
+		a.faultMem.Seen[k] = faults.Verdict{Value: v, Fault: f}
+		a.faultMem.Applied[k] = v
 		faulted[f.Condition] = true
 		a.log.Info("adopted fault from node", "annotation", k, "condition", f.Condition, "status", f.Status, "expiresAt", f.ExpiresAt)
 	}
@@ -165,11 +98,11 @@ func (a *Agent) adoptFaultsLocked(node *corev1.Node) map[corev1.NodeConditionTyp
 // reportFaults logs and records Events for rejected faults and faults that
 // started applying.
 func (a *Agent) reportFaults(node *corev1.Node, ev faultEval) {
-	for _, r := range ev.rejected {
+	for _, r := range ev.Rejected {
 		a.recorder.Eventf(node, corev1.EventTypeWarning, "FaultRejected", "ignoring fault annotation %s: %s", r.Key, truncate(r.Problem, 512))
 		a.log.Warn("ignoring fault annotation", "annotation", r.Key, "problem", r.Problem, "value", truncate(r.Value, 256))
 	}
-	for _, f := range ev.started {
+	for _, f := range ev.Started {
 		etype := corev1.EventTypeNormal
 		if f.Status != corev1.ConditionFalse {
 			etype = corev1.EventTypeWarning
@@ -183,7 +116,7 @@ func (a *Agent) reportFaults(node *corev1.Node, ev faultEval) {
 		a.log.Info("fault applies", "annotation", f.Key, "condition", f.Condition, "status", f.Status, "reason", f.Reason,
 			"expiresAt", f.ExpiresAt, "injectedBy", f.InjectedBy)
 	}
-	for _, k := range ev.ended {
+	for _, k := range ev.Ended {
 		a.log.Info("fault no longer applies", "annotation", k)
 	}
 }

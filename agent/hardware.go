@@ -18,36 +18,18 @@ import (
 	"github.com/selftaint/selftaint/taints"
 )
 
-// HardwareTaintValue is the value of a special-hardware taint. Its key is
-// the resource name and its effect NoSchedule, so the
-// ExtendedResourceToleration admission plugin tolerates it for exactly the
-// pods that request the resource.
-const HardwareTaintValue = "present"
+// HardwareTaintValue is the value of a special-hardware taint.
+const HardwareTaintValue = taints.HardwareTaintValue
 
 // DefaultHardwarePeriod is how often the hardware inventory is taken again.
 const DefaultHardwarePeriod = time.Minute
 
-// HardwareLabel is the label key that says a node has resource r, for pods
-// that must land only there (the taint repels, the label attracts). It
-// follows NVIDIA GPU feature discovery's nvidia.com/gpu.present.
-func HardwareLabel(r corev1.ResourceName) string { return string(r) + ".present" }
+// HardwareLabel is the label key that says a node has resource r.
+func HardwareLabel(r corev1.ResourceName) string { return taints.HardwareLabel(r) }
 
 // Resource is one kind of special hardware the node has and what selftaint
-// does about it.
-type Resource struct {
-	// Name is the extended resource name, e.g. example.com/fpga.
-	Name corev1.ResourceName `json:"name"`
-	// Count is how many the node has now.
-	Count int64 `json:"count"`
-	// Advertise puts Count in the Node's status capacity and allocatable.
-	Advertise bool `json:"advertise"`
-	// Taint keeps the taint Name=present:NoSchedule while Count > 0.
-	Taint bool `json:"taint"`
-	// Label keeps the label HardwareLabel(Name)=true while Count > 0.
-	Label bool `json:"label"`
-	// Detail says what was found, for logs and Events.
-	Detail string `json:"detail,omitempty"`
-}
+// does about it (taints.Hardware).
+type Resource = taints.Hardware
 
 // Inventory reports the special hardware the node has now. An error keeps
 // the last good inventory in force.
@@ -116,34 +98,11 @@ func formatResources(rs []Resource) string {
 	return strings.Join(parts, ", ")
 }
 
-// HardwareTaint is the taint for hardware r: its key is the resource name,
-// effect NoSchedule, so the ExtendedResourceToleration admission plugin
-// tolerates it for exactly the pods that request r.
-func HardwareTaint(r corev1.ResourceName) corev1.Taint {
-	return corev1.Taint{Key: string(r), Value: HardwareTaintValue, Effect: corev1.TaintEffectNoSchedule}
-}
+// HardwareTaint is the taint for hardware r (taints.HardwareTaint).
+func HardwareTaint(r corev1.ResourceName) corev1.Taint { return taints.HardwareTaint(r) }
 
 // HardwareTaints are the taints an inventory asks for.
-func HardwareTaints(rs []Resource) []corev1.Taint {
-	var out []corev1.Taint
-	for _, r := range rs {
-		if r.Taint && r.Count > 0 {
-			out = append(out, HardwareTaint(r.Name))
-		}
-	}
-	return out
-}
-
-// hardwareLabels are the labels the inventory asks for.
-func hardwareLabels(rs []Resource) map[string]string {
-	out := map[string]string{}
-	for _, r := range rs {
-		if r.Label && r.Count > 0 {
-			out[HardwareLabel(r.Name)] = "true"
-		}
-	}
-	return out
-}
+func HardwareTaints(rs []Resource) []corev1.Taint { return taints.HardwareTaints(rs) }
 
 // advertisedResources is what we should have in status capacity and
 // allocatable: the advertised resources present, except any another writer

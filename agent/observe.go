@@ -221,10 +221,10 @@ func (a *Agent) observeSync(o syncOutcome) {
 	m.SetConditions(statuses)
 	m.SetTaints(ownedOnNode(o.node))
 	m.SetAdvertised(o.resources)
-	for range o.faults.started {
+	for range o.faults.Started {
 		m.FaultApplied()
 	}
-	for range o.faults.rejected {
+	for range o.faults.Rejected {
 		m.FaultRejected()
 	}
 	now := a.clock.Now()
@@ -235,7 +235,7 @@ func (a *Agent) observeSync(o syncOutcome) {
 	if a.obs.detect == nil {
 		a.obs.detect = map[corev1.NodeConditionType]detection{}
 	}
-	for _, f := range o.faults.started {
+	for _, f := range o.faults.Started {
 		if d, ok := a.obs.detect[f.Condition]; !ok || d.done {
 			a.obs.detect[f.Condition] = detection{at: now, source: SourceFault}
 		}

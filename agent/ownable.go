@@ -47,6 +47,9 @@ func sortedIDs(ids []taints.TaintID) []taints.TaintID {
 	return slices.Clip(slices.Compact(ids))
 }
 
+// OwnableOf is what o lets an agent trust its ownership records for.
+func OwnableOf(o Ownership) taints.Ownable { return ownableFor(Options{Ownership: o}) }
+
 // ownableFor is the taints and labels whose ownership records an agent with opts
 // trusts before its first inventory: opts.Ownership, its rules' taints and
 // its initialization taint.
@@ -83,34 +86,31 @@ func (a *Agent) addOwnableHardwareLocked(rs []Resource) {
 	}
 }
 
-// trustOwnership keeps the ownership record entries for keys the agent
-// could own under its config. Any other entry was not written by this
-// agent (the records are annotations, which anyone who can annotate the
-// Node can edit): it is never acted on, reported once, and dropped when
-// the records are next written. ignored says whether there were any.
-func (a *Agent) trustOwnership(node *corev1.Node, owned []taints.TaintID, labels []string) ([]taints.TaintID, []string, bool) {
-	a.mu.Lock()
-	ownable := a.ownable
-	a.mu.Unlock()
-	owned, badTaints := ownable.TrustOwned(owned)
-	labels, badLabels := ownable.TrustOwnedLabels(labels)
-	if len(badTaints) == 0 && len(badLabels) == 0 {
-		a.changedSince(&a.lastUntrusted, "")
-		return owned, labels, false
+// reportRecords tells about ownership records the plan could not read
+// (each counts as owning nothing: we may fail to remove something of ours,
+// but never remove someone else's) and, once per change, about record
+// entries outside what the config could have produced: they were not
+// written by this agent (the records are annotations, which anyone who can
+// annotate the Node can edit), are never acted on, and are dropped by the
+// plan's write.
+func (a *Agent) reportRecords(node *corev1.Node, p taints.MetadataPlan) {
+	for _, err := range p.BadRecords {
+		a.log.Warn("ignoring unreadable ownership annotation", "err", err)
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "BadOwnershipRecord", "%v; treating it as empty", err)
 	}
 	var parts []string
-	if len(badTaints) > 0 {
-		parts = append(parts, "taints "+taints.FormatOwned(badTaints))
+	if len(p.UntrustedTaints) > 0 {
+		parts = append(parts, "taints "+taints.FormatOwned(p.UntrustedTaints))
 	}
-	if len(badLabels) > 0 {
-		parts = append(parts, "labels "+taints.FormatOwnedLabels(badLabels))
+	if len(p.UntrustedLabels) > 0 {
+		parts = append(parts, "labels "+taints.FormatOwnedLabels(p.UntrustedLabels))
 	}
 	what := strings.Join(parts, " and ")
-	if a.changedSince(&a.lastUntrusted, what) {
-		a.recorder.Eventf(node, corev1.EventTypeWarning, "UntrustedOwnershipRecord",
-			"the ownership records claim %s, which selftaint's config could not have produced; ignoring them (never removing them) and dropping them from the records", what)
-		a.log.Warn("ownership records claim keys outside the config; ignoring them and dropping them from the records",
-			"claimed", what)
+	if !a.changedSince(&a.lastUntrusted, what) {
+		return
 	}
-	return owned, labels, true
+	a.recorder.Eventf(node, corev1.EventTypeWarning, "UntrustedOwnershipRecord",
+		"the ownership records claim %s, which selftaint's config could not have produced; ignoring them (never removing them) and dropping them from the records", what)
+	a.log.Warn("ownership records claim keys outside the config; ignoring them and dropping them from the records",
+		"claimed", what)
 }

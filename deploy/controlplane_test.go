@@ -201,16 +201,8 @@ func checkNotRefused(t *testing.T, logs *logBuffer) {
 // the last error after timeout.
 func poll(t *testing.T, timeout time.Duration, what string, ok func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		done, err := ok()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := testcp.Poll(context.Background(), timeout, testcp.PollInterval, ok); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 
@@ -307,10 +299,9 @@ func hasTaint(n *corev1.Node, key string) bool {
 // waitNode polls the Node as admin until ok holds.
 func waitNode(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) {
 	t.Helper()
-	poll(t, timeout, what+" on node "+name, func() (bool, error) {
-		n, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
-		return err == nil && ok(n), err
-	})
+	if _, _, err := testcp.WaitNode(t.Context(), c, name, timeout, ok); err != nil {
+		t.Fatalf("waiting for %s on node %s: %v", what, name, err)
+	}
 }
 
 // testAgentRBACIsEnough runs the real agent as the agent's service account
@@ -413,15 +404,50 @@ func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	checkNotRefused(t, logs)
 }
 
+// access is one request an access review asks about.
+type access struct {
+	verb, group, resource, subresource, namespace, name string
+}
+
+// checkAccess asks the API server's authorizer, as user (a service
+// account, with the given user extra), about each request: every one in
+// allowed must be allowed (who needs it) and every one in denied denied.
+func checkAccess(t *testing.T, cp *testcp.ControlPlane, user string, extra map[string]authorizationv1.ExtraValue, who string, allowed, denied []access) {
+	t.Helper()
+	review := func(a access) bool {
+		t.Helper()
+		sar, err := cp.Client().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   user,
+				Groups: saGroups(),
+				Extra:  extra,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name, Version: "v1",
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("access review %+v: %v", a, err)
+		}
+		return sar.Status.Allowed
+	}
+	for _, a := range allowed {
+		if !review(a) {
+			t.Errorf("%s %s %s/%s %s in %q: denied, but %s needs it", a.verb, a.group, a.resource, a.subresource, a.name, a.namespace, who)
+		}
+	}
+	for _, a := range denied {
+		if review(a) {
+			t.Errorf("%s %s %s/%s %s in %q: allowed, but %s does not need it", a.verb, a.group, a.resource, a.subresource, a.name, a.namespace, who)
+		}
+	}
+}
+
 // testAgentRBACIsTight checks the agent's service account may do what the
 // agent needs and nothing else, by access reviews and by trying.
 func testAgentRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 	const node = "tight-node"
 	cp.CreateNode(t, node, nil)
-	type access struct {
-		verb, resource, subresource, namespace string
-		group, name                            string
-	}
 	const admissionGroup = "admissionregistration.k8s.io"
 	allowed := []access{
 		{verb: "get", resource: "nodes"}, {verb: "list", resource: "nodes"}, {verb: "watch", resource: "nodes"}, {verb: "patch", resource: "nodes"},
@@ -442,33 +468,7 @@ func testAgentRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 		{verb: "get", resource: "configmaps", namespace: namespace},
 		{verb: "create", resource: "events", namespace: namespace}, {verb: "update", resource: "events", namespace: "default"}, {verb: "delete", resource: "events", namespace: "default"},
 	}
-	review := func(a access) bool {
-		t.Helper()
-		sar, err := cp.Client().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:   saUser(agentSA),
-				Groups: saGroups(),
-				Extra:  map[string]authorizationv1.ExtraValue{nodeNameExtra: {node}},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name, Version: "v1",
-				},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("access review %+v: %v", a, err)
-		}
-		return sar.Status.Allowed
-	}
-	for _, a := range allowed {
-		if !review(a) {
-			t.Errorf("%s %s/%s in %q: denied, but the agent needs it", a.verb, a.resource, a.subresource, a.namespace)
-		}
-	}
-	for _, a := range denied {
-		if review(a) {
-			t.Errorf("%s %s/%s in %q: allowed, but the agent does not need it", a.verb, a.resource, a.subresource, a.namespace)
-		}
-	}
+	checkAccess(t, cp, saUser(agentSA), map[string]authorizationv1.ExtraValue{nodeNameExtra: {node}}, "the agent", allowed, denied)
 
 	// And by trying: refused by RBAC (not by the admission policy).
 	sa := coreClient(t, asServiceAccount(cp, agentSA, node))

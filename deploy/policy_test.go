@@ -388,21 +388,22 @@ func checkUnchanged(t *testing.T, before, after *corev1.Node) {
 }
 
 // kustomizeOverlay renders, with kustomize, an overlay of the
-// kustomization in base (a directory relative to deploy/) that sets
-// namespace ns, and decodes the result.
-func kustomizeOverlay(t *testing.T, base, ns string) []manifest {
+// kustomization in base (a directory relative to deploy/) with the
+// kustomization field line (e.g. "namespace: x"), and decodes the result.
+func kustomizeOverlay(t *testing.T, base, line string) []manifest {
 	t.Helper()
 	abs, err := filepath.Abs(base)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	// kustomize takes a base by relative path only.
+	// kustomize takes no absolute path, and one outside the overlay only
+	// without load restrictions.
 	rel, err := filepath.Rel(dir, abs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + ns + "\nresources:\n- " + rel + "\n"
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + line + "\nresources:\n- " + rel + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +435,7 @@ func kustomizeOverlay(t *testing.T, base, ns string) []manifest {
 func TestPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	const ns = "selftaint-system"
-	rendered := kustomizeOverlay(t, ".", ns)
+	rendered := kustomizeOverlay(t, ".", "namespace: "+ns)
 	cp := testcp.Start(t, testcp.Options{})
 	admin := cp.Client()
 	ctx := t.Context()

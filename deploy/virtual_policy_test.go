@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +11,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -23,9 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/kustomize/api/krusty"
-	kusttypes "sigs.k8s.io/kustomize/api/types"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/selftaint/selftaint/agent/testcp"
@@ -129,7 +123,7 @@ func checkVirtualBinding(t *testing.T, b *admissionregistrationv1.ValidatingAdmi
 // with their parameters.
 func TestVirtualPolicyNamePrefixOverlay(t *testing.T) {
 	const prefix = "team-"
-	ms := renderOverlay(t, "namePrefix: "+prefix)
+	ms := kustomizeOverlay(t, "virtual", "namePrefix: "+prefix)
 	for _, name := range virtualPolicies {
 		find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, prefix+name)
 		checkVirtualBinding(t, find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, prefix+name), prefix+name)
@@ -604,9 +598,6 @@ func testVirtualStopsWhenUnlabelled(t *testing.T, cp *testcp.ControlPlane) {
 // would not survive a namespace overlay); the leases policy confines the
 // writes to kube-node-lease (testVirtualPolicyAttacks).
 func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
-	type access struct {
-		verb, group, resource, subresource, namespace, name string
-	}
 	const (
 		coord     = "coordination.k8s.io"
 		admission = "admissionregistration.k8s.io"
@@ -648,32 +639,7 @@ func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 		{verb: "patch", group: admission, resource: "validatingadmissionpolicies", name: virtualLeasesPolicy},
 		{verb: "delete", group: admission, resource: "validatingadmissionpolicybindings", name: virtualPodsPolicy},
 	}
-	review := func(a access) bool {
-		t.Helper()
-		sar, err := cp.Client().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:   saUser(virtualSA),
-				Groups: saGroups(),
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name, Version: "v1",
-				},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("access review %+v: %v", a, err)
-		}
-		return sar.Status.Allowed
-	}
-	for _, a := range allowed {
-		if !review(a) {
-			t.Errorf("%s %s %s/%s in %q: denied, but the virtual kubelet needs it", a.verb, a.group, a.resource, a.subresource, a.namespace)
-		}
-	}
-	for _, a := range denied {
-		if review(a) {
-			t.Errorf("%s %s %s/%s %s in %q: allowed, but the virtual kubelet does not need it", a.verb, a.group, a.resource, a.subresource, a.name, a.namespace)
-		}
-	}
+	checkAccess(t, cp, saUser(virtualSA), nil, "the virtual kubelet", allowed, denied)
 }
 
 // setVirtualPrefix sets each virtual policy's parameter, its prefix
@@ -891,7 +857,7 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	const ns = "selftaint-test"
-	rendered := renderOverlay(t, "namespace: "+ns)
+	rendered := kustomizeOverlay(t, "virtual", "namespace: "+ns)
 	for _, m := range rendered {
 		if m.meta().GetNamespace() == namespace {
 			t.Errorf("%s: left in %s by the namespace overlay", m, namespace)
@@ -952,45 +918,4 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 	} {
 		a.check(t)
 	}
-}
-
-// renderOverlay builds, with kustomize, an overlay of deploy/virtual with
-// the kustomization field line (e.g. "namespace: x"), and decodes the
-// result.
-func renderOverlay(t *testing.T, line string) []manifest {
-	t.Helper()
-	base, err := filepath.Abs("virtual")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	// kustomize takes no absolute path, and one outside the overlay only
-	// without load restrictions.
-	rel, err := filepath.Rel(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + line + "\nresources:\n- " + rel + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts := krusty.MakeDefaultOptions()
-	opts.LoadRestrictions = kusttypes.LoadRestrictionsNone
-	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build of the overlay: %v", err)
-	}
-	out, err := res.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "rendered.yaml")
-	if err := os.WriteFile(file, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := decodeFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ms
 }

@@ -11,9 +11,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestDeployConfigMapIsTheDefaults keeps deploy/configmap.yaml honest: it
-// must parse, and since it documents the defaults, it must equal them.
-func TestDeployConfigMapIsTheDefaults(t *testing.T) {
+// deployedConfigMap is deploy/configmap.yaml, decoded strictly.
+func deployedConfigMap(t *testing.T) corev1.ConfigMap {
+	t.Helper()
 	b, err := os.ReadFile("../../deploy/configmap.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -22,6 +22,13 @@ func TestDeployConfigMapIsTheDefaults(t *testing.T) {
 	if err := yaml.UnmarshalStrict(b, &cm); err != nil {
 		t.Fatalf("deploy/configmap.yaml: %v", err)
 	}
+	return cm
+}
+
+// TestDeployConfigMapIsTheDefaults keeps deploy/configmap.yaml honest: it
+// must parse, and since it documents the defaults, it must equal them.
+func TestDeployConfigMapIsTheDefaults(t *testing.T) {
+	cm := deployedConfigMap(t)
 	got, err := Parse([]byte(cm.Data["config.yaml"]))
 	if err != nil {
 		t.Fatalf("deploy/configmap.yaml config.yaml: %v", err)
@@ -43,19 +50,12 @@ func TestDeployConfigMapIsTheDefaults(t *testing.T) {
 // get the agent's writes denied, an extra one would let a stolen token
 // change more than the agent needs.
 func TestDeployPolicyParams(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/configmap.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cm corev1.ConfigMap
-	if err := yaml.UnmarshalStrict(b, &cm); err != nil {
-		t.Fatalf("deploy/configmap.yaml: %v", err)
-	}
+	cm := deployedConfigMap(t)
 	cfg, err := Parse([]byte(cm.Data["config.yaml"]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = os.ReadFile("../../deploy/admission-policy.yaml")
+	b, err := os.ReadFile("../../deploy/admission-policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,21 @@ const (
 	kubeHint = "build it with `make kube-binaries` or point $KUBE_BIN_DIR at a directory holding kube-apiserver, kube-controller-manager and kube-scheduler"
 )
 
+// MissingBinaryError reports that a binary the control plane (or a test)
+// needs is not available. New returns it (wrapped) when a component's binary
+// is missing, so a caller can tell "cannot run here" from "broke".
+type MissingBinaryError struct {
+	Name     string // the binary, for example "etcd"
+	Err      error  // why it is not available
+	HowToGet string // how to install or point at it
+}
+
+func (e *MissingBinaryError) Error() string {
+	return fmt.Sprintf("%s not available: %v; %s", e.Name, e.Err, e.HowToGet)
+}
+
+func (e *MissingBinaryError) Unwrap() error { return e.Err }
+
 // RequireBinary returns the absolute path of the executable name. If path is
 // empty, name is looked up on $PATH; otherwise path itself must be an
 // executable file. When the binary is missing the test fails if $CI is "true"
@@ -27,17 +42,30 @@ const (
 // otherwise; either way the message names the binary and repeats howToGet.
 func RequireBinary(t T, name, path, howToGet string) string {
 	t.Helper()
-	got, err := findBinary(name, path)
-	if err == nil {
-		return got
+	got, err := lookBinary(name, path, howToGet)
+	if err != nil {
+		skipOrFail(t, err)
 	}
-	msg := fmt.Sprintf("%s not available: %v; %s", name, err, howToGet)
+	return got
+}
+
+// skipOrFail fails t with err when $CI is "true" and skips it otherwise.
+func skipOrFail(t T, err error) {
+	t.Helper()
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true, so this is a failure, not a skip)", msg)
+		t.Fatalf("%v (CI=true, so this is a failure, not a skip)", err)
 	} else {
-		t.Skipf("%s (skipping; with CI=true this fails)", msg)
+		t.Skipf("%v (skipping; with CI=true this fails)", err)
 	}
-	return ""
+}
+
+// lookBinary is findBinary with a *MissingBinaryError for a missing binary.
+func lookBinary(name, path, howToGet string) (string, error) {
+	got, err := findBinary(name, path)
+	if err != nil {
+		return "", &MissingBinaryError{Name: name, Err: err, HowToGet: howToGet}
+	}
+	return got, nil
 }
 
 func findBinary(name, path string) (string, error) {
@@ -62,7 +90,11 @@ func findBinary(name, path string) (string, error) {
 // failing or skipping the test as RequireBinary does when there is none.
 func EtcdPath(t T) string {
 	t.Helper()
-	return RequireBinary(t, "etcd", os.Getenv("ETCD_BIN"), etcdHint)
+	p, err := etcdPath()
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	return p
 }
 
 // KubePath returns the path of a Kubernetes control-plane binary (for example
@@ -70,17 +102,31 @@ func EtcdPath(t T) string {
 // skipping the test as RequireBinary does when it is missing.
 func KubePath(t T, name string) string {
 	t.Helper()
+	p, err := kubePath(name)
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	return p
+}
+
+// etcdPath is EtcdPath's lookup; a missing binary is a *MissingBinaryError.
+func etcdPath() (string, error) {
+	return lookBinary("etcd", os.Getenv("ETCD_BIN"), etcdHint)
+}
+
+// kubePath is KubePath's lookup; a missing binary is a *MissingBinaryError.
+func kubePath(name string) (string, error) {
 	dir := os.Getenv("KUBE_BIN_DIR")
 	if dir == "" {
 		root, err := RepoRoot()
 		if err != nil {
 			// Without a repository root there is nowhere to look; report it as
 			// a missing binary so CI fails and local runs skip.
-			return RequireBinary(t, name, filepath.Join("<repo root unknown: "+err.Error()+">", "bin", name), kubeHint)
+			return lookBinary(name, filepath.Join("<repo root unknown: "+err.Error()+">", "bin", name), kubeHint)
 		}
 		dir = filepath.Join(root, "bin")
 	}
-	return RequireBinary(t, name, filepath.Join(dir, name), kubeHint)
+	return lookBinary(name, filepath.Join(dir, name), kubeHint)
 }
 
 // RepoRoot walks up from the working directory (a test's package directory)

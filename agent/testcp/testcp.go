@@ -10,9 +10,14 @@
 // random free ports under a per-test temporary directory, is torn down by
 // t.Cleanup, and dies with the test binary.
 //
+// Start is the entry point for tests. New and Close are the same control
+// plane for programs (the demo): they return errors instead of failing a
+// test.
+//
 // The binaries come from $ETCD_BIN or $PATH (etcd) and $KUBE_BIN_DIR or
 // <repo>/bin (the Kubernetes components, built by `make kube-binaries`). When
-// one is missing the test is skipped, or fails under CI=true.
+// one is missing the test is skipped, or fails under CI=true; New returns a
+// *MissingBinaryError.
 package testcp
 
 import (
@@ -61,8 +66,7 @@ const (
 )
 
 // T is what Start needs from its caller. *testing.T and *testing.B satisfy
-// it; a program such as the demo provides its own, whose Fatalf ends the
-// start-up with an error.
+// it. Programs use New and Close instead.
 type T interface {
 	Helper()
 	Fatalf(format string, args ...any)
@@ -75,8 +79,8 @@ type T interface {
 
 var _ T = testing.TB(nil)
 
-// Options selects the components Start runs beyond etcd and kube-apiserver,
-// and extra flags for them.
+// Options selects the components Start and New run beyond etcd and
+// kube-apiserver, and extra flags for them.
 type Options struct {
 	// ControllerManager runs kube-controller-manager with all controllers
 	// (node lifecycle and taint eviction included).
@@ -94,7 +98,8 @@ type Options struct {
 }
 
 // ControlPlane is a running control plane. Its methods are not safe for
-// concurrent use with StopAPIServer and StartAPIServer.
+// concurrent use with StopAPIServer, StartAPIServer, RestartAPIServer and
+// Close.
 type ControlPlane struct {
 	// Dir is the temporary directory holding certificates, the kubeconfig,
 	// etcd's data and the components' logs (<component>.log).
@@ -102,55 +107,184 @@ type ControlPlane struct {
 	// KubeconfigPath is a kubeconfig file for the admin user.
 	KubeconfigPath string
 
-	t          T
+	t          T    // the test, for a control plane from Start; nil from New
+	ownDir     bool // Close removes Dir (New made it)
+	stopped    bool // the components have been stopped for good
 	pki        *pki
 	restConfig *rest.Config
 	client     kubernetes.Interface
 	apiPort    int
 
-	// components in start order; nil entries were not requested.
+	// components in start order; nil entries were not requested or not
+	// reached.
 	etcd, apiserver, controllerManager, scheduler *component
 }
+
+// ComponentError reports a control-plane component that could not be
+// started or did not become ready. Its message quotes the end of the
+// component's log, which New deletes with its directory on failure.
+type ComponentError struct {
+	Component string // for example "kube-apiserver"
+	LogPath   string
+	LogTail   string // the last lines of the log, read when the error was made
+	Err       error
+}
+
+func (e *ComponentError) Error() string {
+	return fmt.Sprintf("%s: %v\nlast %d lines of %s:\n%s", e.Component, e.Err, logTailLines, e.LogPath, e.LogTail)
+}
+
+func (e *ComponentError) Unwrap() error { return e.Err }
 
 // Start runs etcd and kube-apiserver, and kube-controller-manager and
 // kube-scheduler when opts asks for them, waits until each is healthy and
 // registers their teardown with t.Cleanup. It skips the test (fails it under
 // CI=true) when a binary is missing, and fails it when a component does not
 // become healthy within a minute, quoting the end of that component's log.
+// When the test fails, the end of every other component's log is logged at
+// teardown.
 func Start(t T, opts Options) *ControlPlane {
 	t.Helper()
-	etcdBin := EtcdPath(t)
-	apiBin := KubePath(t, "kube-apiserver")
+	began := time.Now()
+	cp, err := start(testContext(t), opts, t.TempDir())
+	if cp != nil {
+		cp.t = t
+		// Runs before t.TempDir's removal, which was registered first.
+		t.Cleanup(func() {
+			_ = cp.Close()
+			cp.logTailsIfFailed()
+		})
+	}
+	if err != nil {
+		if mb := (*MissingBinaryError)(nil); errors.As(err, &mb) {
+			skipOrFail(t, mb)
+		}
+		t.Fatalf("%v", err)
+	}
+	t.Logf("testcp: control plane up in %v (api server %s, dir %s)", time.Since(began).Round(time.Millisecond), cp.restConfig.Host, cp.Dir)
+	return cp
+}
+
+// testContext is t's Context when it has one (*testing.T and *testing.B do),
+// else context.Background().
+func testContext(t T) context.Context {
+	if c, ok := t.(interface{ Context() context.Context }); ok {
+		return c.Context()
+	}
+	return context.Background()
+}
+
+// New runs etcd and kube-apiserver, and kube-controller-manager and
+// kube-scheduler when opts asks for them, in a new temporary directory, and
+// waits until each is healthy (at most a minute each, less if ctx ends
+// first). ctx bounds only the start-up: the components run until Close.
+//
+// On error nothing is left running and the directory is removed. A missing
+// binary is a *MissingBinaryError; a component that does not start or become
+// ready is a *ComponentError, quoting the end of its log.
+func New(ctx context.Context, opts Options) (*ControlPlane, error) {
+	dir, err := os.MkdirTemp("", "testcp-")
+	if err != nil {
+		return nil, fmt.Errorf("testcp: creating a temporary directory: %w", err)
+	}
+	cp, err := start(ctx, opts, dir)
+	if cp == nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cp.ownDir = true
+	if err != nil {
+		_ = cp.Close()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Close stops the components, last started first (SIGTERM, then SIGKILL
+// after a grace period), and waits for them to exit. For a control plane
+// from New it then removes Dir. Calling it again does nothing.
+func (cp *ControlPlane) Close() error {
+	cp.stopAll()
+	if cp.ownDir {
+		cp.ownDir = false
+		if err := os.RemoveAll(cp.Dir); err != nil {
+			return fmt.Errorf("testcp: removing %s: %w", cp.Dir, err)
+		}
+	}
+	return nil
+}
+
+// stopAll stops the components, last started first, once.
+func (cp *ControlPlane) stopAll() {
+	if cp.stopped {
+		return
+	}
+	cp.stopped = true
+	for _, c := range []*component{cp.scheduler, cp.controllerManager, cp.apiserver, cp.etcd} {
+		if c != nil {
+			c.stop()
+		}
+	}
+}
+
+// start does the work of Start and New in dir. Whatever it has started is
+// stopped again when it returns an error; the ControlPlane it returns with
+// that error (nil when no binary is missing and nothing was started) is for
+// cleaning up and reporting the logs.
+func start(ctx context.Context, opts Options, dir string) (*ControlPlane, error) {
+	etcdBin, err := etcdPath()
+	if err != nil {
+		return nil, fmt.Errorf("testcp: %w", err)
+	}
+	apiBin, err := kubePath("kube-apiserver")
+	if err != nil {
+		return nil, fmt.Errorf("testcp: %w", err)
+	}
 	var kcmBin, schedBin string
 	if opts.ControllerManager {
-		kcmBin = KubePath(t, "kube-controller-manager")
+		if kcmBin, err = kubePath("kube-controller-manager"); err != nil {
+			return nil, fmt.Errorf("testcp: %w", err)
+		}
 	}
 	if opts.Scheduler {
-		schedBin = KubePath(t, "kube-scheduler")
+		if schedBin, err = kubePath("kube-scheduler"); err != nil {
+			return nil, fmt.Errorf("testcp: %w", err)
+		}
 	}
 
-	began := time.Now()
-	cp := &ControlPlane{t: t, Dir: t.TempDir()}
-	// Registered first, so it runs last: after every component has stopped.
-	t.Cleanup(cp.logTailsIfFailed)
+	cp := &ControlPlane{Dir: dir}
+	if err := cp.startComponents(ctx, opts, etcdBin, apiBin, kcmBin, schedBin); err != nil {
+		cp.stopAll()
+		return cp, err
+	}
+	return cp, nil
+}
 
-	var err error
-	if cp.pki, err = newPKI(cp.mkdir(t, "pki")); err != nil {
-		t.Fatalf("testcp: writing certificates: %v", err)
+func (cp *ControlPlane) startComponents(ctx context.Context, opts Options, etcdBin, apiBin, kcmBin, schedBin string) error {
+	pkiDir, err := cp.mkdir("pki")
+	if err != nil {
+		return err
+	}
+	if cp.pki, err = newPKI(pkiDir); err != nil {
+		return fmt.Errorf("testcp: writing certificates: %w", err)
 	}
 	ports, err := freePorts(5)
 	if err != nil {
-		t.Fatalf("testcp: finding free ports: %v", err)
+		return fmt.Errorf("testcp: finding free ports: %w", err)
 	}
 	etcdClient, etcdPeer, kcmPort, schedPort := ports[0], ports[1], ports[3], ports[4]
 	cp.apiPort = ports[2]
 
 	// etcd.
+	etcdData, err := cp.mkdir("etcd")
+	if err != nil {
+		return err
+	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
 	cp.etcd = cp.newComponent("etcd", etcdBin, etcdEnv(), []string{
 		"--name=default",
-		"--data-dir=" + cp.mkdir(t, "etcd"),
+		"--data-dir=" + etcdData,
 		"--listen-client-urls=" + etcdURL,
 		"--advertise-client-urls=" + etcdURL,
 		"--listen-peer-urls=" + peerURL,
@@ -163,11 +297,19 @@ func Start(t T, opts Options) *ControlPlane {
 		"--logger=zap",
 		"--log-outputs=stderr",
 	})
-	cp.run(t, cp.etcd, func() error { return getOK(plainClient(), etcdURL+"/health", "", `"health":"true"`) })
+	if err := cp.etcd.run(ctx, func() error { return getOK(plainClient(), etcdURL+"/health", "", `"health":"true"`) }); err != nil {
+		return err
+	}
 
 	// kube-apiserver.
-	cp.apiserver = cp.newComponent("kube-apiserver", apiBin, os.Environ(), apiServerArgs(cp.pki, etcdURL, cp.apiPort, cp.mkdir(t, "apiserver"), opts.APIServerArgs))
-	cp.run(t, cp.apiserver, cp.apiServerReady)
+	apiDir, err := cp.mkdir("apiserver")
+	if err != nil {
+		return err
+	}
+	cp.apiserver = cp.newComponent("kube-apiserver", apiBin, os.Environ(), apiServerArgs(cp.pki, etcdURL, cp.apiPort, apiDir, opts.APIServerArgs))
+	if err := cp.apiserver.run(ctx, cp.apiServerReady); err != nil {
+		return err
+	}
 
 	cp.restConfig = &rest.Config{
 		Host:            fmt.Sprintf("https://127.0.0.1:%d", cp.apiPort),
@@ -179,11 +321,11 @@ func Start(t T, opts Options) *ControlPlane {
 		Burst: 2000,
 	}
 	if cp.client, err = kubernetes.NewForConfig(cp.RESTConfig()); err != nil {
-		t.Fatalf("testcp: creating client: %v", err)
+		return fmt.Errorf("testcp: creating client: %w", err)
 	}
 	cp.KubeconfigPath = filepath.Join(cp.Dir, "kubeconfig")
 	if err := writeKubeconfig(cp.KubeconfigPath, cp.restConfig.Host, cp.pki); err != nil {
-		t.Fatalf("testcp: writing kubeconfig: %v", err)
+		return fmt.Errorf("testcp: writing kubeconfig: %w", err)
 	}
 
 	if opts.ControllerManager {
@@ -193,19 +335,21 @@ func Start(t T, opts Options) *ControlPlane {
 			"--root-ca-file="+cp.pki.caFile,
 			"--controllers=*",
 		), opts.ControllerManagerArgs))
-		cp.run(t, cp.controllerManager, func() error {
+		if err := cp.controllerManager.run(ctx, func() error {
 			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), "", "")
-		})
+		}); err != nil {
+			return err
+		}
 	}
 	if opts.Scheduler {
 		cp.scheduler = cp.newComponent("kube-scheduler", schedBin, os.Environ(), cp.clientComponentArgs(schedPort))
-		cp.run(t, cp.scheduler, func() error {
+		if err := cp.scheduler.run(ctx, func() error {
 			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), "", "")
-		})
+		}); err != nil {
+			return err
+		}
 	}
-
-	t.Logf("testcp: control plane up in %v (api server %s, dir %s)", time.Since(began).Round(time.Millisecond), cp.restConfig.Host, cp.Dir)
-	return cp
+	return nil
 }
 
 // RESTConfig returns a new copy of the admin user's client configuration.
@@ -217,35 +361,53 @@ func (cp *ControlPlane) Client() kubernetes.Interface { return cp.client }
 // StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after a grace
 // period) and waits for it to exit. etcd and its data stay.
 func (cp *ControlPlane) StopAPIServer() {
-	cp.t.Helper()
+	if cp.t != nil {
+		cp.t.Helper()
+	}
 	cp.apiserver.stop()
 }
 
 // StartAPIServer starts kube-apiserver again after StopAPIServer, on the same
 // port and with the same flags, and waits until it is ready. It fails the test
-// if it does not become ready.
+// if it does not become ready. It is for control planes from Start; with one
+// from New, use RestartAPIServer.
 func (cp *ControlPlane) StartAPIServer() {
+	if cp.t == nil {
+		panic("testcp: StartAPIServer needs a control plane from Start; use RestartAPIServer")
+	}
 	cp.t.Helper()
+	if err := cp.RestartAPIServer(testContext(cp.t)); err != nil {
+		cp.t.Fatalf("%v", err)
+	}
+}
+
+// RestartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same port and with the same flags, and waits until it is ready, or ctx
+// ends. On failure kube-apiserver is left stopped and the error, a
+// *ComponentError, quotes the end of its log.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 	if cp.apiserver.running() {
-		cp.t.Fatalf("testcp: StartAPIServer: kube-apiserver is already running")
+		return errors.New("testcp: RestartAPIServer: kube-apiserver is already running")
 	}
 	// The old listening socket can linger for a moment; retry a start that
 	// fails only because the port is still taken.
 	for attempt := 1; ; attempt++ {
 		err := cp.apiserver.start()
 		if err == nil {
-			err = cp.apiserver.waitReady(readyTimeout, cp.apiServerReady)
+			err = cp.apiserver.waitReady(ctx, readyTimeout, cp.apiServerReady)
 		}
 		if err == nil {
-			return
+			return nil
 		}
 		if attempt < 5 && !cp.apiserver.running() && strings.Contains(cp.apiserver.tail(logTailLines), "address already in use") {
-			time.Sleep(time.Second)
-			continue
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+				continue
+			}
 		}
 		cp.apiserver.stop()
-		cp.apiserver.reported = true
-		cp.t.Fatalf("testcp: restarting kube-apiserver: %v\n%s", err, cp.apiserver.tailReport(logTailLines))
+		return cp.apiserver.failure(fmt.Errorf("restarting: %w", err))
 	}
 }
 
@@ -384,31 +546,16 @@ func (cp *ControlPlane) apiServerReady() error {
 	return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/readyz", cp.apiPort), cp.pki.adminToken, "")
 }
 
-func (cp *ControlPlane) mkdir(t T, name string) string {
-	t.Helper()
+func (cp *ControlPlane) mkdir(name string) (string, error) {
 	d := filepath.Join(cp.Dir, name)
 	if err := os.MkdirAll(d, 0o700); err != nil {
-		t.Fatalf("testcp: %v", err)
+		return "", fmt.Errorf("testcp: %w", err)
 	}
-	return d
+	return d, nil
 }
 
 func (cp *ControlPlane) newComponent(name, path string, env, args []string) *component {
 	return &component{name: name, path: path, env: env, args: args, dir: cp.Dir, logPath: filepath.Join(cp.Dir, name+".log")}
-}
-
-// run starts c, registers its teardown and waits for ready to succeed,
-// failing t otherwise.
-func (cp *ControlPlane) run(t T, c *component, ready func() error) {
-	t.Helper()
-	if err := c.start(); err != nil {
-		t.Fatalf("testcp: starting %s: %v", c.name, err)
-	}
-	t.Cleanup(c.stop)
-	if err := c.waitReady(readyTimeout, ready); err != nil {
-		c.reported = true
-		t.Fatalf("testcp: %v\n%s", err, c.tailReport(logTailLines))
-	}
 }
 
 // logTailsIfFailed shows the end of every component's log when the test
@@ -575,8 +722,29 @@ func (c *component) stop() {
 	signalGroup(p, sigKill)
 }
 
-// waitReady polls ready until it succeeds, c exits or timeout passes.
-func (c *component) waitReady(timeout time.Duration, ready func() error) error {
+// run starts c and waits for ready to succeed. On failure c is stopped and
+// the error is a *ComponentError.
+func (c *component) run(ctx context.Context, ready func() error) error {
+	if err := c.start(); err != nil {
+		return c.failure(fmt.Errorf("starting: %w", err))
+	}
+	if err := c.waitReady(ctx, readyTimeout, ready); err != nil {
+		c.stop()
+		return c.failure(err)
+	}
+	return nil
+}
+
+// failure wraps err in a *ComponentError quoting the end of c's log, and
+// marks the log as reported.
+func (c *component) failure(err error) error {
+	c.reported = true
+	return fmt.Errorf("testcp: %w", &ComponentError{Component: c.name, LogPath: c.logPath, LogTail: c.tail(logTailLines), Err: err})
+}
+
+// waitReady polls ready until it succeeds, c exits, timeout passes or ctx
+// ends.
+func (c *component) waitReady(ctx context.Context, timeout time.Duration, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -586,11 +754,13 @@ func (c *component) waitReady(timeout time.Duration, ready func() error) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v: %v", c.name, timeout, err)
+			return fmt.Errorf("not ready after %v: %v", timeout, err)
 		}
 		select {
 		case <-c.done:
-			return fmt.Errorf("%s exited before it was ready: %v", c.name, c.err)
+			return fmt.Errorf("exited before it was ready: %v", c.err)
+		case <-ctx.Done():
+			return fmt.Errorf("not ready when start-up was cancelled (%w): %v", context.Cause(ctx), err)
 		case <-tick.C:
 		}
 	}

@@ -60,16 +60,24 @@ func (d *demo) say(format string, args ...any) {
 func (d *demo) run(ctx context.Context) (err error) {
 	fmt.Fprintln(d.out, "selftaint demo: a NoExecute fault on a virtual node, on a real local control plane")
 	fmt.Fprintln(d.out)
-	host := &host{}
+	var stopVirtual func()
 	defer func() {
 		d.say("cleaning up: stopping the virtual nodes and the control plane")
-		host.close()
+		if stopVirtual != nil {
+			stopVirtual()
+		}
+		if d.cp != nil {
+			if cerr := d.cp.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
 		d.say("done")
 	}()
 
 	d.say("starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1 ...")
-	if err := host.do(func() { d.cp = testcp.Start(host, testcp.Options{ControllerManager: true, Scheduler: true}) }); err != nil {
-		return err
+	d.cp, err = testcp.New(ctx, testcp.Options{ControllerManager: true, Scheduler: true})
+	if err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	d.client = d.cp.Client()
 	d.dir = d.cp.Dir
@@ -79,11 +87,9 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err := os.WriteFile(cfg, []byte(demoConfig), 0o600); err != nil {
 		return err
 	}
-	stopVirtual, err := d.startVirtual(cfg)
-	if err != nil {
+	if stopVirtual, err = d.startVirtual(cfg); err != nil {
 		return err
 	}
-	host.Cleanup(stopVirtual)
 
 	if err := d.waitNodesReady(ctx); err != nil {
 		return err
@@ -266,20 +272,12 @@ type seen struct {
 // explain's prediction beside each eviction, until the fault has expired and
 // cleared; then a summary.
 func (d *demo) watch(ctx context.Context, injected time.Time) error {
-	var (
-		lastCond    string
-		lastTaints  string
-		taintedAt   time.Time
-		clearedAt   time.Time
-		pods        = map[string]*seen{}
-		deadline    = injected.Add(d.opts.faultFor + 30*time.Second)
-		faultExpiry = injected.Add(d.opts.faultFor)
-	)
+	w := &watchState{injected: injected, pods: map[string]*seen{}}
+	deadline := injected.Add(d.opts.faultFor + 30*time.Second)
 	for _, p := range d.pods() {
-		pods[p.name] = &seen{}
+		w.pods[p.name] = &seen{}
 	}
-	rel := func(t time.Time) string { return fmt.Sprintf("+%.1fs", t.Sub(injected).Seconds()) }
-	for clearedAt.IsZero() {
+	for w.clearedAt.IsZero() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the fault did not clear by itself within 30s of its expiry")
 		}
@@ -288,40 +286,9 @@ func (d *demo) watch(ctx context.Context, injected time.Time) error {
 			return err
 		}
 		now := time.Now()
-		if c := findCondition(node, condition); c != nil {
-			if s := fmt.Sprintf("%s=%s (%s)", condition, c.Status, c.Reason); s != lastCond {
-				d.say("%s  condition %s: %s", target, s, c.Message)
-				lastCond = s
-			}
-		}
-		if s := ourTaints(node); s != lastTaints {
-			d.say("%s  taints: %s", target, orNone(s))
-			lastTaints = s
-			if s != "" && taintedAt.IsZero() {
-				taintedAt = now
-				d.say("          taint applied %s after the fault was written", rel(now))
-			} else if s == "" && !taintedAt.IsZero() {
-				clearedAt = now
-				d.say("          fault expired on its own (expiry %s), condition and taint cleared, nobody acting", rel(faultExpiry))
-			}
-		}
-		for _, p := range d.pods() {
-			st := pods[p.name]
-			if !st.gone.IsZero() {
-				continue
-			}
-			pod, err := d.client.CoreV1().Pods(namespace).Get(ctx, p.name, metav1.GetOptions{})
-			switch {
-			case err != nil && !apierrors.IsNotFound(err):
-				return err
-			case (err != nil || pod.DeletionTimestamp != nil) && st.deleting.IsZero():
-				st.deleting = now
-				d.say("pod %-8s evicted by the taint-eviction controller at %s; explain predicted %s", p.name, rel(now), d.prediction(p.name, injected, taintedAt))
-			}
-			if err != nil {
-				st.gone = now
-				d.say("pod %-8s gone: the virtual kubelet stopped it and the deletion completed", p.name)
-			}
+		d.showNode(w, node, now)
+		if err := d.showPods(ctx, w, now); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -329,8 +296,88 @@ func (d *demo) watch(ctx context.Context, injected time.Time) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	d.summary(pods, injected, taintedAt)
+	d.summary(w.pods, w.injected, w.taintedAt)
 	return nil
+}
+
+// watchState is what watch has shown so far.
+type watchState struct {
+	injected   time.Time // when the fault was written
+	lastCond   string
+	lastTaints string
+	taintedAt  time.Time
+	clearedAt  time.Time
+	pods       map[string]*seen // by pod name
+}
+
+// rel is t relative to the injection, as "+1.5s".
+func (w *watchState) rel(t time.Time) string {
+	return fmt.Sprintf("+%.1fs", t.Sub(w.injected).Seconds())
+}
+
+// showNode shows what changed in the node's condition and our taints since
+// the last poll, and notes when the taint landed and cleared.
+func (d *demo) showNode(w *watchState, node *corev1.Node, now time.Time) {
+	if c := findCondition(node, condition); c != nil {
+		if s := fmt.Sprintf("%s=%s (%s)", condition, c.Status, c.Reason); s != w.lastCond {
+			d.say("%s  condition %s: %s", target, s, c.Message)
+			w.lastCond = s
+		}
+	}
+	s := ourTaints(node)
+	if s == w.lastTaints {
+		return
+	}
+	d.say("%s  taints: %s", target, orNone(s))
+	w.lastTaints = s
+	landed, cleared := taintTransition(s, w.taintedAt)
+	if landed {
+		w.taintedAt = now
+		d.say("          taint applied %s after the fault was written", w.rel(now))
+	} else if cleared {
+		w.clearedAt = now
+		d.say("          fault expired on its own (expiry %s), condition and taint cleared, nobody acting", w.rel(w.injected.Add(d.opts.faultFor)))
+	}
+}
+
+// taintTransition says whether our taints changing to s is the taint
+// landing (the first taints) or clearing (none, after it landed at
+// taintedAt).
+func taintTransition(s string, taintedAt time.Time) (landed, cleared bool) {
+	return s != "" && taintedAt.IsZero(), s == "" && !taintedAt.IsZero()
+}
+
+// showPods shows the pods that began to be evicted or went away since the
+// last poll.
+func (d *demo) showPods(ctx context.Context, w *watchState, now time.Time) error {
+	for _, p := range d.pods() {
+		st := w.pods[p.name]
+		if !st.gone.IsZero() {
+			continue
+		}
+		pod, err := d.client.CoreV1().Pods(namespace).Get(ctx, p.name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		found := err == nil
+		evicted, gone := podTransition(*st, found, found && pod.DeletionTimestamp != nil)
+		if evicted {
+			st.deleting = now
+			d.say("pod %-8s evicted by the taint-eviction controller at %s; explain predicted %s", p.name, w.rel(now), d.prediction(p.name, w.injected, w.taintedAt))
+		}
+		if gone {
+			st.gone = now
+			d.say("pod %-8s gone: the virtual kubelet stopped it and the deletion completed", p.name)
+		}
+	}
+	return nil
+}
+
+// podTransition says what a poll of a pod last seen as st shows: its
+// eviction beginning (it is being deleted or already gone, and was not
+// seen deleting before) and its being gone (not found).
+func podTransition(st seen, found, deleting bool) (evicted, gone bool) {
+	return (!found || deleting) && st.deleting.IsZero(), !found
 }
 
 // predict keeps explain's verdict on each pod for the proposed taint; the
@@ -391,25 +438,21 @@ func (d *demo) summary(pods map[string]*seen, injected, tainted time.Time) {
 	fmt.Fprintln(d.out)
 }
 
+// poll is testcp.Poll at the demo's pace; an error from ok ends it at once.
 func poll(ctx context.Context, timeout time.Duration, ok func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	var failed error
+	err := testcp.Poll(ctx, timeout, 200*time.Millisecond, func() (bool, error) {
 		done, err := ok()
 		if err != nil {
-			return err
+			failed = err
+			return true, nil
 		}
-		if done {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return done, nil
+	})
+	if failed != nil {
+		return failed
 	}
+	return err
 }
 
 func findCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
@@ -449,60 +492,3 @@ func orNone(s string) string {
 	}
 	return s
 }
-
-// host lets testcp.Start run outside a test: Fatalf ends the start-up with
-// an error, and the cleanups run when the demo ends.
-type host struct {
-	cleanups []func()
-	dirs     []string
-	failed   bool
-}
-
-// startError carries a Fatalf out of testcp.Start.
-type startError struct{ err error }
-
-func (h *host) Helper() {}
-func (h *host) Fatalf(format string, args ...any) {
-	h.failed = true
-	panic(startError{fmt.Errorf(format, args...)})
-}
-func (h *host) Skipf(format string, args ...any) { h.Fatalf(format, args...) }
-func (h *host) Logf(string, ...any)              {}
-func (h *host) Cleanup(f func())                 { h.cleanups = append(h.cleanups, f) }
-func (h *host) Failed() bool                     { return h.failed }
-func (h *host) TempDir() string {
-	dir, err := os.MkdirTemp("", "selftaint-demo-")
-	if err != nil {
-		h.Fatalf("creating a temporary directory: %v", err)
-	}
-	h.dirs = append(h.dirs, dir)
-	return dir
-}
-
-// do runs f, turning a Fatalf inside it into an error.
-func (h *host) do(f func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			se, ok := r.(startError)
-			if !ok {
-				panic(r)
-			}
-			err = se.err
-		}
-	}()
-	f()
-	return nil
-}
-
-// close runs the cleanups, last first, and removes the temporary
-// directories.
-func (h *host) close() {
-	for i := len(h.cleanups) - 1; i >= 0; i-- {
-		h.cleanups[i]()
-	}
-	for _, d := range h.dirs {
-		_ = os.RemoveAll(d)
-	}
-}
-
-var _ testcp.T = (*host)(nil)

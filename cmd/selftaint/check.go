@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -57,15 +58,14 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer m.close()
-	rep := check(ctx, m.specs, cfg.TaintRules())
-	rep.GPUSupport = "on"
+	rep := checkReport{Probes: check(ctx, m.specs), GPUSupport: "on"}
 	if m.gpuOff != "" {
 		rep.GPUSupport = m.gpuOff
 	}
 	if rep.Hardware, err = m.inventory.Inventory(ctx); err != nil {
 		return fmt.Errorf("hardware inventory: %w", err)
 	}
-	rep.Taints = append(rep.Taints, agent.HardwareTaints(rep.Hardware)...)
+	rep.Taints = wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, m.ownership, time.Now())
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -76,7 +76,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // check runs every probe once, without damping: it shows what the agent
 // would conclude if the readings held.
-func check(ctx context.Context, specs []agent.ProbeSpec, rules []taints.Rule) checkReport {
+func check(ctx context.Context, specs []agent.ProbeSpec) []checkRow {
 	rows := make([]checkRow, len(specs))
 	var wg sync.WaitGroup
 	for i, s := range specs {
@@ -86,11 +86,28 @@ func check(ctx context.Context, specs []agent.ProbeSpec, rules []taints.Rule) ch
 		})
 	}
 	wg.Wait()
+	return rows
+}
+
+// wouldTaint is the taints the agent's plan (taints.PlanMetadata) puts on a
+// Node that carries none yet, for these conditions and this hardware: what
+// check prints is by construction what the agent would write. The time a
+// NoExecute taint would be added is left out: it would be the write's.
+func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, own agent.Ownership, now time.Time) []corev1.Taint {
 	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
 	for _, r := range rows {
 		statuses[r.Condition] = r.ConditionStatus
 	}
-	return checkReport{Probes: rows, Taints: taints.Desired(rules, statuses)}
+	p := taints.PlanMetadata(taints.MetadataInput{
+		Node: &corev1.Node{}, Now: now, Rules: rules, Statuses: statuses,
+		Hardware: hw, HardwareKnown: true, Ownable: agent.OwnableOf(own),
+	})
+	out := make([]corev1.Taint, len(p.Taints.Taints))
+	for i, t := range p.Taints.Taints {
+		t.TimeAdded = nil
+		out[i] = t
+	}
+	return out
 }
 
 func printCheck(w io.Writer, rep checkReport) error {

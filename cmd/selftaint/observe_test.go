@@ -171,12 +171,15 @@ func TestAgentMetricsThroughAFaultCycle(t *testing.T) {
 		return !faulted && !hasTaintKey(n, pidKey, corev1.TaintEffectNoSchedule) && conditionStatus(n, "SelftaintPIDPressure") == corev1.ConditionFalse
 	})
 
-	// Events are sent asynchronously; scrape until one has been created.
+	// Events are sent asynchronously, and the gauges are set once the sync
+	// that wrote the Node we saw returns (after its last write): scrape
+	// until an Event has been created and that sync has been recorded.
 	var fams map[string]*dto.MetricFamily
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		fams = scrape(t, base+"/metrics")
-		if val(fams, "selftaint_api_requests_total", map[string]string{"verb": "create", "resource": "events", "code": "201"}) >= 1 ||
-			time.Now().After(deadline) {
+		settled := val(fams, "selftaint_api_requests_total", map[string]string{"verb": "create", "resource": "events", "code": "201"}) >= 1 &&
+			val(fams, "selftaint_condition", map[string]string{"condition": "SelftaintPIDPressure", "status": "False"}) == 1
+		if settled || time.Now().After(deadline) {
 			break
 		}
 	}

@@ -86,20 +86,14 @@ func lastBytes(s string, n int) string {
 // returns the node and when ok first held.
 func pollNode(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) (*corev1.Node, time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
-		if err == nil && ok(n) {
-			return n, time.Now()
+	n, at, err := testcp.WaitNode(t.Context(), c, name, timeout, ok)
+	if err != nil {
+		if n == nil {
+			t.Fatalf("waiting for %s on %s: %v", what, name, err)
 		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				t.Fatalf("timed out after %s waiting for %s on %s: %v", timeout, what, name, err)
-			}
-			t.Fatalf("timed out after %s waiting for %s on %s: conditions %+v taints %v", timeout, what, name, n.Status.Conditions, n.Spec.Taints)
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("waiting for %s on %s: %v; conditions %+v taints %v", what, name, err, n.Status.Conditions, n.Spec.Taints)
 	}
+	return n, at
 }
 
 func nodeCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {

@@ -484,31 +484,8 @@ func ConditionsFromChecks(checks []Check) ([]Condition, error) {
 		} else {
 			names[c.Name] = i
 		}
-		if c.Condition == "" || strings.ContainsFunc(c.Condition, unicode.IsSpace) {
-			errs = append(errs, fmt.Errorf("%s.Condition: %q is not a condition type", field, c.Condition))
-		}
-		if c.Path == "" {
-			errs = append(errs, fmt.Errorf("%s.Path: must not be empty", field))
-		}
-		if c.Interval < 0 {
-			errs = append(errs, fmt.Errorf("%s.Interval: %v must not be negative", field, c.Interval))
-		}
-		if c.Timeout < 0 {
-			errs = append(errs, fmt.Errorf("%s.Timeout: %v must not be negative", field, c.Timeout))
-		}
-		r := Rule{Name: c.Name, Reason: c.Reason, Path: c.Path, Args: append([]string(nil), c.Args...), Interval: c.Interval, Timeout: c.Timeout}
-		if r.Reason == "" {
-			r.Reason = ReasonCheckFailed
-		}
-		if r.Interval == 0 {
-			r.Interval = DefaultInterval
-		}
-		if r.Timeout == 0 {
-			r.Timeout = DefaultTimeout
-		}
-		if r.Interval > 0 && r.Timeout >= r.Interval {
-			errs = append(errs, fmt.Errorf("%s.Timeout: %v must be below its interval %v", field, r.Timeout, r.Interval))
-		}
+		r := c.rule()
+		errs = append(errs, c.fieldErrors(field, r)...)
 		j, ok := index[c.Condition]
 		if !ok {
 			j = len(conds)
@@ -520,21 +497,71 @@ func ConditionsFromChecks(checks []Check) ([]Condition, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("custom checks: %w", err)
 	}
-	// A timeout must also be below the condition's other checks'
-	// intervals; say so in the checks' terms.
+	if err := errors.Join(checkOverlaps(conds, names)...); err != nil {
+		return nil, fmt.Errorf("custom checks: %w", err)
+	}
+	return conds, nil
+}
+
+// rule returns the check as a rule, with the defaults applied.
+func (c Check) rule() Rule {
+	r := Rule{Name: c.Name, Reason: c.Reason, Path: c.Path, Args: append([]string(nil), c.Args...), Interval: c.Interval, Timeout: c.Timeout}
+	if r.Reason == "" {
+		r.Reason = ReasonCheckFailed
+	}
+	if r.Interval == 0 {
+		r.Interval = DefaultInterval
+	}
+	if r.Timeout == 0 {
+		r.Timeout = DefaultTimeout
+	}
+	return r
+}
+
+// fieldErrors checks the check at field on its own, all but its name; r
+// is c.rule().
+func (c Check) fieldErrors(field string, r Rule) []error {
+	var errs []error
+	if c.Condition == "" || strings.ContainsFunc(c.Condition, unicode.IsSpace) {
+		errs = append(errs, fmt.Errorf("%s.Condition: %q is not a condition type", field, c.Condition))
+	}
+	if c.Path == "" {
+		errs = append(errs, fmt.Errorf("%s.Path: must not be empty", field))
+	}
+	if c.Interval < 0 {
+		errs = append(errs, fmt.Errorf("%s.Interval: %v must not be negative", field, c.Interval))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("%s.Timeout: %v must not be negative", field, c.Timeout))
+	}
+	if r.Interval > 0 && r.Timeout >= r.Interval {
+		errs = append(errs, fmt.Errorf("%s.Timeout: %v must be below its interval %v", field, r.Timeout, r.Interval))
+	}
+	return errs
+}
+
+// checkOverlaps says, in the checks' terms, which checks' timeouts are not
+// below the shortest interval of their condition's checks. names maps a
+// check's name to its index in Checks.
+func checkOverlaps(conds []Condition, names map[string]int) []error {
+	var errs []error
 	for _, c := range conds {
-		shortest := c.Rules[0].Interval
-		for _, r := range c.Rules {
-			shortest = min(shortest, r.Interval)
-		}
+		shortest := shortestInterval(c.Rules)
 		for _, r := range c.Rules {
 			if r.Timeout >= shortest {
 				errs = append(errs, fmt.Errorf("Checks[%d].Timeout: %v must be below %v, the shortest interval of the checks of condition %q", names[r.Name], r.Timeout, shortest, c.Type))
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("custom checks: %w", err)
+	return errs
+}
+
+// shortestInterval returns the shortest Interval of rules, which must not
+// be empty.
+func shortestInterval(rules []Rule) time.Duration {
+	shortest := rules[0].Interval
+	for _, r := range rules {
+		shortest = min(shortest, r.Interval)
 	}
-	return conds, nil
+	return shortest
 }

@@ -3,6 +3,7 @@ package custom
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -748,5 +749,29 @@ func TestProbeUnderRunner(t *testing.T) {
 	}
 	if _, err := probes.NewRunner([]probes.Entry{e}, probes.RunnerOptions{}); err != nil {
 		t.Errorf("NewRunner rejects the probe's Entry: %v", err)
+	}
+}
+
+func TestCheckFieldErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		check Check
+		want  string
+	}{
+		{"fine", Check{Condition: "C", Path: "/x"}, ""},
+		{"space in condition", Check{Condition: "Bad Type", Path: "/x"}, `Checks[3].Condition: "Bad Type" is not a condition type`},
+		{"negative timeout", Check{Condition: "C", Path: "/x", Timeout: -time.Second}, "Checks[3].Timeout: -1s must not be negative"},
+		{"timeout equal to interval", Check{Condition: "C", Path: "/x", Interval: 5 * time.Second}, "Checks[3].Timeout: 5s must be below its interval 5s"},
+		{"all at once", Check{Interval: -time.Second}, `Checks[3].Condition: "" is not a condition type` + "\n" +
+			"Checks[3].Path: must not be empty\nChecks[3].Interval: -1s must not be negative"},
+	}
+	for _, tt := range tests {
+		got := ""
+		if err := errors.Join(tt.check.fieldErrors("Checks[3]", tt.check.rule())...); err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }

@@ -140,69 +140,94 @@ func (f *npdFile) resolve(path string) (*NPDConfig, error) {
 		Concurrency:      DefaultConcurrency,
 		MetricsReporting: true, // NPD's default
 	}
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	var errs problems
+	if f.Plugin != "custom" {
+		errs.add("plugin", "%q is not supported, only \"custom\"", f.Plugin)
 	}
-	duration := func(field string, s *string, dst *time.Duration) bool {
-		if s == nil {
-			return false
-		}
-		d, err := time.ParseDuration(*s)
-		switch {
-		case err != nil:
-			bad(field, "%v", err)
-		case d <= 0:
-			bad(field, "%q must be positive", *s)
-		default:
-			*dst = d
-			return true
-		}
+	f.PluginConfig.apply(c, &errs)
+	if f.MetricsReporting != nil {
+		c.MetricsReporting = *f.MetricsReporting
+	}
+	index := f.addConditions(c, &errs)
+	rulesOf := f.addRules(c, index, &errs)
+	checkRuleOverlaps(c.Conditions, rulesOf, &errs)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c.Conditions = dropRuleless(c.Conditions, &c.Warnings)
+	return c, nil
+}
+
+// problems collects what is wrong with a file, in the order found.
+type problems []error
+
+// add records that field is wrong.
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// duration parses s, when given, into *dst. It reports whether it did; a
+// value that does not parse or is not positive is recorded against field
+// and leaves *dst alone.
+func (p *problems) duration(field string, s *string, dst *time.Duration) bool {
+	if s == nil {
 		return false
 	}
+	d, err := time.ParseDuration(*s)
+	switch {
+	case err != nil:
+		p.add(field, "%v", err)
+	case d <= 0:
+		p.add(field, "%q must be positive", *s)
+	default:
+		*dst = d
+		return true
+	}
+	return false
+}
 
-	if f.Plugin != "custom" {
-		bad("plugin", "%q is not supported, only \"custom\"", f.Plugin)
+// positive copies v, when given, into *dst; a value that is not positive is
+// recorded against field and leaves *dst alone.
+func (p *problems) positive(field string, v *int, dst *int) {
+	switch {
+	case v == nil:
+	case *v <= 0:
+		p.add(field, "%d must be positive", *v)
+	default:
+		*dst = *v
 	}
-	pc := f.PluginConfig
-	duration("pluginConfig.invoke_interval", pc.InvokeInterval, &c.InvokeInterval)
-	duration("pluginConfig.timeout", pc.Timeout, &c.Timeout)
-	for _, n := range []struct {
-		field string
-		v     *int
-		dst   *int
-	}{{"pluginConfig.max_output_length", pc.MaxOutputLength, &c.MaxOutputLength}, {"pluginConfig.concurrency", pc.Concurrency, &c.Concurrency}} {
-		switch {
-		case n.v == nil:
-		case *n.v <= 0:
-			bad(n.field, "%d must be positive", *n.v)
-		default:
-			*n.dst = *n.v
-		}
-	}
+}
+
+// apply sets c's global settings from pluginConfig.
+func (pc npdPluginConfig) apply(c *NPDConfig, errs *problems) {
+	errs.duration("pluginConfig.invoke_interval", pc.InvokeInterval, &c.InvokeInterval)
+	errs.duration("pluginConfig.timeout", pc.Timeout, &c.Timeout)
+	errs.positive("pluginConfig.max_output_length", pc.MaxOutputLength, &c.MaxOutputLength)
+	errs.positive("pluginConfig.concurrency", pc.Concurrency, &c.Concurrency)
 	if pc.EnableMessageChangeBasedConditionUpdate != nil {
 		c.EnableMessageChangeBasedConditionUpdate = *pc.EnableMessageChangeBasedConditionUpdate
 	}
 	if pc.SkipInitialStatus != nil {
 		c.SkipInitialStatus = *pc.SkipInitialStatus
 	}
-	if f.MetricsReporting != nil {
-		c.MetricsReporting = *f.MetricsReporting
-	}
+}
 
+// addConditions appends the file's conditions, without rules, to
+// c.Conditions and returns their index by type.
+func (f *npdFile) addConditions(c *NPDConfig, errs *problems) map[string]int {
 	index := map[string]int{} // condition type -> c.Conditions index, before pruning
 	for i, cond := range f.Conditions {
 		field := fmt.Sprintf("conditions[%d]", i)
 		if cond.Type == "" {
-			bad(field+".type", "must not be empty")
+			errs.add(field+".type", "must not be empty")
 			continue
 		}
 		if j, dup := index[cond.Type]; dup {
-			bad(field+".type", "%q is also conditions[%d]", cond.Type, j)
+			errs.add(field+".type", "%q is also conditions[%d]", cond.Type, j)
 			continue
 		}
 		if cond.Reason == "" {
-			bad(field+".reason", "must not be empty")
+			errs.add(field+".reason", "must not be empty")
 		}
 		if cond.TaintEnabled {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (%s): NPD's own tainting (taintEnabled) is ignored; selftaint taints nodes through its rules", field, cond.Type))
@@ -210,74 +235,92 @@ func (f *npdFile) resolve(path string) (*NPDConfig, error) {
 		index[cond.Type] = len(c.Conditions)
 		c.Conditions = append(c.Conditions, Condition{Type: cond.Type, Reason: cond.Reason, Message: cond.Message})
 	}
+	return index
+}
 
-	type ruleAt struct {
-		i            int
-		timeoutField string // the field its timeout comes from
-	}
+// ruleAt says where a condition's rule came from.
+type ruleAt struct {
+	i            int
+	timeoutField string // the field its timeout comes from
+}
+
+// addRules adds the file's permanent rules to the conditions they name
+// (index, from addConditions) and returns, for each condition, where its
+// rules came from.
+func (f *npdFile) addRules(c *NPDConfig, index map[string]int, errs *problems) [][]ruleAt {
 	rulesOf := make([][]ruleAt, len(c.Conditions))
 	for i, r := range f.Rules {
 		field := fmt.Sprintf("rules[%d]", i)
-		rule := Rule{Reason: r.Reason, Path: r.Path, Args: r.Args, Interval: c.InvokeInterval, Timeout: c.Timeout}
-		timeoutField := "pluginConfig.timeout"
-		if duration(field+".timeout", r.Timeout, &rule.Timeout) {
-			timeoutField = field + ".timeout"
-			if rule.Timeout > c.Timeout {
-				bad(field+".timeout", "%v is above pluginConfig.timeout %v", rule.Timeout, c.Timeout)
-			}
-		}
-		duration(field+".invoke_interval", r.InvokeInterval, &rule.Interval)
-		if r.Path == "" {
-			bad(field+".path", "must not be empty")
-		}
+		rule, timeoutField := r.resolve(field, c.InvokeInterval, c.Timeout, errs)
 		switch r.Type {
 		case npdTemporary:
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (reason %s, path %s): temporary rules only make events in NPD; selftaint makes conditions only, so it does not run this rule", field, r.Reason, r.Path))
 			continue
 		case npdPermanent:
 		default:
-			bad(field+".type", "%q is not %q or %q", r.Type, npdTemporary, npdPermanent)
+			errs.add(field+".type", "%q is not %q or %q", r.Type, npdTemporary, npdPermanent)
 			continue
 		}
 		if r.Reason == "" {
-			bad(field+".reason", "must not be empty")
+			errs.add(field+".reason", "must not be empty")
 		}
 		j, ok := index[r.Condition]
 		if !ok {
-			bad(field+".condition", "%q is not defined in conditions", r.Condition)
+			errs.add(field+".condition", "%q is not defined in conditions", r.Condition)
 			continue
 		}
 		c.Conditions[j].Rules = append(c.Conditions[j].Rules, rule)
 		rulesOf[j] = append(rulesOf[j], ruleAt{i: i, timeoutField: timeoutField})
 	}
+	return rulesOf
+}
 
-	// Runs of a condition's rules must not overlap its next run.
-	for j, cond := range c.Conditions {
+// resolve builds the rule at field with the global interval and timeout
+// as defaults, checking what every rule type needs. It returns the rule
+// and the field its timeout comes from.
+func (r npdRule) resolve(field string, interval, timeout time.Duration, errs *problems) (Rule, string) {
+	rule := Rule{Reason: r.Reason, Path: r.Path, Args: r.Args, Interval: interval, Timeout: timeout}
+	timeoutField := "pluginConfig.timeout"
+	if errs.duration(field+".timeout", r.Timeout, &rule.Timeout) {
+		timeoutField = field + ".timeout"
+		if rule.Timeout > timeout {
+			errs.add(field+".timeout", "%v is above pluginConfig.timeout %v", rule.Timeout, timeout)
+		}
+	}
+	errs.duration(field+".invoke_interval", r.InvokeInterval, &rule.Interval)
+	if r.Path == "" {
+		errs.add(field+".path", "must not be empty")
+	}
+	return rule, timeoutField
+}
+
+// checkRuleOverlaps records each rule whose runs could overlap the next
+// run of its condition: its timeout must be below the shortest interval
+// of the condition's rules. rulesOf is from addRules.
+func checkRuleOverlaps(conds []Condition, rulesOf [][]ruleAt, errs *problems) {
+	for j, cond := range conds {
 		if len(cond.Rules) == 0 {
 			continue
 		}
-		shortest := cond.Rules[0].Interval
-		for _, r := range cond.Rules {
-			shortest = min(shortest, r.Interval)
-		}
+		shortest := shortestInterval(cond.Rules)
 		for k, r := range cond.Rules {
 			if r.Timeout >= shortest {
-				bad(rulesOf[j][k].timeoutField, "%v (for rules[%d]) must be below %v, the shortest invoke_interval of the rules of condition %q", r.Timeout, rulesOf[j][k].i, shortest, cond.Type)
+				errs.add(rulesOf[j][k].timeoutField, "%v (for rules[%d]) must be below %v, the shortest invoke_interval of the rules of condition %q", r.Timeout, rulesOf[j][k].i, shortest, cond.Type)
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
+}
 
-	kept := c.Conditions[:0]
-	for _, cond := range c.Conditions {
+// dropRuleless returns conds without the conditions that have no rules,
+// in place, adding a warning for each to *warnings.
+func dropRuleless(conds []Condition, warnings *[]string) []Condition {
+	kept := conds[:0]
+	for _, cond := range conds {
 		if len(cond.Rules) == 0 {
-			c.Warnings = append(c.Warnings, fmt.Sprintf("condition %s has no permanent rule; selftaint does not report it", cond.Type))
+			*warnings = append(*warnings, fmt.Sprintf("condition %s has no permanent rule; selftaint does not report it", cond.Type))
 			continue
 		}
 		kept = append(kept, cond)
 	}
-	c.Conditions = kept
-	return c, nil
+	return kept
 }

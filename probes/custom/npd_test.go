@@ -2,6 +2,7 @@ package custom
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -195,5 +196,37 @@ esac
 		got := ps[0].Probe(context.Background())
 		probestest.CheckResult(t, got, step.want)
 		clock.Step(30 * time.Second)
+	}
+}
+
+func TestCheckRuleOverlaps(t *testing.T) {
+	rule := func(interval, timeout time.Duration) Rule { return Rule{Interval: interval, Timeout: timeout} }
+	tests := []struct {
+		name  string
+		rules []Rule
+		want  string
+	}{
+		{"no rules", nil, ""},
+		{"below own interval", []Rule{rule(10*time.Second, 5*time.Second)}, ""},
+		{"equal to own interval", []Rule{rule(5*time.Second, 5*time.Second)}, `rules[7].timeout: 5s (for rules[7]) must be below 5s, the shortest invoke_interval of the rules of condition "C"`},
+		{"not below a sibling's interval", []Rule{rule(time.Minute, 5*time.Second), rule(3*time.Second, time.Second)},
+			`rules[7].timeout: 5s (for rules[7]) must be below 3s, the shortest invoke_interval of the rules of condition "C"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var at []ruleAt
+			for i := range tt.rules {
+				at = append(at, ruleAt{i: 7 + i, timeoutField: fmt.Sprintf("rules[%d].timeout", 7+i)})
+			}
+			var errs problems
+			checkRuleOverlaps([]Condition{{Type: "C", Rules: tt.rules}}, [][]ruleAt{at}, &errs)
+			got := ""
+			if err := errors.Join(errs...); err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

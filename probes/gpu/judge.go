@@ -150,62 +150,81 @@ func (m *Monitor) drain(ctx context.Context) error {
 // poll reads g's counters. opened is what opening g returned this run,
 // eventsErr the error of draining events.
 func (m *Monitor) poll(g *gpuState, opened nvml.Return, eventsErr error) gpuReading {
-	r := gpuReading{index: g.index, xids: slices.Clone(g.xids), skipped: slices.Clone(g.skipped)}
-	if ret := opened; ret != nvml.SUCCESS {
-		err := fmt.Errorf("getting handle: %w", ret)
-		if isLost(ret) {
-			r.lost = err
-		}
-		r.uuid = g.uuid
-		r.xid.err, r.ecc.err, r.retired.err, r.remap.err, r.clocks.err = err, err, err, err, err
+	r := gpuReading{index: g.index, uuid: g.uuid, xids: slices.Clone(g.xids), skipped: slices.Clone(g.skipped)}
+	if opened != nvml.SUCCESS {
+		r.failOpen(opened)
 		return r
 	}
-	r.uuid = g.uuid
-	h := g.handle
+	r.xid, r.lost = xidSignal(g, eventsErr)
+	m.readCounters(&r, g.handle)
+	return r
+}
 
+// failOpen marks every signal of r unreadable because opening the GPU
+// returned ret, and the GPU lost when ret says so.
+func (r *gpuReading) failOpen(ret nvml.Return) {
+	err := fmt.Errorf("getting handle: %w", ret)
+	if isLost(ret) {
+		r.lost = err
+	}
+	r.xid.err, r.ecc.err, r.retired.err, r.remap.err, r.clocks.err = err, err, err, err, err
+}
+
+// xidSignal says whether g's Xid events can be trusted this run: they
+// cannot when draining failed (eventsErr) or g is not watched. It also
+// returns the registration error when that found the GPU lost.
+func xidSignal(g *gpuState, eventsErr error) (sig signal, lost error) {
 	switch {
 	case g.watched && eventsErr != nil:
-		r.xid.err = eventsErr
+		return signal{err: eventsErr}, nil
 	case g.watched:
+		return signal{}, nil
 	case g.watchNA != "":
-		r.xid.na = g.watchNA
+		return signal{na: g.watchNA}, nil
+	}
+	if errors.Is(g.watchErr, nvml.ERROR_GPU_IS_LOST) || errors.Is(g.watchErr, nvml.ERROR_RESET_REQUIRED) {
+		lost = g.watchErr
+	}
+	return signal{err: g.watchErr}, lost
+}
+
+// check records in sig how reading what went, and in r.lost the first
+// call that found the GPU lost, and reports success.
+func (r *gpuReading) check(sig *signal, what string, ret nvml.Return) bool {
+	switch ret {
+	case nvml.SUCCESS:
+		return true
+	case nvml.ERROR_NOT_SUPPORTED:
+		sig.na = "not supported"
 	default:
-		r.xid.err = g.watchErr
-		if errors.Is(g.watchErr, nvml.ERROR_GPU_IS_LOST) || errors.Is(g.watchErr, nvml.ERROR_RESET_REQUIRED) {
-			r.lost = g.watchErr
+		sig.err = fmt.Errorf("reading %s: %w", what, ret)
+		if isLost(ret) && r.lost == nil {
+			r.lost = sig.err
 		}
 	}
+	return false
+}
 
-	// check records how reading what went into sig, and reports success.
-	check := func(sig *signal, what string, ret nvml.Return) bool {
-		switch ret {
-		case nvml.SUCCESS:
-			return true
-		case nvml.ERROR_NOT_SUPPORTED:
-			sig.na = "not supported"
-		default:
-			sig.err = fmt.Errorf("reading %s: %w", what, ret)
-			if isLost(ret) && r.lost == nil {
-				r.lost = sig.err
-			}
-		}
-		return false
-	}
-	lacks := func(sym string) string { return "driver lacks " + sym }
+// lacks is the reason a signal is not available when the driver does not
+// have the function sym.
+func lacks(sym string) string { return "driver lacks " + sym }
 
+// readCounters reads the ECC, retired page, remapped row and clock
+// signals of the GPU h into r.
+func (m *Monitor) readCounters(r *gpuReading, h nvml.Device) {
 	if !m.hasECC {
 		r.ecc.na = lacks(symTotalEccErrors)
-	} else if v, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); check(&r.ecc, "uncorrectable ECC errors", ret) {
+	} else if v, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); r.check(&r.ecc, "uncorrectable ECC errors", ret) {
 		r.eccCount = v
 	}
 	if !m.hasRetired {
 		r.retired.na = lacks(symRetiredPagesPending)
-	} else if v, ret := h.GetRetiredPagesPendingStatus(); check(&r.retired, "retired pages pending status", ret) {
+	} else if v, ret := h.GetRetiredPagesPendingStatus(); r.check(&r.retired, "retired pages pending status", ret) {
 		r.retiredPending = v == nvml.FEATURE_ENABLED
 	}
 	if !m.hasRemap {
 		r.remap.na = lacks(symRemappedRows)
-	} else if corr, unc, pending, failed, ret := h.GetRemappedRows(); check(&r.remap, "remapped rows", ret) {
+	} else if corr, unc, pending, failed, ret := h.GetRemappedRows(); r.check(&r.remap, "remapped rows", ret) {
 		r.remapCorr, r.remapUnc, r.remapPending, r.remapFailed = corr, unc, pending, failed
 	}
 	switch {
@@ -214,11 +233,10 @@ func (m *Monitor) poll(g *gpuState, opened nvml.Return, eventsErr error) gpuRead
 	case m.clockReasons == nil:
 		r.clocks.na = lacks(symClocksEventReasons)
 	default:
-		if v, ret := m.clockReasons(h); check(&r.clocks, "clock event reasons", ret) {
+		if v, ret := m.clockReasons(h); r.check(&r.clocks, "clock event reasons", ret) {
 			r.clockReasons = v
 		}
 	}
-	return r
 }
 
 // problem is one thing a probe found wrong.

@@ -113,37 +113,14 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 		problems = append(problems, fmt.Sprintf("%s is below %s", summary, probes.FormatThreshold(t)))
 	}
 
-	psiOn := p.cfg.PSISomeAvg10Above > 0 || p.cfg.PSIFullAvg10Above > 0
 	psiPath := p.host.Proc("pressure", "memory")
 	pr, available, err := readPSI(psiPath)
-	var psiErr error // a PSI check is on but cannot be done
-	switch {
-	case !available:
-		readings = append(readings, probes.Reading{Name: "psi", Value: "not available"})
-	case err != nil && psiOn:
-		psiErr = err
-	case err != nil:
-		// No PSI check depends on it: show it, but judge meminfo alone.
-		readings = append(readings, probes.Reading{Name: "psi", Value: "unreadable: " + err.Error()})
-	default:
-		readings = append(readings, probes.Reading{Name: "psi_some_avg10", Value: fmt.Sprintf("%.2f%%", pr.Some.Avg10)})
-		if pr.HasFull {
-			readings = append(readings, probes.Reading{Name: "psi_full_avg10", Value: fmt.Sprintf("%.2f%%", pr.Full.Avg10)})
-		}
-		if t := p.cfg.PSISomeAvg10Above; t > 0 && pr.Some.Avg10 > t {
-			problems = append(problems, fmt.Sprintf("memory pressure stall: some avg10 %.2f%% is above %g%%", pr.Some.Avg10, t))
-		}
-		if t := p.cfg.PSIFullAvg10Above; t > 0 {
-			if !pr.HasFull {
-				psiErr = fmt.Errorf("parsing %s: no \"full\" line for PSIFullAvg10Above", psiPath)
-			} else if pr.Full.Avg10 > t {
-				problems = append(problems, fmt.Sprintf("memory pressure stall: full avg10 %.2f%% is above %g%%", pr.Full.Avg10, t))
-			}
-		}
-		if reason == "" && len(problems) > 0 {
-			reason = ReasonMemoryPressureStall
-		}
+	psiReadings, stalls, psiErr := p.cfg.judgePSI(psiPath, pr, available, err)
+	readings = append(readings, psiReadings...)
+	if reason == "" && len(stalls) > 0 {
+		reason = ReasonMemoryPressureStall
 	}
+	problems = append(problems, stalls...)
 
 	if len(problems) > 0 {
 		// A PSI read error does not hide a problem we did see.
@@ -160,6 +137,44 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 		msg += " is at or above " + probes.FormatThreshold(t)
 	}
 	return probes.Result{Status: probes.StatusOK, Reason: ReasonMemoryAvailable, Message: msg, Readings: readings}
+}
+
+// judgePSI judges what readPSI returned against the PSI thresholds. It
+// returns the PSI readings, the stalls found and, when a PSI check is on
+// but cannot be done, why.
+func (c Config) judgePSI(path string, pr psi, available bool, err error) (readings []probes.Reading, stalls []string, psiErr error) {
+	psiOn := c.PSISomeAvg10Above > 0 || c.PSIFullAvg10Above > 0
+	switch {
+	case !available:
+		return []probes.Reading{{Name: "psi", Value: "not available"}}, nil, nil
+	case err != nil && psiOn:
+		return nil, nil, err
+	case err != nil:
+		// No PSI check depends on it: show it, but judge meminfo alone.
+		return []probes.Reading{{Name: "psi", Value: "unreadable: " + err.Error()}}, nil, nil
+	}
+	readings = append(readings, probes.Reading{Name: "psi_some_avg10", Value: fmt.Sprintf("%.2f%%", pr.Some.Avg10)})
+	if pr.HasFull {
+		readings = append(readings, probes.Reading{Name: "psi_full_avg10", Value: fmt.Sprintf("%.2f%%", pr.Full.Avg10)})
+	}
+	stalls, psiErr = c.psiStalls(path, pr)
+	return readings, stalls, psiErr
+}
+
+// psiStalls returns the stalls pr shows above the thresholds, and an
+// error when the full check is on but the file at path has no "full" line.
+func (c Config) psiStalls(path string, pr psi) (stalls []string, err error) {
+	if t := c.PSISomeAvg10Above; t > 0 && pr.Some.Avg10 > t {
+		stalls = append(stalls, fmt.Sprintf("memory pressure stall: some avg10 %.2f%% is above %g%%", pr.Some.Avg10, t))
+	}
+	if t := c.PSIFullAvg10Above; t > 0 {
+		if !pr.HasFull {
+			err = fmt.Errorf("parsing %s: no \"full\" line for PSIFullAvg10Above", path)
+		} else if pr.Full.Avg10 > t {
+			stalls = append(stalls, fmt.Sprintf("memory pressure stall: full avg10 %.2f%% is above %g%%", pr.Full.Avg10, t))
+		}
+	}
+	return stalls, err
 }
 
 // readPSI reads and parses the pressure file at path. It reports the

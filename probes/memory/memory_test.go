@@ -1,7 +1,9 @@
 package memory
 
 import (
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/selftaint/selftaint/probes"
@@ -213,5 +215,56 @@ func TestProbeRealHost(t *testing.T) {
 	got := probestest.CheckRealHost(t, New, Config{AvailableBelow: pct(5), PSISomeAvg10Above: 50}, "memory")
 	if len(got.Readings) < 4 {
 		t.Errorf("got readings %v, want available, total, percent and psi", got.Readings)
+	}
+}
+
+func TestJudgePSI(t *testing.T) {
+	const path = "/host/proc/pressure/memory"
+	on := Config{PSISomeAvg10Above: 20, PSIFullAvg10Above: 10}
+	readErr := errors.New("reading memory PSI: permission denied")
+	calm := psi{Some: psiLine{Avg10: 1}, Full: psiLine{Avg10: 0.5}, HasFull: true}
+	stalled := psi{Some: psiLine{Avg10: 30}, Full: psiLine{Avg10: 12.5}, HasFull: true}
+	tests := []struct {
+		name         string
+		cfg          Config
+		pr           psi
+		available    bool
+		err          error
+		wantReadings string
+		wantStalls   string
+		wantErr      string
+	}{
+		{"not available", on, psi{}, false, nil, "psi=not available", "", ""},
+		{"unreadable, checks on", on, psi{}, true, readErr, "", "", readErr.Error()},
+		{"unreadable, checks off", Config{}, psi{}, true, readErr, "psi=unreadable: " + readErr.Error(), "", ""},
+		{"calm", on, calm, true, nil, "psi_some_avg10=1.00% psi_full_avg10=0.50%", "", ""},
+		{"stalled", on, stalled, true, nil, "psi_some_avg10=30.00% psi_full_avg10=12.50%",
+			"memory pressure stall: some avg10 30.00% is above 20%; memory pressure stall: full avg10 12.50% is above 10%", ""},
+		{"stalled, checks off", Config{}, stalled, true, nil, "psi_some_avg10=30.00% psi_full_avg10=12.50%", "", ""},
+		{"no full line, full check on", on, psi{Some: psiLine{Avg10: 30}}, true, nil, "psi_some_avg10=30.00%",
+			"memory pressure stall: some avg10 30.00% is above 20%", `parsing /host/proc/pressure/memory: no "full" line for PSIFullAvg10Above`},
+		{"no full line, full check off", Config{PSISomeAvg10Above: 20}, psi{Some: psiLine{Avg10: 1}}, true, nil, "psi_some_avg10=1.00%", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			readings, stalls, err := tt.cfg.judgePSI(path, tt.pr, tt.available, tt.err)
+			var got []string
+			for _, r := range readings {
+				got = append(got, r.Name+"="+r.Value)
+			}
+			if g := strings.Join(got, " "); g != tt.wantReadings {
+				t.Errorf("readings: got %q, want %q", g, tt.wantReadings)
+			}
+			if g := strings.Join(stalls, "; "); g != tt.wantStalls {
+				t.Errorf("stalls: got %q, want %q", g, tt.wantStalls)
+			}
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if gotErr != tt.wantErr {
+				t.Errorf("error: got %q, want %q", gotErr, tt.wantErr)
+			}
+		})
 	}
 }

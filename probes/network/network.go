@@ -346,62 +346,98 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 // DefaultRoute asks for, and returns the uplinks to check.
 func (p *Probe) checkRoutes(r *report) []string {
 	req := p.cfg.DefaultRoute
-	v4Path := p.host.Proc("net", "route")
-	v4, v4Err := readRoutes(v4Path, parseIPv4Routes)
-	v6Path := p.host.Proc("net", "ipv6_route")
-	v6, v6Err := readRoutes(v6Path, parseIPv6Routes)
-	v6Disabled := errors.Is(v6Err, fs.ErrNotExist) // ipv6.disable=1: no file at all
-	if v6Disabled {
-		v6Err = nil
-	}
-	v4, v6 = preferred(v4), preferred(v6)
-
-	for _, fam := range []struct {
-		name     string
-		routes   []route
-		err      error
-		disabled bool
-	}{{"ipv4", v4, v4Err, false}, {"ipv6", v6, v6Err, v6Disabled}} {
-		key := "default_route_" + fam.name
-		switch {
-		case fam.err != nil:
+	v4, v6 := p.readDefaultRoutes()
+	for _, fam := range []routeFamily{v4, v6} {
+		if fam.err != nil {
 			r.errs = append(r.errs, fam.err.Error())
-			r.reading(key, "unreadable")
 			r.hostUnreadable = r.hostUnreadable || (fam.name == "ipv4" && errors.Is(fam.err, fs.ErrNotExist))
-		case fam.disabled:
-			r.reading(key, "IPv6 disabled")
-		case len(fam.routes) == 0:
-			r.reading(key, "none")
-		default:
-			r.reading(key, joinRoutes(fam.routes))
 		}
+		r.reading("default_route_"+fam.name, fam.reading())
 	}
+	for _, msg := range missingDefaultRoutes(req, v4, v6) {
+		r.problem(ReasonNoDefaultRoute, "%s", msg)
+	}
+	if ok := defaultRoutesOK(v4.routes, v6.routes); ok != "" {
+		r.oks = append(r.oks, ok)
+	}
+	if len(p.cfg.Interfaces) > 0 {
+		return p.cfg.Interfaces
+	}
+	return uplinkNames(req, v4.routes, v6.routes)
+}
 
-	missing := func(label string, routes []route, err error, disabled bool) {
-		if err != nil {
-			return // reported as a read error
-		}
-		if len(routes) == 0 {
-			why := ""
-			if disabled {
-				why = fmt.Sprintf(" (IPv6 is disabled: %s does not exist)", v6Path)
-			}
-			r.problem(ReasonNoDefaultRoute, "no %s default route%s", label, why)
-		}
+// routeFamily is what one routing table said about default routes.
+type routeFamily struct {
+	name     string  // "ipv4" or "ipv6", as in reading names
+	path     string  // the table's file
+	routes   []route // the preferred default routes
+	err      error   // the table could not be read
+	disabled bool    // IPv6 is disabled: the table does not exist
+}
+
+// readDefaultRoutes reads both routing tables and keeps their preferred
+// default routes. A missing IPv6 table is IPv6 disabled (ipv6.disable=1),
+// not an error.
+func (p *Probe) readDefaultRoutes() (v4, v6 routeFamily) {
+	v4 = routeFamily{name: "ipv4", path: p.host.Proc("net", "route")}
+	v4.routes, v4.err = readRoutes(v4.path, parseIPv4Routes)
+	v6 = routeFamily{name: "ipv6", path: p.host.Proc("net", "ipv6_route")}
+	v6.routes, v6.err = readRoutes(v6.path, parseIPv6Routes)
+	if errors.Is(v6.err, fs.ErrNotExist) {
+		v6.disabled, v6.err = true, nil
 	}
+	v4.routes, v6.routes = preferred(v4.routes), preferred(v6.routes)
+	return v4, v6
+}
+
+// reading is the value of the family's default_route_* reading.
+func (f routeFamily) reading() string {
+	switch {
+	case f.err != nil:
+		return "unreadable"
+	case f.disabled:
+		return "IPv6 disabled"
+	case len(f.routes) == 0:
+		return "none"
+	}
+	return joinRoutes(f.routes)
+}
+
+// missingDefaultRoutes says which default routes req asks for and the
+// tables lack. A table that could not be read lacks nothing: that is a
+// read error, reported as such.
+func missingDefaultRoutes(req RouteRequirement, v4, v6 routeFamily) []string {
 	switch req {
 	case RouteAny:
-		if v4Err == nil && v6Err == nil && len(v4)+len(v6) == 0 {
-			r.problem(ReasonNoDefaultRoute, "no default route (IPv4 or IPv6)")
+		if v4.err == nil && v6.err == nil && len(v4.routes)+len(v6.routes) == 0 {
+			return []string{"no default route (IPv4 or IPv6)"}
 		}
 	case RouteIPv4:
-		missing("IPv4", v4, v4Err, false)
+		return v4.missing("IPv4")
 	case RouteIPv6:
-		missing("IPv6", v6, v6Err, v6Disabled)
+		return v6.missing("IPv6")
 	case RouteBoth:
-		missing("IPv4", v4, v4Err, false)
-		missing("IPv6", v6, v6Err, v6Disabled)
+		return append(v4.missing("IPv4"), v6.missing("IPv6")...)
 	}
+	return nil
+}
+
+// missing says, in a list of none or one, that the table has no default
+// route; label names the family in the message.
+func (f routeFamily) missing(label string) []string {
+	if f.err != nil || len(f.routes) > 0 {
+		return nil
+	}
+	why := ""
+	if f.disabled {
+		why = fmt.Sprintf(" (IPv6 is disabled: %s does not exist)", f.path)
+	}
+	return []string{fmt.Sprintf("no %s default route%s", label, why)}
+}
+
+// defaultRoutesOK is the OK message part for the default routes, or ""
+// when there are none.
+func defaultRoutesOK(v4, v6 []route) string {
 	var defaults []string
 	for _, rt := range v4 {
 		defaults = append(defaults, "IPv4 via "+rt.Iface)
@@ -409,13 +445,15 @@ func (p *Probe) checkRoutes(r *report) []string {
 	for _, rt := range v6 {
 		defaults = append(defaults, "IPv6 via "+rt.Iface)
 	}
-	if len(defaults) > 0 {
-		r.oks = append(r.oks, "default route "+strings.Join(defaults, ", "))
+	if len(defaults) == 0 {
+		return ""
 	}
+	return "default route " + strings.Join(defaults, ", ")
+}
 
-	if len(p.cfg.Interfaces) > 0 {
-		return p.cfg.Interfaces
-	}
+// uplinkNames returns the interfaces of the default routes of the
+// families req checks, each once, in route order.
+func uplinkNames(req RouteRequirement, v4, v6 []route) []string {
 	var uplinks []route
 	if req != RouteIPv6 {
 		uplinks = append(uplinks, v4...)
@@ -461,91 +499,18 @@ const iffUp = 0x1
 func (p *Probe) checkInterface(r *report, name string) {
 	key := "interface " + name
 	dir := p.host.Sys("class", "net", name)
-	if _, err := os.Stat(dir); err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			r.errs = append(r.errs, fmt.Sprintf("reading interface %s: %v", name, err))
-			r.reading(key, "unreadable")
-			return
-		}
-		// Tell a missing interface from a missing or wrong sysfs.
-		if _, err := os.Stat(filepath.Dir(dir)); err != nil {
-			r.errs = append(r.errs, fmt.Sprintf("reading interfaces: %v", err))
-			r.reading(key, "unreadable")
-			return
-		}
-		r.problem(ReasonInterfaceDown, "interface %s does not exist", name)
-		r.reading(key, "missing")
+	if !interfaceExists(r, key, name, dir) {
 		return
 	}
-
-	read := func(file string, parse func([]byte) (string, error)) (string, bool) {
-		path := filepath.Join(dir, file)
-		data, err := os.ReadFile(path)
-		if err == nil {
-			var v string
-			if v, err = parse(data); err == nil {
-				return v, true
-			}
-			err = fmt.Errorf("parsing %s: %w", path, err)
-		} else {
-			err = fmt.Errorf("reading interface %s: %w", name, err)
-		}
+	link, err := readLink(dir, name)
+	if err != nil {
 		r.errs = append(r.errs, err.Error())
 		r.reading(key, "unreadable")
-		return "", false
-	}
-	flags, ok := read("flags", func(b []byte) (string, error) {
-		v, err := parseFlags(b)
-		if v&iffUp == 0 {
-			return "down", err
-		}
-		return "up", err
-	})
-	if !ok {
 		return
 	}
-	if flags == "down" {
-		r.problem(ReasonInterfaceDown, "interface %s is administratively down", name)
-		r.reading(key, "administratively down")
-		return
-	}
-	operstate, ok := read("operstate", func(b []byte) (string, error) {
-		s := strings.TrimSpace(string(b))
-		if s == "" {
-			return "", errors.New("file is empty")
-		}
-		return s, nil
-	})
-	if !ok {
-		return
-	}
-	carrierPath := filepath.Join(dir, "carrier")
-	data, err := os.ReadFile(carrierPath)
-	carrier := false
-	switch {
-	case errors.Is(err, syscall.EINVAL):
-		// The kernel refuses to read carrier while the device is down.
-	case err != nil:
-		r.errs = append(r.errs, fmt.Sprintf("reading interface %s: %v", name, err))
-		r.reading(key, "unreadable")
-		return
-	default:
-		if carrier, err = parseCarrier(data); err != nil {
-			r.errs = append(r.errs, fmt.Sprintf("parsing %s: %v", carrierPath, err))
-			r.reading(key, "unreadable")
-			return
-		}
-	}
-	if !carrier {
-		r.problem(ReasonInterfaceDown, "interface %s has no carrier (operstate %s)", name, operstate)
-		r.reading(key, "no carrier, operstate "+operstate)
-		return
-	}
-	// "unknown" is what drivers without operstate support (tun, some
-	// virtual and older NICs) report while working.
-	if operstate != "up" && operstate != "unknown" {
-		r.problem(ReasonInterfaceDown, "interface %s is not up (operstate %s)", name, operstate)
-		r.reading(key, "operstate "+operstate)
+	if msg, reading := link.problem(name); msg != "" {
+		r.problem(ReasonInterfaceDown, "%s", msg)
+		r.reading(key, reading)
 		return
 	}
 
@@ -555,12 +520,7 @@ func (p *Probe) checkInterface(r *report, name string) {
 		r.reading(key, "up, addresses unreadable")
 		return
 	}
-	var global []string
-	for _, a := range addrs {
-		if ip := addrIP(a); ip.IsGlobalUnicast() {
-			global = append(global, a.String())
-		}
-	}
+	global := globalAddrs(addrs)
 	if len(global) == 0 {
 		r.problem(ReasonNoGlobalAddress, "interface %s has no global address", name)
 		r.reading(key, "up, no global address")
@@ -568,6 +528,111 @@ func (p *Probe) checkInterface(r *report, name string) {
 	}
 	r.reading(key, "up, "+strings.Join(global, " "))
 	r.oks = append(r.oks, fmt.Sprintf("interface %s up with %s", name, strings.Join(global, " ")))
+}
+
+// interfaceExists reports whether the interface's sysfs directory dir
+// exists. When it does not, it records why under key: the interface is
+// missing (a problem) or sysfs cannot be read (an error).
+func interfaceExists(r *report, key, name, dir string) bool {
+	_, err := os.Stat(dir)
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		r.errs = append(r.errs, fmt.Sprintf("reading interface %s: %v", name, err))
+		r.reading(key, "unreadable")
+		return false
+	}
+	// Tell a missing interface from a missing or wrong sysfs.
+	if _, err := os.Stat(filepath.Dir(dir)); err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("reading interfaces: %v", err))
+		r.reading(key, "unreadable")
+		return false
+	}
+	r.problem(ReasonInterfaceDown, "interface %s does not exist", name)
+	r.reading(key, "missing")
+	return false
+}
+
+// linkState is an interface's link as sysfs shows it.
+type linkState struct {
+	up        bool   // administratively (IFF_UP)
+	operstate string // read only when up
+	carrier   bool   // read only when up
+}
+
+// readLink reads the link state of the interface name from its sysfs
+// directory dir. It stops at an administratively down interface.
+func readLink(dir, name string) (linkState, error) {
+	var l linkState
+	data, err := readInterfaceFile(dir, name, "flags")
+	if err != nil {
+		return l, err
+	}
+	flags, err := parseFlags(data)
+	if err != nil {
+		return l, fmt.Errorf("parsing %s: %w", filepath.Join(dir, "flags"), err)
+	}
+	if l.up = flags&iffUp != 0; !l.up {
+		return l, nil
+	}
+	if data, err = readInterfaceFile(dir, name, "operstate"); err != nil {
+		return l, err
+	}
+	if l.operstate = strings.TrimSpace(string(data)); l.operstate == "" {
+		return l, fmt.Errorf("parsing %s: file is empty", filepath.Join(dir, "operstate"))
+	}
+	data, err = readInterfaceFile(dir, name, "carrier")
+	switch {
+	case errors.Is(err, syscall.EINVAL):
+		// The kernel refuses to read carrier while the device is down.
+	case err != nil:
+		return l, err
+	default:
+		if l.carrier, err = parseCarrier(data); err != nil {
+			return l, fmt.Errorf("parsing %s: %w", filepath.Join(dir, "carrier"), err)
+		}
+	}
+	return l, nil
+}
+
+// readInterfaceFile reads file in the interface's sysfs directory dir;
+// errors name the interface.
+func readInterfaceFile(dir, name, file string) ([]byte, error) {
+	data, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return nil, fmt.Errorf("reading interface %s: %w", name, err)
+	}
+	return data, nil
+}
+
+// problem says what is wrong with the link of interface name, as a
+// problem message and a reading value, or "", "" when it is up with
+// carrier.
+func (l linkState) problem(name string) (msg, reading string) {
+	switch {
+	case !l.up:
+		return fmt.Sprintf("interface %s is administratively down", name), "administratively down"
+	case !l.carrier:
+		return fmt.Sprintf("interface %s has no carrier (operstate %s)", name, l.operstate), "no carrier, operstate " + l.operstate
+	// "unknown" is what drivers without operstate support (tun, some
+	// virtual and older NICs) report while working.
+	case l.operstate != "up" && l.operstate != "unknown":
+		return fmt.Sprintf("interface %s is not up (operstate %s)", name, l.operstate), "operstate " + l.operstate
+	}
+	return "", ""
+}
+
+// globalAddrs returns the global unicast addresses among addrs, as
+// strings.
+func globalAddrs(addrs []net.Addr) []string {
+	var global []string
+	for _, a := range addrs {
+		if ip := addrIP(a); ip.IsGlobalUnicast() {
+			global = append(global, a.String())
+		}
+	}
+	return global
 }
 
 // addrIP returns the IP of an interface address (an *net.IPNet from

@@ -433,3 +433,81 @@ func TestProbeRealHost(t *testing.T) {
 		t.Errorf("got default_route_ipv4 reading %q, want the parsed route", r)
 	}
 }
+
+func TestMissingDefaultRoutes(t *testing.T) {
+	some := []route{{Iface: "eth0"}}
+	readErr := errors.New("reading routes: boom")
+	v4 := func(routes []route, err error) routeFamily {
+		return routeFamily{name: "ipv4", routes: routes, err: err}
+	}
+	v6 := func(routes []route, err error) routeFamily {
+		return routeFamily{name: "ipv6", routes: routes, err: err}
+	}
+	v6Off := routeFamily{name: "ipv6", path: "/host/proc/net/ipv6_route", disabled: true}
+	tests := []struct {
+		name   string
+		req    RouteRequirement
+		v4, v6 routeFamily
+		want   []string
+	}{
+		{"any, both present", RouteAny, v4(some, nil), v6(some, nil), nil},
+		{"any, ipv6 only", RouteAny, v4(nil, nil), v6(some, nil), nil},
+		{"any, none", RouteAny, v4(nil, nil), v6(nil, nil), []string{"no default route (IPv4 or IPv6)"}},
+		{"any, none, ipv6 disabled", RouteAny, v4(nil, nil), v6Off, []string{"no default route (IPv4 or IPv6)"}},
+		{"any, none, ipv4 unreadable", RouteAny, v4(nil, readErr), v6(nil, nil), nil},
+		{"ipv4, missing", RouteIPv4, v4(nil, nil), v6(some, nil), []string{"no IPv4 default route"}},
+		{"ipv4, unreadable", RouteIPv4, v4(nil, readErr), v6(some, nil), nil},
+		{"ipv6, missing", RouteIPv6, v4(some, nil), v6(nil, nil), []string{"no IPv6 default route"}},
+		{"ipv6, disabled", RouteIPv6, v4(some, nil), v6Off, []string{"no IPv6 default route (IPv6 is disabled: /host/proc/net/ipv6_route does not exist)"}},
+		{"both, both missing", RouteBoth, v4(nil, nil), v6(nil, nil), []string{"no IPv4 default route", "no IPv6 default route"}},
+		{"both, present", RouteBoth, v4(some, nil), v6(some, nil), nil},
+		{"none", RouteNone, v4(nil, nil), v6(nil, nil), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := missingDefaultRoutes(tt.req, tt.v4, tt.v6)
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUplinkNames(t *testing.T) {
+	v4 := []route{{Iface: "eth0"}, {Iface: "eth1"}}
+	v6 := []route{{Iface: "eth1"}, {Iface: "wg0"}}
+	tests := []struct {
+		req  RouteRequirement
+		want string
+	}{
+		{RouteAny, "eth0 eth1 wg0"},
+		{RouteBoth, "eth0 eth1 wg0"},
+		{RouteNone, "eth0 eth1 wg0"},
+		{RouteIPv4, "eth0 eth1"},
+		{RouteIPv6, "eth1 wg0"},
+	}
+	for _, tt := range tests {
+		if got := strings.Join(uplinkNames(tt.req, v4, v6), " "); got != tt.want {
+			t.Errorf("uplinkNames(%q): got %q, want %q", tt.req, got, tt.want)
+		}
+	}
+}
+
+func TestLinkStateProblem(t *testing.T) {
+	tests := []struct {
+		link             linkState
+		wantMsg, wantVal string
+	}{
+		{linkState{}, "interface eth0 is administratively down", "administratively down"},
+		{linkState{up: true, operstate: "down"}, "interface eth0 has no carrier (operstate down)", "no carrier, operstate down"},
+		{linkState{up: true, operstate: "dormant", carrier: true}, "interface eth0 is not up (operstate dormant)", "operstate dormant"},
+		{linkState{up: true, operstate: "up", carrier: true}, "", ""},
+		{linkState{up: true, operstate: "unknown", carrier: true}, "", ""},
+	}
+	for _, tt := range tests {
+		msg, val := tt.link.problem("eth0")
+		if msg != tt.wantMsg || val != tt.wantVal {
+			t.Errorf("%+v: got %q, %q, want %q, %q", tt.link, msg, val, tt.wantMsg, tt.wantVal)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package testcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeBin writes an executable shell script called name into dir.
+func fakeBin(t *testing.T, dir, name, script string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// fakeBins points ETCD_BIN and KUBE_BIN_DIR at scripts: etcd runs etcdScript,
+// the Kubernetes components sleep.
+func fakeBins(t *testing.T, etcdScript string) {
+	t.Helper()
+	if runtime.GOOS == "windows" {
+		t.Skip("needs /bin/sh")
+	}
+	dir := t.TempDir()
+	t.Setenv("ETCD_BIN", fakeBin(t, dir, "etcd", etcdScript))
+	for _, n := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		fakeBin(t, dir, n, "exec sleep 60")
+	}
+	t.Setenv("KUBE_BIN_DIR", dir)
+}
+
+// privateTmp points $TMPDIR at an empty directory of the test's, and returns
+// a function that lists what is in it, to check that New leaves nothing
+// behind.
+func privateTmp(t *testing.T) func() []string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	return func() []string {
+		t.Helper()
+		m, err := filepath.Glob(filepath.Join(dir, "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+}
+
+func TestMissingBinaryError(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "plain")
+	if err := os.WriteFile(notExec, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path string
+		want       string
+	}{
+		{"missing file", filepath.Join(dir, "nope"), "nope: no such file"},
+		{"directory", dir, "is not an executable file"},
+		{"not executable", notExec, "is not an executable file"},
+		{"not on PATH", "", "executable file not found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := lookBinary("testcp-no-such-binary", tt.path, "get it somewhere")
+			var mb *MissingBinaryError
+			if !errors.As(err, &mb) {
+				t.Fatalf("lookBinary error = %v (%T), want a *MissingBinaryError", err, err)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "testcp-no-such-binary not available: ") || !strings.Contains(msg, tt.want) || !strings.HasSuffix(msg, "; get it somewhere") {
+				t.Errorf("error = %q, want the binary, %q and the hint", msg, tt.want)
+			}
+			if mb.Unwrap() == nil {
+				t.Errorf("Unwrap() = nil")
+			}
+		})
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := lookBinary("self", self, ""); err != nil || !filepath.IsAbs(got) {
+		t.Errorf("lookBinary(an executable) = %q, %v; want its absolute path", got, err)
+	}
+}
+
+func TestComponentError(t *testing.T) {
+	dir := t.TempDir()
+	c := &component{name: "kube-apiserver", logPath: filepath.Join(dir, "kube-apiserver.log")}
+	var log strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&log, "line %d\n", i)
+	}
+	if err := os.WriteFile(c.logPath, []byte(log.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("boom")
+	err := c.failure(cause)
+	var ce *ComponentError
+	if !errors.As(err, &ce) || !errors.Is(err, cause) {
+		t.Fatalf("failure() = %v, want a *ComponentError wrapping the cause", err)
+	}
+	if !c.reported {
+		t.Errorf("the log is not marked as reported")
+	}
+	msg := err.Error()
+	for _, want := range []string{"testcp: kube-apiserver: boom", "last 40 lines of " + c.logPath, "line 60\n", "line 99"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "line 59\n") {
+		t.Errorf("error quotes more than 40 lines:\n%s", msg)
+	}
+}
+
+func TestNewMissingBinary(t *testing.T) {
+	left := privateTmp(t)
+	fakeBins(t, "exit 1")
+	t.Setenv("ETCD_BIN", filepath.Join(t.TempDir(), "no-etcd"))
+	cp, err := New(t.Context(), Options{})
+	var mb *MissingBinaryError
+	if cp != nil || !errors.As(err, &mb) || mb.Name != "etcd" {
+		t.Fatalf("New = %v, %v; want nil and a *MissingBinaryError for etcd", cp, err)
+	}
+	if l := left(); len(l) != 0 {
+		t.Errorf("New left %v behind", l)
+	}
+
+	// Only the components asked for are looked for.
+	fakeBins(t, "exit 1")
+	if err := os.Remove(filepath.Join(os.Getenv("KUBE_BIN_DIR"), "kube-scheduler")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(t.Context(), Options{ControllerManager: true, Scheduler: true})
+	if !errors.As(err, &mb) || mb.Name != "kube-scheduler" {
+		t.Errorf("New with no kube-scheduler = %v, want a *MissingBinaryError for it", err)
+	}
+}
+
+func TestNewComponentFails(t *testing.T) {
+	left := privateTmp(t)
+	fakeBins(t, "echo etcd says goodbye >&2; exit 3")
+	cp, err := New(t.Context(), Options{})
+	var ce *ComponentError
+	if cp != nil || !errors.As(err, &ce) {
+		t.Fatalf("New = %v, %v; want nil and a *ComponentError", cp, err)
+	}
+	if ce.Component != "etcd" || !strings.Contains(ce.Err.Error(), "exited before it was ready") || !strings.Contains(ce.LogTail, "etcd says goodbye") {
+		t.Errorf("error = %+v, want etcd exiting, with its log", ce)
+	}
+	if l := left(); len(l) != 0 {
+		t.Errorf("New left %v behind", l)
+	}
+}
+
+func TestNewCancelled(t *testing.T) {
+	fakeBins(t, "exec sleep 60")
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err := New(ctx, Options{})
+	var ce *ComponentError
+	if !errors.As(err, &ce) || ce.Component != "etcd" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("New = %v, want a *ComponentError for etcd wrapping the context's end", err)
+	}
+	if d := time.Since(began); d > stopGrace {
+		t.Errorf("New took %v to give up", d)
+	}
+}
+
+// fakeT is a T whose Fatalf and Skipf end the goroutine, as testing's do.
+type fakeT struct {
+	dir              string
+	fatal, skip      string
+	logs             []string
+	cleanups         []func()
+	failed, finished bool
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.fatal, f.failed = fmt.Sprintf(format, args...), true
+	runtime.Goexit()
+}
+func (f *fakeT) Skipf(format string, args ...any) {
+	f.skip = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (f *fakeT) Logf(format string, args ...any) {
+	f.logs = append(f.logs, fmt.Sprintf(format, args...))
+}
+func (f *fakeT) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeT) TempDir() string   { return f.dir }
+func (f *fakeT) Failed() bool      { return f.failed }
+
+// runStart runs Start with a fakeT, then its cleanups, last first.
+func runStart(t *testing.T, opts Options) *fakeT {
+	ft := &fakeT{dir: t.TempDir()}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Start(ft, opts)
+		ft.finished = true
+	}()
+	<-done
+	for i := len(ft.cleanups) - 1; i >= 0; i-- {
+		ft.cleanups[i]()
+	}
+	return ft
+}
+
+func TestStartOutcomes(t *testing.T) {
+	tests := []struct {
+		name       string
+		ci         string
+		etcd       string // script; "" for a missing etcd
+		wantFatal  string
+		wantSkip   string
+		wantLogged string
+	}{
+		{"missing binary, CI", "true", "", "(CI=true, so this is a failure, not a skip)", "", ""},
+		{"missing binary, local", "", "", "", "(skipping; with CI=true this fails)", ""},
+		{"component fails, local", "", "echo bad flag >&2; exit 2", "etcd: exited before it was ready", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("CI", tt.ci)
+			fakeBins(t, tt.etcd)
+			if tt.etcd == "" {
+				t.Setenv("ETCD_BIN", filepath.Join(t.TempDir(), "no-etcd"))
+			}
+			ft := runStart(t, Options{})
+			if ft.finished {
+				t.Fatalf("Start returned")
+			}
+			if tt.wantFatal != "" && !strings.Contains(ft.fatal, tt.wantFatal) || tt.wantFatal == "" && ft.fatal != "" {
+				t.Errorf("Fatalf(%q), want %q", ft.fatal, tt.wantFatal)
+			}
+			if tt.wantSkip != "" && !strings.Contains(ft.skip, tt.wantSkip) || tt.wantSkip == "" && ft.skip != "" {
+				t.Errorf("Skipf(%q), want %q", ft.skip, tt.wantSkip)
+			}
+			if tt.etcd == "" && !strings.Contains(ft.fatal+ft.skip, "etcd not available: ") {
+				t.Errorf("message %q does not name etcd", ft.fatal+ft.skip)
+			}
+			if tt.etcd != "" && !strings.Contains(ft.fatal, "bad flag") {
+				t.Errorf("Fatalf(%q) does not quote etcd's log", ft.fatal)
+			}
+			// The failing component's log is quoted once, not again at
+			// teardown.
+			if len(ft.logs) != 0 {
+				t.Errorf("logged at teardown: %q", ft.logs)
+			}
+		})
+	}
+}
+
+func TestNewClose(t *testing.T) {
+	SkipIfShort(t, "starts a control plane")
+	cp, err := New(t.Context(), Options{})
+	if mb := (*MissingBinaryError)(nil); errors.As(err, &mb) {
+		skipOrFail(t, mb)
+	}
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = cp.Close() })
+	checkVersion(t, cp.Client())
+	if _, err := os.Stat(cp.KubeconfigPath); err != nil {
+		t.Errorf("kubeconfig: %v", err)
+	}
+	procs := []*component{cp.etcd, cp.apiserver}
+	if err := cp.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, c := range procs {
+		if c.running() {
+			t.Errorf("%s still running after Close", c.name)
+		}
+	}
+	if _, err := os.Stat(cp.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Dir after Close: %v, want it removed", err)
+	}
+	if err := cp.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}

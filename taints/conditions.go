@@ -1,0 +1,89 @@
+package taints
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/taints/faults"
+)
+
+// Published is a condition as last published (or adopted from the Node at
+// start-up), and whether a fault decided it.
+type Published struct {
+	State
+	Fault bool
+}
+
+// ConditionsInput is what decides the conditions one sync publishes.
+type ConditionsInput struct {
+	Now time.Time
+	// Damped are the conditions the dampers have decided.
+	Damped map[corev1.NodeConditionType]State
+	// Faults are the faults in force, by condition: each decides its
+	// condition outright, no damping (the damper keeps observing underneath
+	// and takes over again when the fault ends).
+	Faults map[corev1.NodeConditionType]faults.Fault
+	// Published is what was published last, for transition times.
+	Published map[corev1.NodeConditionType]Published
+	// InitCondition and Init, when Init is set, decide the initialization
+	// condition (Init.States is filled in here from the other conditions).
+	InitCondition corev1.NodeConditionType
+	Init          *InitInput
+}
+
+// ConditionsPlan is the conditions to publish.
+type ConditionsPlan struct {
+	States    map[corev1.NodeConditionType]State
+	FromFault map[corev1.NodeConditionType]bool
+	// Init is the initialization verdict, when initialization is managed.
+	Init *InitVerdict
+}
+
+// PlanConditions decides every condition to publish and its
+// lastTransitionTime: carried from the last published state while the
+// status holds; now when a fault starts or ends, or for a state never
+// published; the damper's flip time otherwise (now if that would go back
+// in time). The initialization condition, while undecided, keeps what was
+// published.
+func PlanConditions(in ConditionsInput) ConditionsPlan {
+	p := ConditionsPlan{States: map[corev1.NodeConditionType]State{}, FromFault: map[corev1.NodeConditionType]bool{}}
+	for t, s := range in.Damped {
+		p.States[t] = s
+	}
+	for t, f := range in.Faults {
+		p.States[t] = State{Status: f.Status, Reason: f.Reason, Message: f.Message}
+		p.FromFault[t] = true
+	}
+	for t, s := range p.States {
+		p.States[t] = transition(in.Published, t, s, p.FromFault[t], in.Now)
+	}
+	if in.Init != nil {
+		init := *in.Init
+		init.States = p.States
+		v := DecideInit(init)
+		if prev, ok := in.Published[in.InitCondition]; !v.Decided && ok {
+			v.State = prev.State
+		}
+		p.States[in.InitCondition] = transition(in.Published, in.InitCondition, v.State, false, in.Now)
+		p.Init = &v
+	}
+	return p
+}
+
+// transition sets s's lastTransitionTime for condition t (see
+// PlanConditions).
+func transition(published map[corev1.NodeConditionType]Published, t corev1.NodeConditionType, s State, fromFault bool, now time.Time) State {
+	p, ok := published[t]
+	switch {
+	case ok && p.Status == s.Status:
+		s.LastTransitionTime = p.LastTransitionTime
+	case fromFault || (ok && p.Fault) || s.LastTransitionTime.IsZero():
+		// A fault starting or ending flips the condition now, whenever the
+		// damper underneath last changed.
+		s.LastTransitionTime = now
+	case ok && s.LastTransitionTime.Before(p.LastTransitionTime):
+		s.LastTransitionTime = now
+	}
+	return s
+}

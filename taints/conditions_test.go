@@ -1,0 +1,98 @@
+package taints
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/taints/faults"
+)
+
+func TestPlanConditions(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	const mem, initC corev1.NodeConditionType = "SelftaintMemoryPressure", "SelftaintUninitialized"
+	st := func(s corev1.ConditionStatus, reason string, ltt time.Time) State {
+		return State{Status: s, Reason: reason, LastTransitionTime: ltt}
+	}
+	fault := faults.Fault{Key: "fault.selftaint.io/memory", Condition: mem, Status: corev1.ConditionTrue, Reason: faults.DefaultReason, Message: "drill"}
+	tests := []struct {
+		name      string
+		in        ConditionsInput
+		want      State // of mem, or of initC when the case is about initialization
+		of        corev1.NodeConditionType
+		fromFault bool
+	}{
+		{
+			name: "status holds: the published transition time is carried",
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{mem: st("False", "Fine", ago(time.Minute))},
+				Published: map[corev1.NodeConditionType]Published{mem: {State: st("False", "Fine", ago(time.Hour))}}},
+			want: st("False", "Fine", ago(time.Hour)), of: mem,
+		},
+		{
+			name: "a damped flip keeps the damper's flip time",
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{mem: st("True", "Low", ago(time.Second))},
+				Published: map[corev1.NodeConditionType]Published{mem: {State: st("False", "Fine", ago(time.Hour))}}},
+			want: st("True", "Low", ago(time.Second)), of: mem,
+		},
+		{
+			name: "a flip time before the last publication is not believed: now",
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{mem: st("True", "Low", ago(2*time.Hour))},
+				Published: map[corev1.NodeConditionType]Published{mem: {State: st("False", "Fine", ago(time.Hour))}}},
+			want: st("True", "Low", now), of: mem,
+		},
+		{
+			name: "never published, no flip time: now",
+			in:   ConditionsInput{Damped: map[corev1.NodeConditionType]State{mem: st("False", "Fine", time.Time{})}},
+			want: st("False", "Fine", now), of: mem,
+		},
+		{
+			name: "a fault starts: its state, flipped now, whatever the damper says",
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{mem: st("False", "Fine", ago(time.Minute))},
+				Faults:    map[corev1.NodeConditionType]faults.Fault{mem: fault},
+				Published: map[corev1.NodeConditionType]Published{mem: {State: st("False", "Fine", ago(time.Hour))}}},
+			want: State{Status: "True", Reason: faults.DefaultReason, Message: "drill", LastTransitionTime: now}, of: mem, fromFault: true,
+		},
+		{
+			name: "a fault holds: its transition time is carried",
+			in: ConditionsInput{Faults: map[corev1.NodeConditionType]faults.Fault{mem: fault},
+				Published: map[corev1.NodeConditionType]Published{mem: {State: st("True", faults.DefaultReason, ago(time.Minute)), Fault: true}}},
+			want: State{Status: "True", Reason: faults.DefaultReason, Message: "drill", LastTransitionTime: ago(time.Minute)}, of: mem, fromFault: true,
+		},
+		{
+			name: "a fault ends: back to the damper's state, flipped now",
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{mem: st("False", "Fine", ago(time.Hour))},
+				Published: map[corev1.NodeConditionType]Published{mem: {State: st("True", faults.DefaultReason, ago(time.Minute)), Fault: true}}},
+			want: st("False", "Fine", now), of: mem,
+		},
+		{
+			name: "initialization undecided after a restart: what was published stays",
+			in: ConditionsInput{InitCondition: initC, Init: &InitInput{Continuous: true, Initialized: true, WaitingProbes: []string{"memory"}},
+				Published: map[corev1.NodeConditionType]Published{initC: {State: st("False", ReasonInitialized, ago(time.Hour))}}},
+			want: st("False", ReasonInitialized, ago(time.Hour)), of: initC,
+		},
+		{
+			name: "initialization decided from the other conditions: a required one failing",
+			in: ConditionsInput{InitCondition: initC,
+				Init:      &InitInput{Continuous: true, Initialized: true, Required: []corev1.NodeConditionType{mem}, Healthy: map[corev1.NodeConditionType]corev1.ConditionStatus{mem: "False"}},
+				Damped:    map[corev1.NodeConditionType]State{mem: st("True", "Low", ago(time.Second))},
+				Published: map[corev1.NodeConditionType]Published{initC: {State: st("False", ReasonInitialized, ago(time.Hour))}}},
+			want: State{Status: "True", Reason: ReasonRequiredCheckFailed, Message: "required: SelftaintMemoryPressure is True (Low)", LastTransitionTime: now}, of: initC,
+		},
+	}
+	for _, tt := range tests {
+		tt.in.Now = now
+		p := PlanConditions(tt.in)
+		if got := p.States[tt.of]; fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: %s = %+v, want %+v", tt.name, tt.of, got, tt.want)
+		}
+		if p.FromFault[tt.of] != tt.fromFault {
+			t.Errorf("%s: from a fault %v, want %v", tt.name, p.FromFault[tt.of], tt.fromFault)
+		}
+		if (tt.in.Init != nil) != (p.Init != nil) {
+			t.Errorf("%s: init verdict %v with init input %v", tt.name, p.Init, tt.in.Init)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package taints
+
+import (
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// InitializedAnnotation records when selftaint first found the node
+// initialized (RFC 3339). In bootstrap mode its presence means the
+// uninitialized taint is never put back.
+const InitializedAnnotation = "selftaint.io/initialized-at"
+
+// MetadataInput is what decides the taints, labels and annotations
+// selftaint keeps on its Node.
+type MetadataInput struct {
+	// Node is the Node as read (taints, labels, annotations and the
+	// ownership records in them).
+	Node *corev1.Node
+	Now  time.Time
+	// Rules map conditions to taints.
+	Rules []Rule
+	// Statuses are the conditions decided at this sync. A rule whose
+	// condition is absent is undecided: its taint is never lifted.
+	Statuses map[corev1.NodeConditionType]corev1.ConditionStatus
+	// Hardware is the inventory; HardwareKnown is false until the first
+	// one is taken, and until then no hardware taint or label is lifted.
+	Hardware      []Hardware
+	HardwareKnown bool
+	// Init, if set, manages the uninitialized taint.
+	Init *InitTaint
+	// Ownable is what the ownership records are trusted for.
+	Ownable Ownable
+}
+
+// InitTaint is the uninitialized taint and this sync's verdict on it.
+type InitTaint struct {
+	Taint   corev1.Taint
+	Verdict InitVerdict
+}
+
+// MetadataPlan is what to write to the Node's metadata and spec.taints.
+type MetadataPlan struct {
+	Taints Plan
+	Labels LabelPlan
+	// Annotations to set besides the ownership records (initialized-at).
+	Annotations map[string]string
+	// UntrustedTaints and UntrustedLabels are ownership record entries
+	// outside Ownable: ignored, and dropped by this write.
+	UntrustedTaints []TaintID
+	UntrustedLabels []string
+	// BadRecords are ownership records that could not be read; each counts
+	// as owning nothing.
+	BadRecords []error
+	// Changed says whether anything needs writing.
+	Changed bool
+}
+
+// PlanMetadata decides the Node's taints, selftaint's labels, the
+// ownership records and initialized-at:
+//   - the taints the rules imply for the decided conditions, the hardware
+//     taints, and the uninitialized taint while the node is uninitialized;
+//   - what must not be lifted yet: the owned taint of a rule whose condition
+//     is undecided (no verdict since start and nothing on the Node to
+//     adopt), owned taints no rule makes before the first inventory, and the
+//     uninitialized taint while initialization is undecided;
+//   - only taints and labels the trusted records say are ours are removed;
+//     the uninitialized taint is ours whoever put it there.
+func PlanMetadata(in MetadataInput) MetadataPlan {
+	var p MetadataPlan
+	node := in.Node
+	owned, err := ParseOwned(node.Annotations[OwnedTaintsAnnotation])
+	if err != nil {
+		p.BadRecords = append(p.BadRecords, err)
+		owned = nil
+	}
+	ownedLabels, err := ParseOwnedLabels(node.Annotations[OwnedLabelsAnnotation])
+	if err != nil {
+		p.BadRecords = append(p.BadRecords, err)
+		ownedLabels = nil
+	}
+	owned, p.UntrustedTaints = in.Ownable.TrustOwned(owned)
+	ownedLabels, p.UntrustedLabels = in.Ownable.TrustOwnedLabels(ownedLabels)
+	if in.Init != nil {
+		owned = claimInitTaint(node, owned, IDOf(in.Init.Taint))
+	}
+	desired := desiredTaints(in, owned)
+	p.Annotations = map[string]string{}
+	if in.Init != nil {
+		desired = withInitTaint(node, desired, *in.Init)
+		if _, done := node.Annotations[InitializedAnnotation]; in.Init.Verdict.First && !done {
+			p.Annotations[InitializedAnnotation] = in.Now.UTC().Format(time.RFC3339)
+		}
+	}
+	p.Taints = PlanTaints(node.Spec.Taints, owned, desired, in.Now)
+	p.Labels = PlanLabels(node.Labels, ownedLabels, desiredLabels(node, ownedLabels, in))
+	if len(p.UntrustedTaints)+len(p.UntrustedLabels) > 0 {
+		// Rewrite the records without the entries ignored.
+		p.Taints.Changed, p.Labels.Changed = true, true
+	}
+	p.Changed = p.Taints.Changed || p.Labels.Changed || len(p.Annotations) > 0
+	return p
+}
+
+// desiredTaints is what the rules and the hardware ask for, plus the owned
+// taints that must not be lifted yet (see PlanMetadata).
+func desiredTaints(in MetadataInput, owned []TaintID) []corev1.Taint {
+	desired := Desired(in.Rules, in.Statuses)
+	have := map[TaintID]bool{}
+	for _, t := range desired {
+		have[IDOf(t)] = true
+	}
+	for _, t := range HardwareTaints(in.Hardware) {
+		if id := IDOf(t); !have[id] {
+			desired = append(desired, t)
+			have[id] = true
+		}
+	}
+	for _, t := range in.Node.Spec.Taints {
+		id := IDOf(t)
+		if have[id] || !slices.Contains(owned, id) || (in.Init != nil && id == IDOf(in.Init.Taint)) {
+			continue // the uninitialized taint: withInitTaint decides it
+		}
+		if keepUndecided(in, id) {
+			desired = append(desired, t)
+			have[id] = true
+		}
+	}
+	return desired
+}
+
+// keepUndecided says whether an owned taint no rule or hardware asks for
+// now must stay because what would lift it is not decided yet: a rule's
+// condition without a state, or, before the first inventory, a taint no
+// rule makes (a hardware taint).
+func keepUndecided(in MetadataInput, id TaintID) bool {
+	ruled := false
+	for _, r := range in.Rules {
+		if IDOf(r.Taint) != id {
+			continue
+		}
+		ruled = true
+		if _, decided := in.Statuses[r.Condition]; !decided {
+			return true
+		}
+	}
+	return !in.HardwareKnown && !ruled
+}
+
+// desiredLabels is what the hardware inventory asks for; before the first
+// inventory, the labels we own stay as they are.
+func desiredLabels(node *corev1.Node, owned []string, in MetadataInput) map[string]string {
+	if in.HardwareKnown {
+		return HardwareLabels(in.Hardware)
+	}
+	keep := map[string]string{}
+	for _, k := range owned {
+		if v, ok := node.Labels[k]; ok {
+			keep[k] = v
+		}
+	}
+	return keep
+}
+
+// claimInitTaint adds the uninitialized taint to what we own when it is on
+// the Node: whoever put it there (the kubelet at registration), removing it
+// is our job.
+func claimInitTaint(node *corev1.Node, owned []TaintID, id TaintID) []TaintID {
+	if slices.Contains(owned, id) {
+		return owned
+	}
+	for _, t := range node.Spec.Taints {
+		if IDOf(t) == id {
+			return append(slices.Clone(owned), id)
+		}
+	}
+	return owned
+}
+
+// withInitTaint adds the uninitialized taint to desired when the node is
+// uninitialized, and keeps it as it is while the state is undecided.
+func withInitTaint(node *corev1.Node, desired []corev1.Taint, it InitTaint) []corev1.Taint {
+	id := IDOf(it.Taint)
+	if slices.ContainsFunc(desired, func(t corev1.Taint) bool { return IDOf(t) == id }) {
+		return desired
+	}
+	switch {
+	case it.Verdict.Decided && it.Verdict.Uninitialized:
+		return append(desired, it.Taint)
+	case !it.Verdict.Decided:
+		for _, t := range node.Spec.Taints {
+			if IDOf(t) == id {
+				return append(desired, t)
+			}
+		}
+	}
+	return desired
+}

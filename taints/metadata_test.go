@@ -1,0 +1,242 @@
+package taints
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestPlanMetadata(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	const mem, ev corev1.NodeConditionType = "SelftaintMemoryPressure", "SelftaintEvict"
+	memTaint := corev1.Taint{Key: "selftaint.io/memory-pressure", Effect: corev1.TaintEffectNoSchedule}
+	evict := corev1.Taint{Key: "selftaint.io/evict", Effect: corev1.TaintEffectNoExecute}
+	rules := []Rule{
+		{Condition: mem, Status: corev1.ConditionTrue, Taint: memTaint},
+		{Condition: ev, Status: corev1.ConditionTrue, Taint: evict},
+	}
+	dedicated := corev1.Taint{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}
+	fpga := Hardware{Name: "example.com/fpga", Count: 1, Advertise: true, Taint: true, Label: true}
+	fpgaGone := fpga
+	fpgaGone.Count = 0
+	fpgaTaint := HardwareTaint(fpga.Name)
+	const fpgaLabel = "example.com/fpga.present"
+	initTaint := corev1.Taint{Key: "selftaint.io/uninitialized", Effect: corev1.TaintEffectNoSchedule}
+	ownable := Ownable{
+		Taints: map[TaintID]bool{IDOf(memTaint): true, IDOf(evict): true, IDOf(fpgaTaint): true, IDOf(initTaint): true},
+		Labels: map[string]bool{fpgaLabel: true},
+	}
+	node := func(ts []corev1.Taint, labels map[string]string, annotations map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels, Annotations: annotations}, Spec: corev1.NodeSpec{Taints: ts}}
+	}
+	owns := func(ids ...corev1.Taint) map[string]string {
+		var out []TaintID
+		for _, t := range ids {
+			out = append(out, IDOf(t))
+		}
+		return map[string]string{OwnedTaintsAnnotation: FormatOwned(out)}
+	}
+	statuses := func(m, e corev1.ConditionStatus) map[corev1.NodeConditionType]corev1.ConditionStatus {
+		out := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+		if m != "" {
+			out[mem] = m
+		}
+		if e != "" {
+			out[ev] = e
+		}
+		return out
+	}
+	initialized := InitVerdict{Decided: true, First: true}
+	tests := []struct {
+		name string
+		in   MetadataInput
+		// want: the taints and labels after the write, and the checks on
+		// the plan.
+		wantTaints      []corev1.Taint
+		wantLabels      map[string]string
+		wantOwned       string
+		wantChanged     bool
+		wantForeign     []corev1.Taint
+		wantUntrusted   string
+		wantAnnotations map[string]string
+		wantBad         int
+	}{
+		{
+			name:        "a rule fires: taint added after the foreign one, recorded",
+			in:          MetadataInput{Node: node([]corev1.Taint{dedicated}, nil, nil), Statuses: statuses(corev1.ConditionTrue, corev1.ConditionFalse), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{dedicated, memTaint},
+			wantOwned:   "selftaint.io/memory-pressure:NoSchedule",
+			wantChanged: true,
+		},
+		{
+			name:        "NoExecute taints are stamped with timeAdded",
+			in:          MetadataInput{Node: node(nil, nil, nil), Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{{Key: evict.Key, Effect: evict.Effect, TimeAdded: ptr.To(metav1.NewTime(now))}},
+			wantOwned:   "selftaint.io/evict:NoExecute",
+			wantChanged: true,
+		},
+		{
+			name:        "condition healthy again: our taint lifted, the foreign one kept",
+			in:          MetadataInput{Node: node([]corev1.Taint{dedicated, memTaint}, nil, owns(memTaint)), Statuses: statuses(corev1.ConditionFalse, corev1.ConditionFalse), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{dedicated},
+			wantOwned:   "",
+			wantChanged: true,
+		},
+		{
+			name:       "undecided condition: our taint stays",
+			in:         MetadataInput{Node: node([]corev1.Taint{memTaint}, nil, owns(memTaint)), Statuses: statuses("", corev1.ConditionFalse), HardwareKnown: true},
+			wantTaints: []corev1.Taint{memTaint},
+			wantOwned:  "selftaint.io/memory-pressure:NoSchedule",
+		},
+		{
+			name:        "someone else holds our key and effect: left alone, not claimed",
+			in:          MetadataInput{Node: node([]corev1.Taint{{Key: memTaint.Key, Value: "theirs", Effect: memTaint.Effect}}, nil, nil), Statuses: statuses(corev1.ConditionTrue, ""), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{{Key: memTaint.Key, Value: "theirs", Effect: memTaint.Effect}},
+			wantOwned:   "",
+			wantForeign: []corev1.Taint{memTaint},
+		},
+		{
+			name:        "hardware present: its taint and label",
+			in:          MetadataInput{Node: node(nil, map[string]string{"team": "a"}, nil), Statuses: statuses(corev1.ConditionFalse, ""), Hardware: []Hardware{fpga}, HardwareKnown: true},
+			wantTaints:  []corev1.Taint{fpgaTaint},
+			wantLabels:  map[string]string{"team": "a", fpgaLabel: "true"},
+			wantOwned:   "example.com/fpga:NoSchedule",
+			wantChanged: true,
+		},
+		{
+			name: "hardware gone: its taint and label removed",
+			in: MetadataInput{Node: node([]corev1.Taint{fpgaTaint}, map[string]string{"team": "a", fpgaLabel: "true"},
+				map[string]string{OwnedTaintsAnnotation: "example.com/fpga:NoSchedule", OwnedLabelsAnnotation: fpgaLabel}),
+				Statuses: statuses(corev1.ConditionFalse, ""), Hardware: []Hardware{fpgaGone}, HardwareKnown: true},
+			wantLabels:  map[string]string{"team": "a"},
+			wantOwned:   "",
+			wantChanged: true,
+		},
+		{
+			name: "before the first inventory: hardware taint and label kept",
+			in: MetadataInput{Node: node([]corev1.Taint{fpgaTaint}, map[string]string{fpgaLabel: "true"},
+				map[string]string{OwnedTaintsAnnotation: "example.com/fpga:NoSchedule", OwnedLabelsAnnotation: fpgaLabel}),
+				Statuses: statuses(corev1.ConditionFalse, "")},
+			wantTaints: []corev1.Taint{fpgaTaint},
+			wantLabels: map[string]string{fpgaLabel: "true"},
+			wantOwned:  "example.com/fpga:NoSchedule",
+		},
+		{
+			name: "records claiming foreign taints and labels: never acted on, dropped",
+			in: MetadataInput{Node: node([]corev1.Taint{dedicated}, map[string]string{"team": "a"},
+				map[string]string{OwnedTaintsAnnotation: "dedicated:NoSchedule", OwnedLabelsAnnotation: "team"}),
+				Statuses: statuses(corev1.ConditionFalse, ""), HardwareKnown: true},
+			wantTaints:    []corev1.Taint{dedicated},
+			wantLabels:    map[string]string{"team": "a"},
+			wantOwned:     "",
+			wantChanged:   true,
+			wantUntrusted: "dedicated:NoSchedule",
+		},
+		{
+			name: "an unreadable record owns nothing: our taint is not removed",
+			in: MetadataInput{Node: node([]corev1.Taint{memTaint}, nil, map[string]string{OwnedTaintsAnnotation: "no effect here"}),
+				Statuses: statuses(corev1.ConditionFalse, ""), HardwareKnown: true},
+			wantTaints: []corev1.Taint{memTaint},
+			wantOwned:  "",
+			wantBad:    1,
+		},
+		{
+			name: "registered with the uninitialized taint, initialized now: claimed, lifted, recorded",
+			in: MetadataInput{Node: node([]corev1.Taint{initTaint}, nil, nil), Statuses: statuses(corev1.ConditionFalse, ""), HardwareKnown: true,
+				Init: &InitTaint{Taint: initTaint, Verdict: initialized}},
+			wantOwned:       "",
+			wantChanged:     true,
+			wantAnnotations: map[string]string{InitializedAnnotation: "2026-11-23T10:00:00Z"},
+		},
+		{
+			name: "initialized before: no second initialized-at",
+			in: MetadataInput{Node: node(nil, nil, map[string]string{InitializedAnnotation: "2026-01-01T00:00:00Z"}), Statuses: statuses(corev1.ConditionFalse, ""), HardwareKnown: true,
+				Init: &InitTaint{Taint: initTaint, Verdict: initialized}},
+			wantOwned: "",
+		},
+		{
+			name: "uninitialized: the taint is added",
+			in: MetadataInput{Node: node(nil, nil, nil), Statuses: statuses(corev1.ConditionFalse, ""), HardwareKnown: true,
+				Init: &InitTaint{Taint: initTaint, Verdict: InitVerdict{Decided: true, Uninitialized: true}}},
+			wantTaints:  []corev1.Taint{initTaint},
+			wantOwned:   "selftaint.io/uninitialized:NoSchedule",
+			wantChanged: true,
+		},
+		{
+			name: "initialization undecided after a restart: the taint stays as it is",
+			in: MetadataInput{Node: node([]corev1.Taint{initTaint}, nil, owns(initTaint)), Statuses: statuses(corev1.ConditionFalse, ""), HardwareKnown: true,
+				Init: &InitTaint{Taint: initTaint, Verdict: InitVerdict{}}},
+			wantTaints: []corev1.Taint{initTaint},
+			wantOwned:  "selftaint.io/uninitialized:NoSchedule",
+		},
+	}
+	for _, tt := range tests {
+		tt.in.Now, tt.in.Rules, tt.in.Ownable = now, rules, ownable
+		p := PlanMetadata(tt.in)
+		if !slices.EqualFunc(p.Taints.Taints, tt.wantTaints, taintsEqual) {
+			t.Errorf("%s: taints %v, want %v", tt.name, p.Taints.Taints, tt.wantTaints)
+		}
+		if got := FormatOwned(p.Taints.Owned); got != tt.wantOwned {
+			t.Errorf("%s: owned %q, want %q", tt.name, got, tt.wantOwned)
+		}
+		if p.Changed != tt.wantChanged {
+			t.Errorf("%s: changed %v, want %v", tt.name, p.Changed, tt.wantChanged)
+		}
+		if !slices.EqualFunc(p.Taints.Foreign, tt.wantForeign, taintsEqual) {
+			t.Errorf("%s: foreign %v, want %v", tt.name, p.Taints.Foreign, tt.wantForeign)
+		}
+		if got := FormatOwned(p.UntrustedTaints); got != tt.wantUntrusted {
+			t.Errorf("%s: untrusted %q, want %q", tt.name, got, tt.wantUntrusted)
+		}
+		if len(p.BadRecords) != tt.wantBad {
+			t.Errorf("%s: %d bad records, want %d", tt.name, len(p.BadRecords), tt.wantBad)
+		}
+		if len(p.Annotations) != len(tt.wantAnnotations) {
+			t.Errorf("%s: annotations %v, want %v", tt.name, p.Annotations, tt.wantAnnotations)
+		}
+		for k, v := range tt.wantAnnotations {
+			if p.Annotations[k] != v {
+				t.Errorf("%s: annotation %s = %q, want %q", tt.name, k, p.Annotations[k], v)
+			}
+		}
+		if got := applyLabels(tt.in.Node.Labels, p.Labels); !mapsEqual(got, tt.wantLabels) {
+			t.Errorf("%s: labels %v, want %v", tt.name, got, tt.wantLabels)
+		}
+	}
+}
+
+func taintsEqual(a, b corev1.Taint) bool {
+	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect &&
+		(a.TimeAdded == nil) == (b.TimeAdded == nil) && (a.TimeAdded == nil || a.TimeAdded.Equal(b.TimeAdded))
+}
+
+// applyLabels is the labels after a LabelPlan is written over current.
+func applyLabels(current map[string]string, p LabelPlan) map[string]string {
+	out := map[string]string{}
+	for k, v := range current {
+		out[k] = v
+	}
+	for k, v := range p.Set {
+		out[k] = v
+	}
+	for _, k := range p.Remove {
+		delete(out, k)
+	}
+	return out
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -5,8 +5,11 @@
 //
 // The loop follows sample-controller: one informer on the agent's own Node
 // (a field selector on metadata.name), one rate-limited workqueue holding a
-// single key, one sync function that reads the cache, decides with the pure
-// logic in package taints, and writes. Everything that can change the
+// single key, one sync function that reads the cache, takes a snapshot under
+// the lock, lets the pure plan in package taints (taints.PlanNode) decide,
+// and writes what the plan says. Policy belongs in the plan, not here: this
+// package keeps only state (dampers, fault verdicts, what it published) and
+// I/O. Everything that can change the
 // outcome — a probe verdict, a damping deadline, the heartbeat, a fault's
 // expiry, anyone else editing the Node — just enqueues the key.
 //
@@ -459,16 +462,6 @@ func (a *Agent) Observe(r probes.Result) {
 	}
 }
 
-// findCondition returns the Node's condition of type t, or nil.
-func findCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == t {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // newer returns whichever of the cached Node and the one our last write
 // returned is more recent. Right after a write the informer may not have
 // caught up; planning from the stale copy would cost a 409 every time.
@@ -486,7 +479,7 @@ func newer(cached, written *corev1.Node) *corev1.Node {
 
 // sync reconciles once and returns when it next needs to run (zero: only
 // when something changes): read the Node, take what the agent knows under
-// the lock, write what follows, and schedule the next run.
+// the lock, plan (taints.PlanNode), write what the plan says.
 func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	a.syncs.Add(1)
 	cached, err := a.lister.Get(a.opts.NodeName)
@@ -497,54 +490,47 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reading node from cache: %w", err)
 	}
-	now := a.clock.Now()
 	a.mu.Lock()
-	node := newer(cached, a.lastWritten)
-	snap := a.snapshotLocked(node, now)
+	snap := a.snapshotLocked(newer(cached, a.lastWritten), a.clock.Now())
 	a.mu.Unlock()
+	plan := taints.PlanNode(snap)
 
-	node, resources, err := a.write(ctx, node, snap, now)
+	node, err := a.write(ctx, snap, plan)
 	if err != nil {
 		return time.Time{}, err
 	}
 	a.mu.Lock()
 	final := newer(node, a.lastWritten)
 	a.mu.Unlock()
-	a.observeSync(syncOutcome{node: final, states: snap.states, fromFault: snap.fromFault, faults: snap.faults, resources: resources})
-	return earliest(snap.next, a.nextHeartbeat(node, snap.states)), nil
+	a.observeSync(syncOutcome{node: final, states: plan.Conditions.States, fromFault: plan.Conditions.FromFault, faults: snap.Faults, resources: plan.Status.Resources})
+	return plan.Next, nil
 }
 
-// syncSnapshot is what one sync decides from before writing: the
-// conditions to publish (damped, or decided by a fault in force), the
-// faults, the hardware, initialization, and when a pending change is due.
-type syncSnapshot struct {
-	states     map[corev1.NodeConditionType]taints.State
-	fromFault  map[corev1.NodeConditionType]bool
-	faults     faultEval
-	hw         hardwareState
-	advertised map[corev1.ResourceName]bool
-	in         *initState
-	next       time.Time
-}
-
-// snapshotLocked takes what the agent knows at now, adopting the Node's
-// state first after a start. a.mu is held.
-func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) syncSnapshot {
+// snapshotLocked takes what the agent knows at now: the dampers, the fault
+// annotations judged, what it published, the hardware and its config,
+// adopting the Node's state first after a start. a.mu is held.
+func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot {
 	if !a.adopted {
 		a.adoptLocked(node, now)
 	}
-	var snap syncSnapshot
-	damped, next := a.dampedLocked(now)
-	snap.faults = a.evalFaultsLocked(node.Annotations, now)
-	snap.hw = hardwareState{resources: a.hardware, known: a.haveHardware || a.opts.Hardware == nil}
-	snap.advertised = maps.Clone(a.advertised)
-	in := taints.ConditionsInput{Now: now, Damped: damped, Faults: snap.faults.Apply, Published: a.published}
-	if a.opts.Init != nil {
-		in.InitCondition, in.Init = a.opts.Init.Condition, a.initInputLocked(node, snap.hw.known)
+	snap := taints.Snapshot{
+		Node: node, Now: now,
+		Faults:          a.evalFaultsLocked(node.Annotations, now),
+		Published:       maps.Clone(a.published),
+		Rules:           a.opts.Rules,
+		Ownable:         a.ownable,
+		Hardware:        a.hardware,
+		HardwareKnown:   a.haveHardware || a.opts.Hardware == nil,
+		Advertised:      maps.Clone(a.advertised),
+		FieldManager:    a.opts.FieldManager,
+		HeartbeatPeriod: a.opts.HeartbeatPeriod,
+		MaxMessageLen:   maxMessageLen,
 	}
-	cp := taints.PlanConditions(in)
-	snap.states, snap.fromFault, snap.in = cp.States, cp.FromFault, cp.Init
-	snap.next = earliest(next, snap.faults.Next)
+	snap.Damped, snap.Pending = a.dampedLocked(now)
+	if in := a.opts.Init; in != nil {
+		snap.InitCondition, snap.InitTaint = in.Condition, in.Taint
+		snap.Init = a.initInputLocked(node, snap.HardwareKnown)
+	}
 	return snap
 }
 
@@ -559,48 +545,43 @@ func (a *Agent) dampedLocked(now time.Time) (map[corev1.NodeConditionType]taints
 			states[t] = s
 		}
 		if at, ok := d.NextChange(); ok {
-			next = earliest(next, at)
+			next = taints.Earliest(next, at)
 		}
 	}
 	return states, next
 }
 
-// write brings the Node in line with snap: withdrawn resources, then
+// write does what plan says to the Node: withdraws resources, then writes
 // conditions and advertised resources (status), then taints, labels and
-// records (metadata), then expired faults. It returns the newest Node it
-// wrote or read and the resources it advertises.
-func (a *Agent) write(ctx context.Context, node *corev1.Node, snap syncSnapshot, now time.Time) (*corev1.Node, map[corev1.ResourceName]int64, error) {
-	a.reportFaults(node, snap.faults)
-	resources := a.advertisedResources(node, snap.hw.resources, snap.advertised)
-	node, err := a.removeResources(ctx, node, resources, snap.advertised)
+// records (metadata), then removes expired faults. It returns the newest
+// Node it wrote or read.
+func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.NodePlan) (*corev1.Node, error) {
+	node, now := snap.Node, snap.Now
+	a.reportFaults(node, snap.Faults)
+	a.reportHeldResources(node, plan.Status.Held)
+	node, err := a.removeResources(ctx, node, plan.Status.Withdraw)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if a.conditionsNeedWrite(node, snap.states, snap.fromFault, now) || resourcesNeedWrite(node, resources) {
-		if node, err = a.applyStatus(ctx, node, snap.states, resources, now); err != nil {
-			return nil, nil, err
+	states := plan.Conditions.States
+	if plan.Status.Write {
+		if node, err = a.applyStatus(ctx, node, states, plan.Status.Resources, now); err != nil {
+			return nil, err
 		}
 	}
 	a.mu.Lock()
-	for t, s := range snap.states {
-		a.published[t] = taints.Published{State: s, Fault: snap.fromFault[t]}
+	for t, s := range states {
+		a.published[t] = taints.Published{State: s, Fault: plan.Conditions.FromFault[t]}
 	}
 	a.mu.Unlock()
-	if err := a.reconcileMetadata(ctx, node, snap.states, snap.hw, snap.in, now); err != nil {
-		return nil, nil, err
+	hw := hardwareState{resources: snap.Hardware, known: snap.HardwareKnown}
+	if err := a.reconcileMetadata(ctx, node, plan.Metadata, states, hw, plan.Conditions.Init); err != nil {
+		return nil, err
 	}
-	if err := a.removeExpiredFaults(ctx, node, snap.faults.Expired); err != nil {
-		return nil, nil, err
+	if err := a.removeExpiredFaults(ctx, node, snap.Faults.Expired); err != nil {
+		return nil, err
 	}
-	return node, resources, nil
-}
-
-// earliest is the earlier of two times, a zero time meaning none.
-func earliest(x, y time.Time) time.Time {
-	if x.IsZero() || (!y.IsZero() && y.Before(x)) {
-		return y
-	}
-	return x
+	return node, nil
 }
 
 // adoptLocked takes over the conditions a previous run left on the Node, so
@@ -613,18 +594,18 @@ func earliest(x, y time.Time) time.Time {
 // still carried while the published status holds.
 func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	faulted := a.adoptFaultsLocked(node)
-	a.advertised = ownedCapacity(node, a.opts.FieldManager)
+	a.advertised = taints.OwnedCapacity(node, a.opts.FieldManager)
 	if in := a.opts.Init; in != nil {
 		// Kept while the state is undecided after a restart, so the
 		// condition does not flap to Unknown.
-		if c := findCondition(node, in.Condition); c != nil {
+		if c := taints.FindCondition(node, in.Condition); c != nil {
 			a.published[in.Condition] = taints.Published{State: taints.State{
 				Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time,
 			}}
 		}
 	}
 	for t, d := range a.dampers {
-		c := findCondition(node, t)
+		c := taints.FindCondition(node, t)
 		if c == nil {
 			continue
 		}
@@ -644,52 +625,7 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	a.adopted = true
 }
 
-// conditionsNeedWrite reports whether a condition's status, reason or
-// transition time differs from the Node, or a heartbeat is due. A changed
-// message alone waits for the heartbeat: messages carry live readings and
-// would otherwise cause a write on every probe run.
-//
-// A fault's message is written at once: it is what the operator asked for,
-// not a live reading.
-func (a *Agent) conditionsNeedWrite(node *corev1.Node, states map[corev1.NodeConditionType]taints.State, fromFault map[corev1.NodeConditionType]bool, now time.Time) bool {
-	for t, s := range states {
-		c := findCondition(node, t)
-		if c == nil || c.Status != s.Status || c.Reason != s.Reason ||
-			!c.LastTransitionTime.Time.Truncate(time.Second).Equal(s.LastTransitionTime.Truncate(time.Second)) {
-			return true
-		}
-		if fromFault[t] && c.Message != truncate(s.Message, maxMessageLen) {
-			return true
-		}
-		if !now.Before(c.LastHeartbeatTime.Add(a.opts.HeartbeatPeriod)) {
-			return true
-		}
-	}
-	return false
-}
-
-// nextHeartbeat is when the oldest of our conditions needs refreshing.
-func (a *Agent) nextHeartbeat(node *corev1.Node, states map[corev1.NodeConditionType]taints.State) time.Time {
-	var next time.Time
-	for t := range states {
-		c := findCondition(node, t)
-		if c == nil {
-			continue
-		}
-		at := c.LastHeartbeatTime.Add(a.opts.HeartbeatPeriod)
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
-	}
-	return next
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
-}
+func truncate(s string, n int) string { return taints.Truncate(s, n) }
 
 // applyStatus writes all our decided conditions and the extended resources
 // we advertise with server-side apply on the status subresource.
@@ -732,7 +668,7 @@ func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[co
 	a.reportResources(written, old, resources)
 	for _, t := range types {
 		s := states[t]
-		if c := findCondition(old, t); c == nil || c.Status != s.Status {
+		if c := taints.FindCondition(old, t); c == nil || c.Status != s.Status {
 			etype := corev1.EventTypeNormal
 			if s.Status != a.healthy[t] {
 				etype = corev1.EventTypeWarning
@@ -791,9 +727,10 @@ func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.Label
 
 // reconcileMetadata brings the Node's taints and our labels in line with
 // the conditions and the hardware inventory, in one compare-and-swap patch.
-func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState, now time.Time) error {
+func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, mi taints.MetadataInput, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState) error {
 	for attempt := 0; ; attempt++ {
-		p := taints.PlanMetadata(a.metadataInput(node, states, hw, in, now))
+		mi.Node = node
+		p := taints.PlanMetadata(mi)
 		a.reportRecords(node, p)
 		a.reportForeign(node, p.Taints.Foreign)
 		a.reportForeignLabels(node, p.Labels.Foreign)
@@ -830,25 +767,6 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, states
 		}
 		return nil
 	}
-}
-
-// metadataInput is what the metadata plan decides from at this sync.
-func (a *Agent) metadataInput(node *corev1.Node, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState, now time.Time) taints.MetadataInput {
-	statuses := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(states))
-	for t, s := range states {
-		statuses[t] = s.Status
-	}
-	a.mu.Lock()
-	ownable := a.ownable
-	a.mu.Unlock()
-	mi := taints.MetadataInput{
-		Node: node, Now: now, Rules: a.opts.Rules, Statuses: statuses,
-		Hardware: hw.resources, HardwareKnown: hw.known, Ownable: ownable,
-	}
-	if in != nil {
-		mi.Init = &taints.InitTaint{Taint: a.opts.Init.Taint, Verdict: *in}
-	}
-	return mi
 }
 
 // why names the condition or hardware behind a taint of ours, for Events.

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/selftaint/selftaint/taints"
 	"github.com/selftaint/selftaint/taints/faults"
 )
 
@@ -83,7 +84,7 @@ func (a *Agent) adoptFaultsLocked(node *corev1.Node) map[corev1.NodeConditionTyp
 		if err != nil {
 			continue
 		}
-		c := findCondition(node, f.Condition)
+		c := taints.FindCondition(node, f.Condition)
 		if c == nil || c.Status != f.Status || c.Reason != f.Reason || c.Message != truncate(f.Message, maxMessageLen) {
 			continue
 		}

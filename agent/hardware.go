@@ -104,97 +104,20 @@ func HardwareTaint(r corev1.ResourceName) corev1.Taint { return taints.HardwareT
 // HardwareTaints are the taints an inventory asks for.
 func HardwareTaints(rs []Resource) []corev1.Taint { return taints.HardwareTaints(rs) }
 
-// advertisedResources is what we should have in status capacity and
-// allocatable: the advertised resources present, except any another writer
-// already advertises.
-func (a *Agent) advertisedResources(node *corev1.Node, rs []Resource, before map[corev1.ResourceName]bool) map[corev1.ResourceName]int64 {
-	out := map[corev1.ResourceName]int64{}
-	var held []string
-	for _, r := range rs {
-		if !r.Advertise || r.Count <= 0 {
-			continue
-		}
-		if heldByOther(node, a.opts.FieldManager, r.Name, before[r.Name]) {
-			held = append(held, string(r.Name))
-			continue
-		}
-		out[r.Name] = r.Count
-	}
-	a.reportHeldResources(node, held)
-	return out
-}
-
 // reportHeldResources tells, once per change, about resources we would
 // advertise that another writer already advertises.
-func (a *Agent) reportHeldResources(node *corev1.Node, held []string) {
-	s := strings.Join(held, ", ")
+func (a *Agent) reportHeldResources(node *corev1.Node, held []corev1.ResourceName) {
+	names := make([]string, len(held))
+	for i, r := range held {
+		names[i] = string(r)
+	}
+	s := strings.Join(names, ", ")
 	if !a.changedSince(&a.lastHeldResources, s) {
 		return
 	}
 	a.recorder.Eventf(node, corev1.EventTypeWarning, "ResourceHeldByOther",
 		"would advertise %s, but another writer (a device plugin through the kubelet?) already does; leaving it alone", s)
 	a.log.Warn("extended resource advertised by another writer; not touching it", "resources", s)
-}
-
-// heldByOther reports whether someone else advertises resource r: the
-// Node's status capacity has a non-zero amount of it that we neither own
-// (by managed fields) nor advertised before. A zero amount is what the
-// kubelet writes over extended resources when it restarts: that one we
-// assert again. A capacity set when the Node was created has no managed
-// fields at all, so ownership is judged by ours, not by others'.
-func heldByOther(node *corev1.Node, manager string, r corev1.ResourceName, advertisedBefore bool) bool {
-	q, ok := node.Status.Capacity[r]
-	if !ok || q.IsZero() || advertisedBefore {
-		return false
-	}
-	return !ownedCapacity(node, manager)[r]
-}
-
-// capacityKeys lists the status.capacity keys in a managedFields entry.
-func capacityKeys(raw []byte) map[corev1.ResourceName]bool {
-	var f struct {
-		Status struct {
-			Capacity map[string]json.RawMessage `json:"f:capacity"`
-		} `json:"f:status"`
-	}
-	if json.Unmarshal(raw, &f) != nil {
-		return nil
-	}
-	out := map[corev1.ResourceName]bool{}
-	for k := range f.Status.Capacity {
-		if name, ok := strings.CutPrefix(k, "f:"); ok {
-			out[corev1.ResourceName(name)] = true
-		}
-	}
-	return out
-}
-
-// ownedCapacity is the resources our field manager owns in the Node's
-// status capacity: what an earlier run advertised.
-func ownedCapacity(node *corev1.Node, manager string) map[corev1.ResourceName]bool {
-	out := map[corev1.ResourceName]bool{}
-	for _, mf := range node.ManagedFields {
-		if mf.Manager != manager || mf.FieldsV1 == nil {
-			continue
-		}
-		for r := range capacityKeys(mf.FieldsV1.Raw) {
-			out[r] = true
-		}
-	}
-	return out
-}
-
-// resourcesNeedWrite reports whether the Node's capacity or allocatable
-// differs from want.
-func resourcesNeedWrite(node *corev1.Node, want map[corev1.ResourceName]int64) bool {
-	for r, n := range want {
-		c, okc := node.Status.Capacity[r]
-		al, oka := node.Status.Allocatable[r]
-		if !okc || !oka || c.Value() != n || al.Value() != n {
-			return true
-		}
-	}
-	return false
 }
 
 // removeResources withdraws the resources we advertised and no longer
@@ -205,14 +128,9 @@ func resourcesNeedWrite(node *corev1.Node, want map[corev1.ResourceName]int64) b
 // our fields remain under status.capacity, the API server prunes the whole
 // map if nobody else is recorded as owning it, and a Node's registration
 // capacity (cpu, memory, pods) often has no recorded owner.
-func (a *Agent) removeResources(ctx context.Context, node *corev1.Node, want map[corev1.ResourceName]int64, advertised map[corev1.ResourceName]bool) (*corev1.Node, error) {
+func (a *Agent) removeResources(ctx context.Context, node *corev1.Node, gone []corev1.ResourceName) (*corev1.Node, error) {
 	var ops []map[string]any
-	var gone []corev1.ResourceName
-	for _, r := range slices.Sorted(maps.Keys(advertised)) {
-		if _, keep := want[r]; keep {
-			continue
-		}
-		gone = append(gone, r)
+	for _, r := range gone {
 		for field, list := range map[string]corev1.ResourceList{"capacity": node.Status.Capacity, "allocatable": node.Status.Allocatable} {
 			q, ok := list[r]
 			if !ok {

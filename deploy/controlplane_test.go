@@ -283,15 +283,6 @@ func runAgent(t *testing.T, opts agent.Options) (stop func()) {
 	return stop
 }
 
-func nodeCondition(n *corev1.Node, ct corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == ct {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func hasTaint(n *corev1.Node, key string) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
@@ -341,7 +332,7 @@ func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	// Condition (nodes/status, server-side apply) and taint (nodes patch);
 	// initialized; the FPGA advertised, tainted and labelled.
 	waitNode(t, admin, node, 30*time.Second, "condition True and taint set, initialized, the FPGA advertised", func(n *corev1.Node) bool {
-		c := nodeCondition(n, testCondition)
+		c := taints.FindCondition(n, testCondition)
 		capacity := n.Status.Capacity[fpgaResource]
 		return c != nil && c.Status == corev1.ConditionTrue && hasTaint(n, testTaintKey) &&
 			!hasTaint(n, initTaint.Key) && n.Annotations["selftaint.io/initialized-at"] != "" &&
@@ -373,12 +364,12 @@ func testAgentRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 		t.Fatalf("injecting a fault: %v", err)
 	}
 	waitNode(t, admin, node, 30*time.Second, "the fault applied", func(n *corev1.Node) bool {
-		c := nodeCondition(n, quietCondition)
+		c := taints.FindCondition(n, quietCondition)
 		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == faults.DefaultReason
 	})
 	waitNode(t, admin, node, 30*time.Second, "the expired fault removed and the condition back to False", func(n *corev1.Node) bool {
 		_, still := n.Annotations[key]
-		c := nodeCondition(n, quietCondition)
+		c := taints.FindCondition(n, quietCondition)
 		return !still && c != nil && c.Status == corev1.ConditionFalse
 	})
 
@@ -563,7 +554,7 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	t.Cleanup(stop)
 
 	waitNode(t, admin, node, 30*time.Second, "registered, Ready and the selftaint condition reported", func(n *corev1.Node) bool {
-		r, s := nodeCondition(n, corev1.NodeReady), nodeCondition(n, simCondition)
+		r, s := taints.FindCondition(n, corev1.NodeReady), taints.FindCondition(n, simCondition)
 		return r != nil && r.Status == corev1.ConditionTrue && s != nil && s.Status == corev1.ConditionFalse
 	})
 	// The Lease is created, then renewed (updated).

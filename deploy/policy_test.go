@@ -339,7 +339,7 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 	if !hasTaint(after, "dedicated") || after.Labels["team"] != "infra" || after.Annotations["example.com/owner"] != "team-a" {
 		t.Errorf("after the agent's writes, node %s lost a foreign taint, label or annotation: %+v", a, after.ObjectMeta)
 	}
-	if c := nodeCondition(after, corev1.NodeReady); c == nil || c.Status != corev1.ConditionTrue {
+	if c := taints.FindCondition(after, corev1.NodeReady); c == nil || c.Status != corev1.ConditionTrue {
 		t.Errorf("after the agent's writes, Ready = %+v, want the kubelet's True", c)
 	}
 

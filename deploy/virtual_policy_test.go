@@ -24,6 +24,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/agent/virtual"
+	"github.com/selftaint/selftaint/taints"
 )
 
 // The names deploy/virtual's admission policies agree on.
@@ -571,7 +572,7 @@ func testVirtualStopsWhenUnlabelled(t *testing.T, cp *testcp.ControlPlane) {
 	ctx := t.Context()
 	run := runVirtual(t, cp.RESTConfig(), []string{node}, true)
 	waitNode(t, admin, node, 30*time.Second, "registered and Ready", func(n *corev1.Node) bool {
-		c := nodeCondition(n, corev1.NodeReady)
+		c := taints.FindCondition(n, corev1.NodeReady)
 		return c != nil && c.Status == corev1.ConditionTrue
 	})
 	patch := []byte(`{"metadata":{"labels":{"selftaint.io/virtual":null}}}`)

@@ -318,7 +318,7 @@ func (w *watchState) rel(t time.Time) string {
 // showNode shows what changed in the node's condition and our taints since
 // the last poll, and notes when the taint landed and cleared.
 func (d *demo) showNode(w *watchState, node *corev1.Node, now time.Time) {
-	if c := findCondition(node, condition); c != nil {
+	if c := taints.FindCondition(node, condition); c != nil {
 		if s := fmt.Sprintf("%s=%s (%s)", condition, c.Status, c.Reason); s != w.lastCond {
 			d.say("%s  condition %s: %s", target, s, c.Message)
 			w.lastCond = s
@@ -455,17 +455,8 @@ func poll(ctx context.Context, timeout time.Duration, ok func() (bool, error)) e
 	return err
 }
 
-func findCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == t {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func conditionStatus(n *corev1.Node, t corev1.NodeConditionType) corev1.ConditionStatus {
-	if c := findCondition(n, t); c != nil {
+	if c := taints.FindCondition(n, t); c != nil {
 		return c.Status
 	}
 	return ""

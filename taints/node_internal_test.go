@@ -1,4 +1,4 @@
-package agent
+package taints
 
 import (
 	"testing"
@@ -20,8 +20,8 @@ func TestEarliest(t *testing.T) {
 		{"equal", t1, t1, t1},
 	}
 	for _, tt := range tests {
-		if got := earliest(tt.x, tt.y); !got.Equal(tt.want) {
-			t.Errorf("%s: earliest(%v, %v) = %v, want %v", tt.name, tt.x, tt.y, got, tt.want)
+		if got := Earliest(tt.x, tt.y); !got.Equal(tt.want) {
+			t.Errorf("%s: Earliest(%v, %v) = %v, want %v", tt.name, tt.x, tt.y, got, tt.want)
 		}
 	}
 }

@@ -1,0 +1,261 @@
+package taints
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/taints/faults"
+)
+
+// Snapshot is everything one sync decides from: the Node as read, what the
+// agent has seen and decided since it started, its config, and the clock.
+type Snapshot struct {
+	Node *corev1.Node
+	Now  time.Time
+	// Damped are the conditions the dampers have decided; Pending is when
+	// a damper's pending flip is due (zero: none).
+	Damped  map[corev1.NodeConditionType]State
+	Pending time.Time
+	// Faults is this sync's evaluation of the fault annotations.
+	Faults faults.Eval
+	// Published is what was published last, for transition times.
+	Published map[corev1.NodeConditionType]Published
+	// InitCondition, Init and InitTaint manage initialization when Init is
+	// set.
+	InitCondition corev1.NodeConditionType
+	Init          *InitInput
+	InitTaint     corev1.Taint
+	// Rules map conditions to taints; Ownable is what the ownership records
+	// are trusted for.
+	Rules   []Rule
+	Ownable Ownable
+	// Hardware is the last good inventory (HardwareKnown false until the
+	// first); Advertised the extended resources advertised before.
+	Hardware      []Hardware
+	HardwareKnown bool
+	Advertised    map[corev1.ResourceName]bool
+	// FieldManager is the server-side apply field manager the agent writes
+	// status under.
+	FieldManager string
+	// HeartbeatPeriod is how often conditions are re-written when nothing
+	// changed; MaxMessageLen caps a published message.
+	HeartbeatPeriod time.Duration
+	MaxMessageLen   int
+}
+
+// NodePlan is what one sync does to the Node.
+type NodePlan struct {
+	// Conditions to publish, and the initialization verdict.
+	Conditions ConditionsPlan
+	// Status: extended resources to advertise and withdraw, and whether the
+	// status needs writing.
+	Status StatusPlan
+	// Metadata is what decides the taints, labels and records
+	// (PlanMetadata): the write loop plans them from it, and again with a
+	// fresh Node after a conflict.
+	Metadata MetadataInput
+	// Next is when the next sync is due (zero: only when something
+	// changes): a damper's pending flip, a fault's expiry, or the
+	// heartbeat.
+	Next time.Time
+}
+
+// StatusPlan is what to write to the Node's status.
+type StatusPlan struct {
+	// Resources are the extended resources to advertise: the hardware
+	// present that selftaint advertises, except what another writer holds.
+	Resources map[corev1.ResourceName]int64
+	// Held are resources another writer (a device plugin) advertises:
+	// left alone.
+	Held []corev1.ResourceName
+	// Withdraw are resources advertised before and no longer wanted.
+	Withdraw []corev1.ResourceName
+	// Write says the conditions or resources need writing: a status,
+	// reason or transition time changed, a fault's message, a resource's
+	// count, or the heartbeat is due.
+	Write bool
+}
+
+// PlanNode decides one sync: the conditions (PlanConditions), the status
+// write and the extended resources, what decides the metadata
+// (PlanMetadata), and when to run next.
+func PlanNode(s Snapshot) NodePlan {
+	var p NodePlan
+	in := ConditionsInput{Now: s.Now, Damped: s.Damped, Faults: s.Faults.Apply, Published: s.Published}
+	if s.Init != nil {
+		in.InitCondition, in.Init = s.InitCondition, s.Init
+	}
+	p.Conditions = PlanConditions(in)
+	p.Status = planStatus(s, p.Conditions)
+	statuses := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(p.Conditions.States))
+	for t, st := range p.Conditions.States {
+		statuses[t] = st.Status
+	}
+	p.Metadata = MetadataInput{
+		Node: s.Node, Now: s.Now, Rules: s.Rules, Statuses: statuses,
+		Hardware: s.Hardware, HardwareKnown: s.HardwareKnown, Ownable: s.Ownable,
+	}
+	if p.Conditions.Init != nil {
+		p.Metadata.Init = &InitTaint{Taint: s.InitTaint, Verdict: *p.Conditions.Init}
+	}
+	p.Next = Earliest(Earliest(s.Pending, s.Faults.Next), nextHeartbeat(s, p.Conditions.States, p.Status.Write))
+	return p
+}
+
+// planStatus decides the extended resources and whether the status needs
+// writing.
+func planStatus(s Snapshot, c ConditionsPlan) StatusPlan {
+	p := StatusPlan{Resources: map[corev1.ResourceName]int64{}}
+	owned := OwnedCapacity(s.Node, s.FieldManager)
+	for _, h := range s.Hardware {
+		if !h.Advertise || h.Count <= 0 {
+			continue
+		}
+		if heldByOther(s.Node, owned, h.Name, s.Advertised[h.Name]) {
+			p.Held = append(p.Held, h.Name)
+			continue
+		}
+		p.Resources[h.Name] = h.Count
+	}
+	for _, r := range slices.Sorted(maps.Keys(s.Advertised)) {
+		if _, keep := p.Resources[r]; !keep {
+			p.Withdraw = append(p.Withdraw, r)
+		}
+	}
+	p.Write = conditionsNeedWrite(s, c) || resourcesNeedWrite(s.Node, p.Resources)
+	return p
+}
+
+// heldByOther reports whether someone else advertises resource r: the
+// Node's status capacity has a non-zero amount of it that we neither own
+// (by managed fields) nor advertised before. A zero amount is what the
+// kubelet writes over extended resources when it restarts: that one we
+// assert again. A capacity set when the Node was created has no managed
+// fields at all, so ownership is judged by ours, not by others'.
+func heldByOther(node *corev1.Node, owned map[corev1.ResourceName]bool, r corev1.ResourceName, advertisedBefore bool) bool {
+	q, ok := node.Status.Capacity[r]
+	if !ok || q.IsZero() || advertisedBefore {
+		return false
+	}
+	return !owned[r]
+}
+
+// OwnedCapacity is the resources field manager owns in the Node's status
+// capacity (its managed fields): what an earlier run advertised.
+func OwnedCapacity(node *corev1.Node, manager string) map[corev1.ResourceName]bool {
+	out := map[corev1.ResourceName]bool{}
+	for _, mf := range node.ManagedFields {
+		if mf.Manager != manager || mf.FieldsV1 == nil {
+			continue
+		}
+		for r := range capacityKeys(mf.FieldsV1.Raw) {
+			out[r] = true
+		}
+	}
+	return out
+}
+
+// capacityKeys lists the status.capacity keys in a managedFields entry.
+func capacityKeys(raw []byte) map[corev1.ResourceName]bool {
+	var f struct {
+		Status struct {
+			Capacity map[string]json.RawMessage `json:"f:capacity"`
+		} `json:"f:status"`
+	}
+	if json.Unmarshal(raw, &f) != nil {
+		return nil
+	}
+	out := map[corev1.ResourceName]bool{}
+	for k := range f.Status.Capacity {
+		if name, ok := strings.CutPrefix(k, "f:"); ok {
+			out[corev1.ResourceName(name)] = true
+		}
+	}
+	return out
+}
+
+// conditionsNeedWrite reports whether a condition's status, reason or
+// transition time differs from the Node, or a heartbeat is due. A changed
+// message alone waits for the heartbeat: messages carry live readings and
+// would otherwise cause a write on every probe run. A fault's message is
+// written at once: it is what the operator asked for, not a live reading.
+func conditionsNeedWrite(s Snapshot, c ConditionsPlan) bool {
+	for t, st := range c.States {
+		nc := FindCondition(s.Node, t)
+		if nc == nil || nc.Status != st.Status || nc.Reason != st.Reason ||
+			!nc.LastTransitionTime.Time.Truncate(time.Second).Equal(st.LastTransitionTime.Truncate(time.Second)) {
+			return true
+		}
+		if c.FromFault[t] && nc.Message != Truncate(st.Message, s.MaxMessageLen) {
+			return true
+		}
+		if !s.Now.Before(nc.LastHeartbeatTime.Add(s.HeartbeatPeriod)) {
+			return true
+		}
+	}
+	return false
+}
+
+// resourcesNeedWrite reports whether the Node's capacity or allocatable
+// differs from want.
+func resourcesNeedWrite(node *corev1.Node, want map[corev1.ResourceName]int64) bool {
+	for r, n := range want {
+		c, okc := node.Status.Capacity[r]
+		al, oka := node.Status.Allocatable[r]
+		if !okc || !oka || c.Value() != n || al.Value() != n {
+			return true
+		}
+	}
+	return false
+}
+
+// nextHeartbeat is when the oldest of our conditions needs refreshing:
+// heartbeat period after now when this sync writes them, else after their
+// last heartbeat on the Node.
+func nextHeartbeat(s Snapshot, states map[corev1.NodeConditionType]State, writing bool) time.Time {
+	var next time.Time
+	for t := range states {
+		at := s.Now.Add(s.HeartbeatPeriod)
+		if !writing {
+			c := FindCondition(s.Node, t)
+			if c == nil {
+				continue
+			}
+			at = c.LastHeartbeatTime.Add(s.HeartbeatPeriod)
+		}
+		next = Earliest(next, at)
+	}
+	return next
+}
+
+// FindCondition returns the Node's condition of type t, or nil.
+func FindCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// Truncate caps s at n bytes, ending it with "..." when cut; n <= 0 means
+// no cap.
+func Truncate(s string, n int) string {
+	if n <= 0 || len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// Earliest is the earlier of two times, a zero time meaning none.
+func Earliest(x, y time.Time) time.Time {
+	if x.IsZero() || (!y.IsZero() && y.Before(x)) {
+		return y
+	}
+	return x
+}

@@ -1,0 +1,147 @@
+package taints
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/selftaint/selftaint/taints/faults"
+)
+
+func TestPlanNode(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	const mem corev1.NodeConditionType = "SelftaintMemoryPressure"
+	fine := State{Status: corev1.ConditionFalse, Reason: "Fine", Message: "ok", LastTransitionTime: ago(time.Hour)}
+	onNode := func(beat time.Duration, capacity corev1.ResourceList, managed ...metav1.ManagedFieldsEntry) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: managed},
+			Status: corev1.NodeStatus{
+				Conditions: []corev1.NodeCondition{{Type: mem, Status: fine.Status, Reason: fine.Reason, Message: fine.Message,
+					LastTransitionTime: metav1.NewTime(fine.LastTransitionTime), LastHeartbeatTime: metav1.NewTime(ago(beat))}},
+				Capacity: capacity, Allocatable: capacity,
+			},
+		}
+	}
+	ours := metav1.ManagedFieldsEntry{Manager: "selftaint", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:capacity":{"f:example.com/fpga":{}}}}`)}}
+	fpga := Hardware{Name: "example.com/fpga", Count: 2, Advertise: true}
+	gpu := Hardware{Name: "nvidia.com/gpu", Count: 8, Advertise: true}
+	base := func(mod func(*Snapshot)) Snapshot {
+		s := Snapshot{
+			Node: onNode(time.Minute, nil), Now: now, FieldManager: "selftaint", HeartbeatPeriod: 5 * time.Minute, MaxMessageLen: 1024,
+			Damped:        map[corev1.NodeConditionType]State{mem: fine},
+			Published:     map[corev1.NodeConditionType]Published{mem: {State: fine}},
+			HardwareKnown: true,
+		}
+		mod(&s)
+		return s
+	}
+	tests := []struct {
+		name      string
+		snap      Snapshot
+		write     bool
+		resources map[corev1.ResourceName]int64
+		held      []corev1.ResourceName
+		withdraw  []corev1.ResourceName
+		next      time.Time
+	}{
+		{
+			name:  "nothing changed: no write, next sync at the heartbeat",
+			snap:  base(func(*Snapshot) {}),
+			write: false, next: now.Add(4 * time.Minute),
+		},
+		{
+			name:  "heartbeat due: write, next heartbeat a period from now",
+			snap:  base(func(s *Snapshot) { s.Node = onNode(6*time.Minute, nil) }),
+			write: true, next: now.Add(5 * time.Minute),
+		},
+		{
+			name: "a new message alone waits for the heartbeat",
+			snap: base(func(s *Snapshot) {
+				s.Damped = map[corev1.NodeConditionType]State{mem: {Status: fine.Status, Reason: fine.Reason, Message: "new reading", LastTransitionTime: fine.LastTransitionTime}}
+			}),
+			write: false, next: now.Add(4 * time.Minute),
+		},
+		{
+			name: "a pending flip or a fault's expiry comes first",
+			snap: base(func(s *Snapshot) {
+				s.Pending = now.Add(20 * time.Second)
+				s.Faults = faults.Eval{Next: now.Add(10 * time.Second)}
+			}),
+			write: false, next: now.Add(10 * time.Second),
+		},
+		{
+			name:  "hardware present: advertised, written",
+			snap:  base(func(s *Snapshot) { s.Hardware = []Hardware{fpga} }),
+			write: true, resources: map[corev1.ResourceName]int64{"example.com/fpga": 2}, next: now.Add(5 * time.Minute),
+		},
+		{
+			name: "already advertised at that count: no write",
+			snap: base(func(s *Snapshot) {
+				s.Hardware, s.Advertised = []Hardware{fpga}, map[corev1.ResourceName]bool{"example.com/fpga": true}
+				s.Node = onNode(time.Minute, corev1.ResourceList{"example.com/fpga": resource.MustParse("2")}, ours)
+			}),
+			write: false, resources: map[corev1.ResourceName]int64{"example.com/fpga": 2}, next: now.Add(4 * time.Minute),
+		},
+		{
+			name: "zeroed by the kubelet: asserted again",
+			snap: base(func(s *Snapshot) {
+				s.Hardware, s.Advertised = []Hardware{fpga}, map[corev1.ResourceName]bool{"example.com/fpga": true}
+				s.Node = onNode(time.Minute, corev1.ResourceList{"example.com/fpga": resource.MustParse("0")})
+			}),
+			write: true, resources: map[corev1.ResourceName]int64{"example.com/fpga": 2}, next: now.Add(5 * time.Minute),
+		},
+		{
+			name: "a device plugin advertises it: held, left alone",
+			snap: base(func(s *Snapshot) {
+				s.Hardware = []Hardware{gpu}
+				s.Node = onNode(time.Minute, corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")})
+			}),
+			write: false, held: []corev1.ResourceName{"nvidia.com/gpu"}, next: now.Add(4 * time.Minute),
+		},
+		{
+			name: "advertised by an earlier run (our managed fields): ours, not held",
+			snap: base(func(s *Snapshot) {
+				s.Hardware = []Hardware{fpga}
+				s.Node = onNode(time.Minute, corev1.ResourceList{"example.com/fpga": resource.MustParse("1")}, ours)
+			}),
+			write: true, resources: map[corev1.ResourceName]int64{"example.com/fpga": 2}, next: now.Add(5 * time.Minute),
+		},
+		{
+			name: "hardware gone: withdrawn",
+			snap: base(func(s *Snapshot) {
+				s.Hardware, s.Advertised = []Hardware{{Name: "example.com/fpga", Count: 0, Advertise: true}}, map[corev1.ResourceName]bool{"example.com/fpga": true}
+			}),
+			write: false, withdraw: []corev1.ResourceName{"example.com/fpga"}, next: now.Add(4 * time.Minute),
+		},
+	}
+	for _, tt := range tests {
+		p := PlanNode(tt.snap)
+		if p.Status.Write != tt.write {
+			t.Errorf("%s: write %v, want %v", tt.name, p.Status.Write, tt.write)
+		}
+		if len(p.Status.Resources) != len(tt.resources) {
+			t.Errorf("%s: resources %v, want %v", tt.name, p.Status.Resources, tt.resources)
+		}
+		for r, n := range tt.resources {
+			if p.Status.Resources[r] != n {
+				t.Errorf("%s: resource %s = %d, want %d", tt.name, r, p.Status.Resources[r], n)
+			}
+		}
+		if len(p.Status.Held) != len(tt.held) || (len(tt.held) > 0 && p.Status.Held[0] != tt.held[0]) {
+			t.Errorf("%s: held %v, want %v", tt.name, p.Status.Held, tt.held)
+		}
+		if len(p.Status.Withdraw) != len(tt.withdraw) || (len(tt.withdraw) > 0 && p.Status.Withdraw[0] != tt.withdraw[0]) {
+			t.Errorf("%s: withdraw %v, want %v", tt.name, p.Status.Withdraw, tt.withdraw)
+		}
+		if !p.Next.Equal(tt.next) {
+			t.Errorf("%s: next %v, want %v", tt.name, p.Next, tt.next)
+		}
+		if p.Metadata.Node != tt.snap.Node || len(p.Metadata.Statuses) != len(p.Conditions.States) {
+			t.Errorf("%s: the metadata input does not carry the Node and the planned conditions", tt.name)
+		}
+	}
+}

@@ -525,6 +525,7 @@ func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot
 		FieldManager:    a.opts.FieldManager,
 		HeartbeatPeriod: a.opts.HeartbeatPeriod,
 		MaxMessageLen:   maxMessageLen,
+		Healthy:         a.healthy,
 	}
 	snap.Damped, snap.Pending = a.dampedLocked(now)
 	if in := a.opts.Init; in != nil {
@@ -565,7 +566,7 @@ func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.Nod
 	}
 	states := plan.Conditions.States
 	if plan.Status.Write {
-		if node, err = a.applyStatus(ctx, node, states, plan.Status.Resources, now); err != nil {
+		if node, err = a.applyStatus(ctx, node, states, plan.Status.Resources, plan.Changes, now); err != nil {
 			return nil, err
 		}
 	}
@@ -633,7 +634,7 @@ func truncate(s string, n int) string { return taints.Truncate(s, n) }
 // so our field manager owns exactly our entries and nobody else's are
 // touched; a resource we advertised and leave out of this apply is removed
 // by the API server, unless someone else has written it since.
-func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, resources map[corev1.ResourceName]int64, now time.Time) (*corev1.Node, error) {
+func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, resources map[corev1.ResourceName]int64, changes []taints.ConditionChange, now time.Time) (*corev1.Node, error) {
 	types := make([]corev1.NodeConditionType, 0, len(states))
 	for t := range states {
 		types = append(types, t)
@@ -666,16 +667,13 @@ func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[co
 	a.conditionWrites.Add(1)
 	a.remember(written)
 	a.reportResources(written, old, resources)
-	for _, t := range types {
-		s := states[t]
-		if c := taints.FindCondition(old, t); c == nil || c.Status != s.Status {
-			etype := corev1.EventTypeNormal
-			if s.Status != a.healthy[t] {
-				etype = corev1.EventTypeWarning
-			}
-			a.recorder.Eventf(written, etype, "ConditionChanged", "%s is now %s (%s): %s", t, s.Status, s.Reason, truncate(s.Message, 256))
-			a.log.Info("condition changed", "condition", t, "status", s.Status, "reason", s.Reason, "message", s.Message)
+	for _, c := range changes {
+		etype := corev1.EventTypeNormal
+		if c.Unhealthy {
+			etype = corev1.EventTypeWarning
 		}
+		a.recorder.Eventf(written, etype, "ConditionChanged", "%s is now %s (%s): %s", c.Type, c.Status, c.Reason, truncate(c.Message, 256))
+		a.log.Info("condition changed", "condition", c.Type, "status", c.Status, "reason", c.Reason, "message", c.Message)
 	}
 	return written, nil
 }

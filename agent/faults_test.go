@@ -88,24 +88,27 @@ func nodeEvents(t *testing.T, c kubernetes.Interface, node, reason string) []cor
 // every string in want, and returns it.
 func waitEvent(t *testing.T, c kubernetes.Interface, node, reason string, timeout time.Duration, want ...string) corev1.Event {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var msgs []string
+	var found corev1.Event
+	var msgs []string
+	err := testcp.Poll(context.Background(), timeout, 100*time.Millisecond, func() (bool, error) {
+		msgs = nil
 		for _, e := range nodeEvents(t, c, node, reason) {
 			ok := true
 			for _, w := range want {
 				ok = ok && strings.Contains(e.Message, w)
 			}
 			if ok {
-				return e
+				found = e
+				return true, nil
 			}
 			msgs = append(msgs, e.Message)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s event on %s mentioning %q within %s; saw %q", reason, node, want, timeout, msgs)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event on %s mentioning %q: %v; saw %q", reason, node, want, err, msgs)
 	}
+	return found
 }
 
 // TestFaultInjectAndExpire injects a fault on a healthy node whose probe is

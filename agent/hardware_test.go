@@ -209,20 +209,19 @@ hardware:
 
 func waitScheduled(t *testing.T, c kubernetes.Interface, name string) *corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		p, err := c.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("getting pod %s: %v", name, err)
+	var p *corev1.Pod
+	err := testcp.Poll(t.Context(), 30*time.Second, 100*time.Millisecond, func() (bool, error) {
+		var err error
+		p, err = c.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", err
+	})
+	if err != nil {
+		if p != nil {
+			t.Fatalf("pod %s not scheduled: %v; conditions %+v", name, err, p.Status.Conditions)
 		}
-		if p.Spec.NodeName != "" {
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s not scheduled after 30s: %+v", name, p.Status.Conditions)
-		}
-		time.Sleep(100 * time.Millisecond)
+		t.Fatalf("pod %s not scheduled: %v", name, err)
 	}
+	return p
 }
 
 func hasEvent(t *testing.T, c kubernetes.Interface, node, reason string) bool {

@@ -46,6 +46,8 @@ type Snapshot struct {
 	// changed; MaxMessageLen caps a published message.
 	HeartbeatPeriod time.Duration
 	MaxMessageLen   int
+	// Healthy is each condition's status when all is well.
+	Healthy map[corev1.NodeConditionType]corev1.ConditionStatus
 }
 
 // NodePlan is what one sync does to the Node.
@@ -59,10 +61,22 @@ type NodePlan struct {
 	// (PlanMetadata): the write loop plans them from it, and again with a
 	// fresh Node after a conflict.
 	Metadata MetadataInput
+	// Changes are the conditions whose status this sync changes on the
+	// Node, sorted by type: each is told in a ConditionChanged Event once
+	// the status is written (fault Events come from Faults).
+	Changes []ConditionChange
 	// Next is when the next sync is due (zero: only when something
 	// changes): a damper's pending flip, a fault's expiry, or the
 	// heartbeat.
 	Next time.Time
+}
+
+// ConditionChange is a condition whose status changes, for its Event.
+type ConditionChange struct {
+	Type corev1.NodeConditionType
+	State
+	// Unhealthy: the new status is not the healthy one (a Warning Event).
+	Unhealthy bool
 }
 
 // StatusPlan is what to write to the Node's status.
@@ -103,8 +117,26 @@ func PlanNode(s Snapshot) NodePlan {
 	if p.Conditions.Init != nil {
 		p.Metadata.Init = &InitTaint{Taint: s.InitTaint, Verdict: *p.Conditions.Init}
 	}
+	p.Changes = conditionChanges(s, p.Conditions.States)
 	p.Next = Earliest(Earliest(s.Pending, s.Faults.Next), nextHeartbeat(s, p.Conditions.States, p.Status.Write))
 	return p
+}
+
+// conditionChanges is the conditions whose status differs from the Node's.
+func conditionChanges(s Snapshot, states map[corev1.NodeConditionType]State) []ConditionChange {
+	var out []ConditionChange
+	for _, t := range slices.Sorted(maps.Keys(states)) {
+		st := states[t]
+		if c := FindCondition(s.Node, t); c != nil && c.Status == st.Status {
+			continue
+		}
+		healthy, ok := s.Healthy[t]
+		if !ok {
+			healthy = corev1.ConditionFalse
+		}
+		out = append(out, ConditionChange{Type: t, State: st, Unhealthy: st.Status != healthy})
+	}
+	return out
 }
 
 // planStatus decides the extended resources and whether the status needs

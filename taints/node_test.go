@@ -145,3 +145,34 @@ func TestPlanNode(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanNodeConditionChanges(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	const mem, ready corev1.NodeConditionType = "SelftaintMemoryPressure", "Ready"
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: mem, Status: corev1.ConditionFalse, Reason: "Fine"},
+		{Type: ready, Status: corev1.ConditionTrue, Reason: "Ready"},
+	}}}
+	snap := Snapshot{
+		Node: node, Now: now, HeartbeatPeriod: time.Minute,
+		Healthy: map[corev1.NodeConditionType]corev1.ConditionStatus{mem: corev1.ConditionFalse, ready: corev1.ConditionTrue},
+		Damped: map[corev1.NodeConditionType]State{
+			mem:   {Status: corev1.ConditionTrue, Reason: "Low", LastTransitionTime: now},
+			ready: {Status: corev1.ConditionTrue, Reason: "StillReady", LastTransitionTime: now},
+			"New": {Status: corev1.ConditionFalse, Reason: "Fine", LastTransitionTime: now},
+		},
+	}
+	got := PlanNode(snap).Changes
+	want := []ConditionChange{
+		{Type: "New", State: State{Status: corev1.ConditionFalse, Reason: "Fine", LastTransitionTime: now}, Unhealthy: false},
+		{Type: mem, State: State{Status: corev1.ConditionTrue, Reason: "Low", LastTransitionTime: now}, Unhealthy: true},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("changes %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Type != want[i].Type || got[i].Status != want[i].Status || got[i].Reason != want[i].Reason || got[i].Unhealthy != want[i].Unhealthy {
+			t.Errorf("change %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

@@ -346,19 +346,17 @@ func TestVirtualNodeNoExecuteFault(t *testing.T) {
 
 func waitPod(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		p, err := c.CoreV1().Pods(virtualNS).Get(t.Context(), name, metav1.GetOptions{})
-		if err == nil && ok(p) {
-			return
+	var p *corev1.Pod
+	err := testcp.Poll(t.Context(), timeout, testcp.PollInterval, func() (bool, error) {
+		var err error
+		p, err = c.CoreV1().Pods(virtualNS).Get(t.Context(), name, metav1.GetOptions{})
+		return err == nil && ok(p), err
+	})
+	if err != nil {
+		if p != nil {
+			t.Fatalf("waiting for pod %s to be %s: %v; node %q status %+v", name, what, err, p.Spec.NodeName, p.Status)
 		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				t.Fatalf("timed out waiting for pod %s to be %s: %v", name, what, err)
-			}
-			t.Fatalf("timed out waiting for pod %s to be %s: node %q status %+v", name, what, p.Spec.NodeName, p.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("waiting for pod %s to be %s: %v", name, what, err)
 	}
 }
 

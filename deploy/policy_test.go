@@ -387,6 +387,23 @@ func checkUnchanged(t *testing.T, before, after *corev1.Node) {
 	}
 }
 
+// installRendered starts a control plane, creates namespace ns on it and
+// every rendered object in it.
+func installRendered(t *testing.T, ns string, rendered []manifest) *testcp.ControlPlane {
+	t.Helper()
+	cp := testcp.Start(t, testcp.Options{})
+	ctx := t.Context()
+	if _, err := cp.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rendered {
+		if err := create(ctx, cp.Client(), m); err != nil {
+			t.Fatalf("creating %s: %v", m, err)
+		}
+	}
+	return cp
+}
+
 // kustomizeOverlay renders, with kustomize, an overlay of the
 // kustomization in base (a directory relative to deploy/) with the
 // kustomization field line (e.g. "namespace: x"), and decodes the result.
@@ -436,20 +453,14 @@ func TestPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	const ns = "selftaint-system"
 	rendered := kustomizeOverlay(t, ".", "namespace: "+ns)
-	cp := testcp.Start(t, testcp.Options{})
-	admin := cp.Client()
-	ctx := t.Context()
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	for _, m := range rendered {
 		if m.meta().GetNamespace() == namespace {
 			t.Errorf("%s still in %s after the overlay", m, namespace)
 		}
-		if err := create(ctx, admin, m); err != nil {
-			t.Fatalf("creating %s: %v", m, err)
-		}
 	}
+	cp := installRendered(t, ns, rendered)
+	admin := cp.Client()
+	ctx := t.Context()
 	const a, b = "overlay-a", "overlay-b"
 	for _, n := range []string{a, b} {
 		cp.CreateNode(t, n, kubeletNode)

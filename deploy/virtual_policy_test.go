@@ -871,17 +871,8 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 		}
 	}
 
-	cp := testcp.Start(t, testcp.Options{})
-	admin := cp.Client()
+	cp := installRendered(t, ns, rendered)
 	ctx := t.Context()
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range rendered {
-		if err := create(ctx, admin, m); err != nil {
-			t.Fatalf("creating %s: %v", m, err)
-		}
-	}
 	rc := cp.RESTConfig()
 	rc.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + ns + ":" + virtualSA,

@@ -69,7 +69,7 @@ func TestDeployPolicyParams(t *testing.T) {
 	if len(missing)+len(extra) > 0 {
 		t.Errorf("the policy's parameters differ from the deployed config: missing %q, extra %q; regenerate them with selftaint policy-params", missing, extra)
 	}
-	for _, k := range ParamKeys {
+	for _, k := range ParamKeys() {
 		if got, ok := vap.Annotations[k]; !ok || got != want[k] {
 			t.Errorf("annotation %s = %q (present %v), want exactly %q (the form selftaint policy-params prints)", k, got, ok, want[k])
 		}

@@ -30,7 +30,9 @@ const (
 )
 
 // ParamKeys are the parameter keys, in the order they are printed.
-var ParamKeys = []string{ParamTaints, ParamLabels, ParamConditions, ParamResources}
+func ParamKeys() []string {
+	return []string{ParamTaints, ParamLabels, ParamConditions, ParamResources}
+}
 
 // Ownership is what this config lets the agent own on its Node:
 //   - taints, by key and effect: the rules', the hardware taints (the
@@ -149,7 +151,7 @@ func paramList(v string) []string {
 // mean the API server will deny the agent's writes of them; extra ones
 // mean a stolen agent token may change more than the agent needs.
 func CheckPolicyParams(want, have map[string]string) (missing, extra []string) {
-	for _, k := range ParamKeys {
+	for _, k := range ParamKeys() {
 		w, h := paramList(want[k]), paramList(have[k])
 		if d := difference(w, h); len(d) > 0 {
 			missing = append(missing, fmt.Sprintf("%s lacks %s", k, strings.Join(d, ", ")))
@@ -177,7 +179,7 @@ func difference(a, b []string) []string {
 // policy's metadata.annotations), keys in ParamKeys order.
 func FormatPolicyParams(params map[string]string) string {
 	var b strings.Builder
-	for _, k := range ParamKeys {
+	for _, k := range ParamKeys() {
 		v := paramList(params[k])
 		if len(v) == 0 {
 			fmt.Fprintf(&b, "%s: \"\"\n", k)

@@ -79,7 +79,7 @@ hardware: {gpu: {taint: false}}
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		params := PolicyParams(cfg.Ownership(tt.checks))
-		for _, k := range ParamKeys {
+		for _, k := range ParamKeys() {
 			if got := strings.Join(paramList(params[k]), " "); got != tt.want[k] {
 				t.Errorf("%s: %s = %q, want %q", tt.name, k, got, tt.want[k])
 			}

@@ -57,7 +57,7 @@ func TestPolicyParamsCommand(t *testing.T) {
 		t.Fatalf("policy-params printed no YAML map: %v\n%s", err, stdout.String())
 	}
 	vap := deployedPolicy(t)
-	for _, k := range config.ParamKeys {
+	for _, k := range config.ParamKeys() {
 		if printed[k] != vap.Annotations[k] {
 			t.Errorf("policy-params %s = %q, deploy/admission-policy.yaml has %q", k, printed[k], vap.Annotations[k])
 		}

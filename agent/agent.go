@@ -626,8 +626,6 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	a.adopted = true
 }
 
-func truncate(s string, n int) string { return taints.Truncate(s, n) }
-
 // applyStatus writes all our decided conditions and the extended resources
 // we advertise with server-side apply on the status subresource.
 // Conditions are a map keyed by type and capacity a map keyed by resource,
@@ -647,7 +645,7 @@ func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[co
 			WithType(t).
 			WithStatus(s.Status).
 			WithReason(s.Reason).
-			WithMessage(truncate(s.Message, maxMessageLen)).
+			WithMessage(taints.Truncate(s.Message, maxMessageLen)).
 			WithLastTransitionTime(metav1.NewTime(s.LastTransitionTime)).
 			WithLastHeartbeatTime(metav1.NewTime(now)))
 	}
@@ -672,7 +670,7 @@ func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[co
 		if c.Unhealthy {
 			etype = corev1.EventTypeWarning
 		}
-		a.recorder.Eventf(written, etype, "ConditionChanged", "%s is now %s (%s): %s", c.Type, c.Status, c.Reason, truncate(c.Message, 256))
+		a.recorder.Eventf(written, etype, "ConditionChanged", "%s is now %s (%s): %s", c.Type, c.Status, c.Reason, taints.Truncate(c.Message, 256))
 		a.log.Info("condition changed", "condition", c.Type, "status", c.Status, "reason", c.Reason, "message", c.Message)
 	}
 	return written, nil

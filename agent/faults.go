@@ -85,7 +85,7 @@ func (a *Agent) adoptFaultsLocked(node *corev1.Node) map[corev1.NodeConditionTyp
 			continue
 		}
 		c := taints.FindCondition(node, f.Condition)
-		if c == nil || c.Status != f.Status || c.Reason != f.Reason || c.Message != truncate(f.Message, maxMessageLen) {
+		if c == nil || c.Status != f.Status || c.Reason != f.Reason || c.Message != taints.Truncate(f.Message, maxMessageLen) {
 			continue
 		}
 		a.faultMem.Seen[k] = faults.Verdict{Value: v, Fault: f}
@@ -100,8 +100,8 @@ func (a *Agent) adoptFaultsLocked(node *corev1.Node) map[corev1.NodeConditionTyp
 // started applying.
 func (a *Agent) reportFaults(node *corev1.Node, ev faultEval) {
 	for _, r := range ev.Rejected {
-		a.recorder.Eventf(node, corev1.EventTypeWarning, "FaultRejected", "ignoring fault annotation %s: %s", r.Key, truncate(r.Problem, 512))
-		a.log.Warn("ignoring fault annotation", "annotation", r.Key, "problem", r.Problem, "value", truncate(r.Value, 256))
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "FaultRejected", "ignoring fault annotation %s: %s", r.Key, taints.Truncate(r.Problem, 512))
+		a.log.Warn("ignoring fault annotation", "annotation", r.Key, "problem", r.Problem, "value", taints.Truncate(r.Value, 256))
 	}
 	for _, f := range ev.Started {
 		etype := corev1.EventTypeNormal
@@ -113,7 +113,7 @@ func (a *Agent) reportFaults(node *corev1.Node, ev faultEval) {
 			by = ", injected by " + f.InjectedBy
 		}
 		a.recorder.Eventf(node, etype, "FaultActive", "fault %s applies until %s%s: %s is %s (%s): %s",
-			f.Key, f.ExpiresAt.UTC().Format(time.RFC3339), by, f.Condition, f.Status, f.Reason, truncate(f.Message, 256))
+			f.Key, f.ExpiresAt.UTC().Format(time.RFC3339), by, f.Condition, f.Status, f.Reason, taints.Truncate(f.Message, 256))
 		a.log.Info("fault applies", "annotation", f.Key, "condition", f.Condition, "status", f.Status, "reason", f.Reason,
 			"expiresAt", f.ExpiresAt, "injectedBy", f.InjectedBy)
 	}

@@ -101,9 +101,6 @@ func formatResources(rs []Resource) string {
 // HardwareTaint is the taint for hardware r (taints.HardwareTaint).
 func HardwareTaint(r corev1.ResourceName) corev1.Taint { return taints.HardwareTaint(r) }
 
-// HardwareTaints are the taints an inventory asks for.
-func HardwareTaints(rs []Resource) []corev1.Taint { return taints.HardwareTaints(rs) }
-
 // reportHeldResources tells, once per change, about resources we would
 // advertise that another writer already advertises.
 func (a *Agent) reportHeldResources(node *corev1.Node, held []corev1.ResourceName) {

@@ -47,9 +47,6 @@ func sortedIDs(ids []taints.TaintID) []taints.TaintID {
 	return slices.Clip(slices.Compact(ids))
 }
 
-// OwnableOf is what o lets an agent trust its ownership records for.
-func OwnableOf(o Ownership) taints.Ownable { return ownableFor(Options{Ownership: o}) }
-
 // ownableFor is the taints and labels whose ownership records an agent with opts
 // trusts before its first inventory: opts.Ownership, its rules' taints and
 // its initialization taint.

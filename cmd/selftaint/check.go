@@ -65,7 +65,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rep.Hardware, err = m.inventory.Inventory(ctx); err != nil {
 		return fmt.Errorf("hardware inventory: %w", err)
 	}
-	rep.Taints = wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, m.ownership, time.Now())
+	rep.Taints = wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, time.Now())
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -93,14 +93,14 @@ func check(ctx context.Context, specs []agent.ProbeSpec) []checkRow {
 // Node that carries none yet, for these conditions and this hardware: what
 // check prints is by construction what the agent would write. The time a
 // NoExecute taint would be added is left out: it would be the write's.
-func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, own agent.Ownership, now time.Time) []corev1.Taint {
+func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, now time.Time) []corev1.Taint {
 	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
 	for _, r := range rows {
 		statuses[r.Condition] = r.ConditionStatus
 	}
 	p := taints.PlanMetadata(taints.MetadataInput{
 		Node: &corev1.Node{}, Now: now, Rules: rules, Statuses: statuses,
-		Hardware: hw, HardwareKnown: true, Ownable: agent.OwnableOf(own),
+		Hardware: hw, HardwareKnown: true,
 	})
 	out := make([]corev1.Taint, len(p.Taints.Taints))
 	for i, t := range p.Taints.Taints {

@@ -63,11 +63,11 @@ func TestCheckMatchesAgent(t *testing.T) {
 		return out
 	}
 	want := id(rep.Taints)
-	n, _ := pollNode(t, cp.Client(), node, 30*time.Second, "the agent's taints to settle on check's", func(n *corev1.Node) bool {
+	pollNode(t, cp.Client(), node, 30*time.Second, "the agent's taints to settle on check's", func(n *corev1.Node) bool {
 		return slices.Equal(id(n.Spec.Taints), want)
 	})
 	time.Sleep(2 * time.Second) // several probe rounds: nothing else arrives
-	n, _ = pollNode(t, cp.Client(), node, time.Second, "the taints to stay", func(n *corev1.Node) bool { return true })
+	n, _ := pollNode(t, cp.Client(), node, time.Second, "the taints to stay", func(n *corev1.Node) bool { return true })
 	if got := id(n.Spec.Taints); !slices.Equal(got, want) {
 		t.Errorf("agent's taints %v, check said %v", got, want)
 	}

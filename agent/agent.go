@@ -122,6 +122,13 @@ type Options struct {
 	// Metrics, if set, receives probe runs, conditions, taints and their
 	// changes, for monitoring (see observe.go). nil means none.
 	Metrics Metrics
+	// Limiter is the change limiter on each condition's taints; the zero
+	// value is off.
+	Limiter taints.LimiterConfig
+	// NoExecute, if set, is where the coordinator's grants and guard are.
+	// Without it no NoExecute taint is ever applied: NoExecute rules apply
+	// their fallback effect.
+	NoExecute *NoExecuteOptions
 	// Ownership is what the config lets the agent own on its Node. The
 	// ownership records on the Node are trusted only for these keys, the
 	// keys of Rules and Init, and the hardware the inventory reports (see
@@ -202,6 +209,15 @@ type Agent struct {
 	// rejection is reported once and an expiry is told apart from a fault
 	// that was already stale when first seen.
 	faultMem faults.Memory
+	// limits are the change limiters' states, as of the last successful
+	// sync.
+	limits map[corev1.NodeConditionType]taints.LimitState
+	// grant and guard are the coordinator's decisions as last seen;
+	// lastNoExecute and lastHeld the NoExecute verdicts and held taints
+	// last reported.
+	grant                   seenGrant
+	guard                   seenGuard
+	lastNoExecute, lastHeld string
 }
 
 // New checks the options and builds an Agent; Run starts it.
@@ -247,6 +263,12 @@ func New(opts Options) (*Agent, error) {
 		faultMem:    faults.Memory{Seen: map[string]faults.Verdict{}, Applied: map[string]string{}},
 		advertised:  map[corev1.ResourceName]bool{},
 		reported:    map[string]bool{},
+		limits:      map[corev1.NodeConditionType]taints.LimitState{},
+	}
+	if opts.NoExecute != nil {
+		if err := opts.NoExecute.validate(); err != nil {
+			return nil, err
+		}
 	}
 	if opts.HardwarePeriod <= 0 {
 		a.opts.HardwarePeriod = DefaultHardwarePeriod
@@ -369,6 +391,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.runner.Run(ctx, a.Observe) })
 	if a.opts.Hardware != nil {
 		wg.Go(func() { a.runInventory(ctx) })
+	}
+	if a.opts.NoExecute != nil {
+		wg.Go(func() { a.runNoExecute(ctx) })
 	}
 	wg.Go(func() { informer.RunWithContext(ctx) })
 
@@ -526,6 +551,9 @@ func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot
 		HeartbeatPeriod: a.opts.HeartbeatPeriod,
 		MaxMessageLen:   maxMessageLen,
 		Healthy:         a.healthy,
+		Limiter:         a.opts.Limiter,
+		Limits:          maps.Clone(a.limits),
+		NoExecute:       a.noExecuteInputLocked(now),
 	}
 	snap.Damped, snap.Pending = a.dampedLocked(now)
 	if in := a.opts.Init; in != nil {
@@ -574,7 +602,10 @@ func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.Nod
 	for t, s := range states {
 		a.published[t] = taints.Published{State: s, Fault: plan.Conditions.FromFault[t]}
 	}
+	a.limits = plan.Limits
 	a.mu.Unlock()
+	a.reportFlapping(node, plan)
+	a.reportNoExecute(node, plan.NoExecute)
 	hw := hardwareState{resources: snap.Hardware, known: snap.HardwareKnown}
 	if err := a.reconcileMetadata(ctx, node, plan.Metadata, states, hw, plan.Conditions.Init); err != nil {
 		return nil, err
@@ -687,7 +718,7 @@ func (a *Agent) remember(n *corev1.Node) {
 // resourceVersion makes it a compare-and-swap: if anyone changed the Node
 // since we read it, the API server answers 409 and we re-plan from the
 // fresh copy, so a taint added in between survives.
-func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.LabelPlan, annotations map[string]string) ([]byte, error) {
+func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.LabelPlan, annotations map[string]string, remove []string) ([]byte, error) {
 	var owned any // null removes the annotation
 	if len(plan.Owned) > 0 {
 		owned = taints.FormatOwned(plan.Owned)
@@ -706,6 +737,9 @@ func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.Label
 	}
 	for k, v := range annotations {
 		ann[k] = v
+	}
+	for _, k := range remove {
+		ann[k] = nil
 	}
 	meta := map[string]any{"resourceVersion": resourceVersion, "annotations": ann}
 	if len(labels.Set) > 0 || len(labels.Remove) > 0 {
@@ -730,13 +764,14 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, mi tai
 		a.reportRecords(node, p)
 		a.reportForeign(node, p.Taints.Foreign)
 		a.reportForeignLabels(node, p.Labels.Foreign)
+		a.reportHeld(node, p.Held)
 		if !p.Changed {
 			return nil
 		}
 		if a.opts.BeforeTaintWrite != nil {
 			a.opts.BeforeTaintWrite(ctx, node)
 		}
-		patch, err := metadataPatch(node.ResourceVersion, p.Taints, p.Labels, p.Annotations)
+		patch, err := metadataPatch(node.ResourceVersion, p.Taints, p.Labels, p.Annotations, p.RemoveAnnotations)
 		if err != nil {
 			return fmt.Errorf("building taint patch: %w", err)
 		}

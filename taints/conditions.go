@@ -1,6 +1,8 @@
 package taints
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +32,12 @@ type ConditionsInput struct {
 	// condition (Init.States is filled in here from the other conditions).
 	InitCondition corev1.NodeConditionType
 	Init          *InitInput
+	// Limiter, Limits and Rules drive the change limiter: each condition
+	// with rules passes through Limit (faults too: a fault flipped faster
+	// than the bucket allows flaps like a probe).
+	Limiter LimiterConfig
+	Limits  map[corev1.NodeConditionType]LimitState
+	Rules   []Rule
 }
 
 // ConditionsPlan is the conditions to publish.
@@ -38,6 +46,13 @@ type ConditionsPlan struct {
 	FromFault map[corev1.NodeConditionType]bool
 	// Init is the initialization verdict, when initialization is managed.
 	Init *InitVerdict
+	// Limits are the change limiters after this sync; Flapping the
+	// conditions they hold; FlapStarted and FlapEnded those that started
+	// or stopped flapping now; LimitWake when a limiter next needs a sync.
+	Limits                 map[corev1.NodeConditionType]LimitState
+	Flapping               map[corev1.NodeConditionType]bool
+	FlapStarted, FlapEnded []corev1.NodeConditionType
+	LimitWake              time.Time
 }
 
 // PlanConditions decides every condition to publish and its
@@ -55,6 +70,7 @@ func PlanConditions(in ConditionsInput) ConditionsPlan {
 		p.States[t] = State{Status: f.Status, Reason: f.Reason, Message: f.Message}
 		p.FromFault[t] = true
 	}
+	limit(&p, in)
 	for t, s := range p.States {
 		p.States[t] = transition(in.Published, t, s, p.FromFault[t], in.Now)
 	}
@@ -69,6 +85,40 @@ func PlanConditions(in ConditionsInput) ConditionsPlan {
 		p.Init = &v
 	}
 	return p
+}
+
+// limit passes every condition with rules through its change limiter.
+func limit(p *ConditionsPlan, in ConditionsInput) {
+	p.Limits = map[corev1.NodeConditionType]LimitState{}
+	p.Flapping = map[corev1.NodeConditionType]bool{}
+	byCond := RulesByCondition(in.Rules)
+	for _, t := range slices.Sorted(maps.Keys(p.States)) {
+		var published *Published
+		if pub, ok := in.Published[t]; ok {
+			published = &pub
+		}
+		l := Limit(in.Limiter, in.Limits[t], byCond[t], p.States[t], published, in.Now)
+		p.States[t], p.Limits[t] = l.State, l.Next
+		if l.Next.Flapping {
+			p.Flapping[t] = true
+		}
+		if l.Started {
+			p.FlapStarted = append(p.FlapStarted, t)
+		}
+		if l.Ended {
+			p.FlapEnded = append(p.FlapEnded, t)
+		}
+		p.LimitWake = Earliest(p.LimitWake, l.Wake)
+	}
+}
+
+// RulesByCondition groups rules by the condition they follow.
+func RulesByCondition(rules []Rule) map[corev1.NodeConditionType][]Rule {
+	out := map[corev1.NodeConditionType][]Rule{}
+	for _, r := range rules {
+		out[r.Condition] = append(out[r.Condition], r)
+	}
+	return out
 }
 
 // transition sets s's lastTransitionTime for condition t (see

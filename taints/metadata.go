@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // InitializedAnnotation records when selftaint first found the node
@@ -32,6 +34,11 @@ type MetadataInput struct {
 	Init *InitTaint
 	// Ownable is what the ownership records are trusted for.
 	Ownable Ownable
+	// Gates say what each condition's rules may do now (PlanGates): the
+	// zero Gate allows no NoExecute.
+	Gates map[corev1.NodeConditionType]Gate
+	// Request decides the NoExecute request annotation (PlanRequest).
+	Request RequestInput
 }
 
 // InitTaint is the uninitialized taint and this sync's verdict on it.
@@ -44,8 +51,13 @@ type InitTaint struct {
 type MetadataPlan struct {
 	Taints Plan
 	Labels LabelPlan
-	// Annotations to set besides the ownership records (initialized-at).
-	Annotations map[string]string
+	// Annotations to set besides the ownership records (initialized-at,
+	// the NoExecute request), and to remove.
+	Annotations       map[string]string
+	RemoveAnnotations []string
+	// Held are taints the rules ask for that the disruption guard holds
+	// back (not on the Node, and not added).
+	Held []corev1.Taint
 	// UntrustedTaints and UntrustedLabels are ownership record entries
 	// outside Ownable: ignored, and dropped by this write.
 	UntrustedTaints []TaintID
@@ -85,8 +97,14 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 	if in.Init != nil {
 		owned = claimInitTaint(node, owned, IDOf(in.Init.Taint))
 	}
-	desired := desiredTaints(in, owned)
+	desired, held := desiredTaints(in, owned)
+	p.Held = held
 	p.Annotations = map[string]string{}
+	if v, change := PlanRequest(node, in.Request, in.Now); change && v != "" {
+		p.Annotations[fleet.RequestAnnotation] = v
+	} else if change {
+		p.RemoveAnnotations = append(p.RemoveAnnotations, fleet.RequestAnnotation)
+	}
 	if in.Init != nil {
 		desired = withInitTaint(node, desired, *in.Init)
 		if _, done := node.Annotations[InitializedAnnotation]; in.Init.Verdict.First && !done {
@@ -99,14 +117,19 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 		// Rewrite the records without the entries ignored.
 		p.Taints.Changed, p.Labels.Changed = true, true
 	}
-	p.Changed = p.Taints.Changed || p.Labels.Changed || len(p.Annotations) > 0
+	p.Changed = p.Taints.Changed || p.Labels.Changed || len(p.Annotations)+len(p.RemoveAnnotations) > 0
 	return p
 }
 
 // desiredTaints is what the rules and the hardware ask for, plus the owned
-// taints that must not be lifted yet (see PlanMetadata).
-func desiredTaints(in MetadataInput, owned []TaintID) []corev1.Taint {
-	desired := Desired(in.Rules, in.Statuses)
+// taints that must not be lifted yet (see PlanMetadata), and what the guard
+// holds back.
+func desiredTaints(in MetadataInput, owned []TaintID) (desired, held []corev1.Taint) {
+	present := map[TaintID]bool{}
+	for _, t := range in.Node.Spec.Taints {
+		present[IDOf(t)] = true
+	}
+	desired, held = Desired(in.Rules, in.Statuses, in.Gates, present)
 	have := map[TaintID]bool{}
 	for _, t := range desired {
 		have[IDOf(t)] = true
@@ -127,7 +150,7 @@ func desiredTaints(in MetadataInput, owned []TaintID) []corev1.Taint {
 			have[id] = true
 		}
 	}
-	return desired
+	return desired, held
 }
 
 // keepUndecided says whether an owned taint no rule or hardware asks for
@@ -137,7 +160,7 @@ func desiredTaints(in MetadataInput, owned []TaintID) []corev1.Taint {
 func keepUndecided(in MetadataInput, id TaintID) bool {
 	ruled := false
 	for _, r := range in.Rules {
-		if IDOf(r.Taint) != id {
+		if IDOf(r.Taint) != id && (r.Fallback == "" || (TaintID{Key: r.Taint.Key, Effect: r.Fallback}) != id) {
 			continue
 		}
 		ruled = true

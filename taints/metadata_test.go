@@ -73,8 +73,9 @@ func TestPlanMetadata(t *testing.T) {
 			wantChanged: true,
 		},
 		{
-			name:        "NoExecute taints are stamped with timeAdded",
-			in:          MetadataInput{Node: node(nil, nil, nil), Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true},
+			name: "NoExecute taints are stamped with timeAdded",
+			in: MetadataInput{Node: node(nil, nil, nil), Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true,
+				Gates: map[corev1.NodeConditionType]Gate{ev: {NoExecute: true}}},
 			wantTaints:  []corev1.Taint{{Key: evict.Key, Effect: evict.Effect, TimeAdded: ptr.To(metav1.NewTime(now))}},
 			wantOwned:   "selftaint.io/evict:NoExecute",
 			wantChanged: true,

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/taints/faults"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // Snapshot is everything one sync decides from: the Node as read, what the
@@ -48,6 +49,12 @@ type Snapshot struct {
 	MaxMessageLen   int
 	// Healthy is each condition's status when all is well.
 	Healthy map[corev1.NodeConditionType]corev1.ConditionStatus
+	// Limiter is the change limiter and Limits each condition's state.
+	Limiter LimiterConfig
+	Limits  map[corev1.NodeConditionType]LimitState
+	// NoExecute is what the node knows of the coordinator's grants and
+	// guard.
+	NoExecute NoExecuteInput
 }
 
 // NodePlan is what one sync does to the Node.
@@ -65,9 +72,19 @@ type NodePlan struct {
 	// Node, sorted by type: each is told in a ConditionChanged Event once
 	// the status is written (fault Events come from Faults).
 	Changes []ConditionChange
+	// Limits are the change limiters after this sync (kept once the
+	// writes succeed); Flapping the conditions they hold, FlapStarted and
+	// FlapEnded those that started or stopped flapping now.
+	Limits                 map[corev1.NodeConditionType]LimitState
+	Flapping               map[corev1.NodeConditionType]bool
+	FlapStarted, FlapEnded []corev1.NodeConditionType
+	// NoExecute says, for each condition with a NoExecute rule that
+	// applies, whether its NoExecute taint may be on and why not, sorted.
+	NoExecute []NoExecuteVerdict
 	// Next is when the next sync is due (zero: only when something
-	// changes): a damper's pending flip, a fault's expiry, or the
-	// heartbeat.
+	// changes): a damper's pending flip, a fault's expiry, a change
+	// limiter's release, a grant's end, the guard going stale, a holder's
+	// liveness stamp, or the heartbeat.
 	Next time.Time
 }
 
@@ -100,7 +117,10 @@ type StatusPlan struct {
 // (PlanMetadata), and when to run next.
 func PlanNode(s Snapshot) NodePlan {
 	var p NodePlan
-	in := ConditionsInput{Now: s.Now, Damped: s.Damped, Faults: s.Faults.Apply, Published: s.Published}
+	in := ConditionsInput{
+		Now: s.Now, Damped: s.Damped, Faults: s.Faults.Apply, Published: s.Published,
+		Limiter: s.Limiter, Limits: s.Limits, Rules: s.Rules,
+	}
 	if s.Init != nil {
 		in.InitCondition, in.Init = s.InitCondition, s.Init
 	}
@@ -110,16 +130,57 @@ func PlanNode(s Snapshot) NodePlan {
 	for t, st := range p.Conditions.States {
 		statuses[t] = st.Status
 	}
+	c := p.Conditions
+	p.Limits, p.Flapping, p.FlapStarted, p.FlapEnded = c.Limits, c.Flapping, c.FlapStarted, c.FlapEnded
+	gates := PlanGates(s.Rules, statuses, c.Flapping, s.Node.Labels[fleet.ZoneLabel], s.NoExecute)
+	p.NoExecute = noExecuteVerdicts(s.Rules, statuses, gates)
 	p.Metadata = MetadataInput{
 		Node: s.Node, Now: s.Now, Rules: s.Rules, Statuses: statuses,
 		Hardware: s.Hardware, HardwareKnown: s.HardwareKnown, Ownable: s.Ownable,
+		Gates: gates,
+		Request: RequestInput{
+			Wanted: Wanted(s.Rules, statuses, c.Flapping), Granted: s.NoExecute.Granted, AliveEvery: s.NoExecute.AliveEvery,
+		},
 	}
 	if p.Conditions.Init != nil {
 		p.Metadata.Init = &InitTaint{Taint: s.InitTaint, Verdict: *p.Conditions.Init}
 	}
 	p.Changes = conditionChanges(s, p.Conditions.States)
 	p.Next = Earliest(Earliest(s.Pending, s.Faults.Next), nextHeartbeat(s, p.Conditions.States, p.Status.Write))
+	p.Next = Earliest(p.Next, c.LimitWake)
+	p.Next = Earliest(p.Next, nextNoExecute(s, p.Metadata.Request))
 	return p
+}
+
+// noExecuteVerdicts are the gates of the conditions whose NoExecute rule
+// applies, sorted by condition.
+func noExecuteVerdicts(rules []Rule, statuses map[corev1.NodeConditionType]corev1.ConditionStatus, gates map[corev1.NodeConditionType]Gate) []NoExecuteVerdict {
+	var out []NoExecuteVerdict
+	byCond := RulesByCondition(rules)
+	for _, c := range slices.Sorted(maps.Keys(byCond)) {
+		if st, ok := statuses[c]; ok && noExecuteApplies(byCond[c], st) {
+			out = append(out, NoExecuteVerdict{Condition: c, Gate: gates[c]})
+		}
+	}
+	return out
+}
+
+// nextNoExecute is when NoExecute needs a sync while the node asks for it:
+// its grant ends, the guard goes stale, or its liveness stamp is due.
+func nextNoExecute(s Snapshot, req RequestInput) time.Time {
+	if len(req.Wanted) == 0 {
+		return time.Time{}
+	}
+	var next time.Time
+	ne := s.NoExecute
+	if ne.Granted {
+		next = Earliest(next, ne.GrantUntil)
+		next = Earliest(next, AliveDue(s.Node, req, s.Now))
+	}
+	if ne.GuardFresh {
+		next = Earliest(next, ne.GuardStaleAt)
+	}
+	return next
 }
 
 // conditionChanges is the conditions whose status differs from the Node's.

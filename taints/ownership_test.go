@@ -188,28 +188,63 @@ func TestDesired(t *testing.T) {
 	mem := Rule{Condition: "Mem", Status: T, Taint: taint("selftaint.io/mem", "", corev1.TaintEffectNoSchedule)}
 	memUnknown := mem
 	memUnknown.TaintOnUnknown = true
-	disk := Rule{Condition: "Disk", Status: T, Taint: taint("selftaint.io/disk", "", corev1.TaintEffectNoExecute)}
+	disk := Rule{Condition: "Disk", Status: T, Taint: taint("selftaint.io/disk", "", corev1.TaintEffectNoExecute), Fallback: corev1.TaintEffectNoSchedule}
+	diskPrefer := disk
+	diskPrefer.Fallback = corev1.TaintEffectPreferNoSchedule
+	type statuses = map[corev1.NodeConditionType]corev1.ConditionStatus
+	type gates = map[corev1.NodeConditionType]Gate
+	granted := gates{"Disk": {NoExecute: true}}
 	tests := []struct {
 		name     string
 		rules    []Rule
-		statuses map[corev1.NodeConditionType]corev1.ConditionStatus
+		statuses statuses
+		gates    gates
+		present  []string
 		want     []string
+		wantHeld []string
 	}{
-		{name: "True taints", rules: []Rule{mem, disk}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": T, "Disk": F}, want: []string{"selftaint.io/mem:NoSchedule"}},
-		{name: "Unknown does not taint by default", rules: []Rule{mem}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": U}},
-		{name: "Unknown taints when the rule says so", rules: []Rule{memUnknown}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": U}, want: []string{"selftaint.io/mem:NoSchedule"}},
-		{name: "undecided implies nothing", rules: []Rule{mem, disk}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{}},
-		{name: "sorted and deduplicated", rules: []Rule{mem, disk, mem}, statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": T, "Disk": T},
-			want: []string{"selftaint.io/disk:NoExecute", "selftaint.io/mem:NoSchedule"}},
+		{name: "True taints", rules: []Rule{mem, disk}, statuses: statuses{"Mem": T, "Disk": F}, want: []string{"selftaint.io/mem:NoSchedule"}},
+		{name: "Unknown does not taint by default", rules: []Rule{mem}, statuses: statuses{"Mem": U}},
+		{name: "Unknown taints when the rule says so", rules: []Rule{memUnknown}, statuses: statuses{"Mem": U}, want: []string{"selftaint.io/mem:NoSchedule"}},
+		{name: "undecided implies nothing", rules: []Rule{mem, disk}, statuses: statuses{}, gates: granted},
+		{name: "NoExecute without a gate is its fallback only", rules: []Rule{disk}, statuses: statuses{"Disk": T},
+			want: []string{"selftaint.io/disk:NoSchedule"}},
+		{name: "NoExecute with a PreferNoSchedule fallback", rules: []Rule{diskPrefer}, statuses: statuses{"Disk": T},
+			want: []string{"selftaint.io/disk:PreferNoSchedule"}},
+		{name: "granted: fallback and NoExecute, sorted and deduplicated", rules: []Rule{mem, disk, mem}, statuses: statuses{"Mem": T, "Disk": T}, gates: granted,
+			want: []string{"selftaint.io/disk:NoExecute", "selftaint.io/disk:NoSchedule", "selftaint.io/mem:NoSchedule"}},
+		{name: "held: nothing new is added", rules: []Rule{mem, disk}, statuses: statuses{"Mem": T, "Disk": T},
+			gates:    gates{"Mem": {Hold: true}, "Disk": {Hold: true, NoExecute: true}},
+			wantHeld: []string{"selftaint.io/disk:NoExecute", "selftaint.io/disk:NoSchedule", "selftaint.io/mem:NoSchedule"}},
+		{name: "held: what is on stays", rules: []Rule{mem, disk}, statuses: statuses{"Mem": T, "Disk": T},
+			gates: gates{"Mem": {Hold: true}, "Disk": {Hold: true, NoExecute: true}}, present: []string{"selftaint.io/disk:NoSchedule"},
+			want: []string{"selftaint.io/disk:NoSchedule"}, wantHeld: []string{"selftaint.io/disk:NoExecute", "selftaint.io/mem:NoSchedule"}},
+		{name: "a taint an unheld rule asks for is not held", rules: []Rule{mem, {Condition: "Other", Status: T, Taint: mem.Taint}},
+			statuses: statuses{"Mem": T, "Other": T}, gates: gates{"Mem": {Hold: true}}, want: []string{"selftaint.io/mem:NoSchedule"}},
+	}
+	ids := func(ts []corev1.Taint) []string {
+		var out []string
+		for _, d := range ts {
+			out = append(out, IDOf(d).String())
+		}
+		return out
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var got []string
-			for _, d := range Desired(tt.rules, tt.statuses) {
-				got = append(got, IDOf(d).String())
+			present := map[TaintID]bool{}
+			for _, p := range tt.present {
+				parsed, err := ParseOwned(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				present[parsed[0]] = true
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Desired = %v, want %v", got, tt.want)
+			got, held := Desired(tt.rules, tt.statuses, tt.gates, present)
+			if !reflect.DeepEqual(ids(got), tt.want) {
+				t.Errorf("Desired = %v, want %v", ids(got), tt.want)
+			}
+			if !reflect.DeepEqual(ids(held), tt.wantHeld) {
+				t.Errorf("held = %v, want %v", ids(held), tt.wantHeld)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package taints
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -46,6 +47,11 @@ type Rule struct {
 	Taint corev1.Taint
 	// AllowReservedKey lets the rule use a key under a reserved prefix.
 	AllowReservedKey bool
+	// Fallback is the effect a NoExecute rule's taint takes while the node
+	// may not apply NoExecute (no grant, the guard, flapping): the taint
+	// with this effect is on whenever the rule applies, and the NoExecute
+	// one joins it only with a grant. Empty for other rules.
+	Fallback corev1.TaintEffect
 }
 
 // Applies reports whether the rule's taint follows from a condition status.
@@ -96,6 +102,7 @@ func ValidateRules(rules []Rule, known map[corev1.NodeConditionType]bool, path *
 		default:
 			errs = append(errs, field.NotSupported(tp.Child("effect"), r.Taint.Effect, []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}))
 		}
+		errs = append(errs, validateFallback(r, tp, p.Child("fallback"))...)
 		id := IDOf(r.Taint)
 		if v, ok := values[id]; ok && v != r.Taint.Value {
 			errs = append(errs, field.Invalid(tp.Child("value"), r.Taint.Value,
@@ -105,6 +112,21 @@ func ValidateRules(rules []Rule, known map[corev1.NodeConditionType]bool, path *
 		}
 	}
 	return errs
+}
+
+// validateFallback checks a rule's fallback effect: only a NoExecute rule
+// has one, and it is NoSchedule or PreferNoSchedule.
+func validateFallback(r Rule, tp, fp *field.Path) field.ErrorList {
+	switch {
+	case r.Fallback == "":
+		return nil
+	case r.Taint.Effect != corev1.TaintEffectNoExecute:
+		return field.ErrorList{field.Invalid(fp, r.Fallback, fmt.Sprintf(
+			"only a NoExecute rule has a fallback effect; %s is %s", tp.Child("effect"), r.Taint.Effect))}
+	case r.Fallback != corev1.TaintEffectNoSchedule && r.Fallback != corev1.TaintEffectPreferNoSchedule:
+		return field.ErrorList{field.NotSupported(fp, r.Fallback, []string{"NoSchedule", "PreferNoSchedule"})}
+	}
+	return nil
 }
 
 func sortedTypes(m map[corev1.NodeConditionType]bool) []string {
@@ -117,23 +139,62 @@ func sortedTypes(m map[corev1.NodeConditionType]bool) []string {
 }
 
 // Desired returns the taints the rules imply for the given condition
-// statuses, one per key and effect, sorted by key then effect. A condition
-// missing from statuses (not yet decided) implies nothing.
-func Desired(rules []Rule, statuses map[corev1.NodeConditionType]corev1.ConditionStatus) []corev1.Taint {
+// statuses, one per key and effect, sorted by key then effect, and those
+// the guard holds back. A condition missing from statuses (not yet
+// decided) implies nothing. A NoExecute rule that applies implies its
+// fallback taint, and its NoExecute taint too where its condition's gate
+// allows NoExecute (the zero Gate does not: no grant, no NoExecute). A
+// condition whose gate holds implies only the taints already on the Node
+// (present); the others are returned as held.
+func Desired(rules []Rule, statuses map[corev1.NodeConditionType]corev1.ConditionStatus, gates map[corev1.NodeConditionType]Gate, present map[TaintID]bool) (desired, held []corev1.Taint) {
 	seen := map[TaintID]bool{}
-	var out []corev1.Taint
+	heldSeen := map[TaintID]bool{}
 	for _, r := range rules {
 		s, ok := statuses[r.Condition]
 		if !ok || !r.Applies(s) {
 			continue
 		}
-		id := IDOf(r.Taint)
-		if seen[id] {
-			continue
+		g := gates[r.Condition]
+		for _, t := range ruleTaints(r, g.NoExecute) {
+			id := IDOf(t)
+			switch {
+			case seen[id]:
+			case g.Hold && !present[id]:
+				if !heldSeen[id] {
+					heldSeen[id] = true
+					held = append(held, t)
+				}
+			default:
+				seen[id] = true
+				desired = append(desired, t)
+			}
 		}
-		seen[id] = true
-		out = append(out, corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Taint.Effect})
 	}
-	sort.Slice(out, func(i, j int) bool { return IDOf(out[i]).less(IDOf(out[j])) })
+	// A taint another, unheld rule asks for is not held.
+	held = slices.DeleteFunc(held, func(t corev1.Taint) bool { return seen[IDOf(t)] })
+	sortTaints(desired)
+	sortTaints(held)
+	return desired, held
+}
+
+// ruleTaints are the taints rule r implies when it applies: its taint, or,
+// for a NoExecute rule, its fallback taint and, when noExecute, its
+// NoExecute taint.
+func ruleTaints(r Rule, noExecute bool) []corev1.Taint {
+	t := corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Taint.Effect}
+	if r.Taint.Effect != corev1.TaintEffectNoExecute {
+		return []corev1.Taint{t}
+	}
+	var out []corev1.Taint
+	if r.Fallback != "" {
+		out = append(out, corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Fallback})
+	}
+	if noExecute {
+		out = append(out, t)
+	}
 	return out
+}
+
+func sortTaints(ts []corev1.Taint) {
+	sort.Slice(ts, func(i, j int) bool { return IDOf(ts[i]).less(IDOf(ts[j])) })
 }

@@ -94,6 +94,10 @@ type Config struct {
 	Checks Checks `json:"checks"`
 	// Initialization configures the uninitialized taint.
 	Initialization Initialization `json:"initialization"`
+	// ChangeLimiter limits how often each condition's taints change.
+	ChangeLimiter ChangeLimiter `json:"changeLimiter"`
+	// Coordinator configures NoExecute grants and the disruption guard.
+	Coordinator Coordinator `json:"coordinator"`
 
 	// reg is the probe registry; nil means DefaultRegistry. Tests set
 	// another.
@@ -374,6 +378,10 @@ type Rule struct {
 	// AllowReservedKey permits a key under node.kubernetes.io/ or
 	// node.cloudprovider.kubernetes.io/, which other controllers rewrite.
 	AllowReservedKey bool `json:"allowReservedKey,omitempty"`
+	// Fallback is the effect a NoExecute rule's taint takes while the node
+	// holds no NoExecute grant: NoSchedule (the default) or
+	// PreferNoSchedule. Only NoExecute rules have one.
+	Fallback corev1.TaintEffect `json:"fallback,omitempty"`
 }
 
 // rawValue is the text a field was written with and the error parsing it
@@ -546,6 +554,8 @@ func (c *Config) setDefaults() {
 	}
 	defaultDuration(&c.Faults.DefaultDuration, 10*time.Minute)
 	defaultDuration(&c.Faults.MaxDuration, time.Hour)
+	c.ChangeLimiter.setDefaults()
+	c.Coordinator.setDefaults()
 	if c.Rules == nil {
 		c.Rules = c.registry().DefaultRules()
 	}
@@ -624,6 +634,8 @@ func (c *Config) Validate() field.ErrorList {
 
 	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
 	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
+	errs = append(errs, c.ChangeLimiter.validate(field.NewPath("changeLimiter"))...)
+	errs = append(errs, c.Coordinator.validate(field.NewPath("coordinator"))...)
 	return errs
 }
 
@@ -757,9 +769,19 @@ func (c *Config) TaintRules() []taints.Rule {
 			TaintOnUnknown:   r.TaintOnUnknown,
 			Taint:            corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Taint.Effect},
 			AllowReservedKey: r.AllowReservedKey,
+			Fallback:         fallbackOf(r),
 		})
 	}
 	return out
+}
+
+// fallbackOf is a rule's fallback effect: NoSchedule for a NoExecute rule
+// that names none (Warnings says so).
+func fallbackOf(r Rule) corev1.TaintEffect {
+	if r.Fallback == "" && r.Taint.Effect == corev1.TaintEffectNoExecute {
+		return corev1.TaintEffectNoSchedule
+	}
+	return r.Fallback
 }
 
 // Damping returns a probe's damping.

@@ -35,7 +35,8 @@ func ParamKeys() []string {
 }
 
 // Ownership is what this config lets the agent own on its Node:
-//   - taints, by key and effect: the rules', the hardware taints (the
+//   - taints, by key and effect: the rules' (a NoExecute rule's at its
+//     fallback effect too), the hardware taints (the
 //     resources with taint: true) and, with initialization on, the
 //     uninitialized taint under both keys (the default and the cluster
 //     autoscaler's startup key), so that switching between them never
@@ -52,8 +53,11 @@ func (c *Config) Ownership(checkConditions []corev1.NodeConditionType) agent.Own
 	taint := func(key string, effect corev1.TaintEffect) {
 		o.Taints = append(o.Taints, taints.TaintID{Key: key, Effect: effect})
 	}
-	for _, r := range c.Rules {
+	for _, r := range c.TaintRules() {
 		taint(r.Taint.Key, r.Taint.Effect)
+		if r.Fallback != "" {
+			taint(r.Taint.Key, r.Fallback)
+		}
 	}
 	for _, p := range c.probeList() {
 		if p.c.IsEnabled() {

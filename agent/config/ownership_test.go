@@ -50,7 +50,7 @@ rules:
 `,
 			checks: []corev1.NodeConditionType{"NTPProblem", "KubeletUnhealthy"},
 			want: map[string]string{
-				ParamTaints:     "example.com/fpga:NoSchedule example.com/pids:NoExecute",
+				ParamTaints:     "example.com/fpga:NoSchedule example.com/pids:NoExecute example.com/pids:NoSchedule",
 				ParamLabels:     "nvidia.com/gpu.present",
 				ParamConditions: "KubeletUnhealthy NTPProblem SelftaintPIDPressure",
 				ParamResources:  "example.com/fpga nvidia.com/gpu",

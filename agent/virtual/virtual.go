@@ -65,10 +65,13 @@ type Options struct {
 	// Probes builds one node's selftaint probes (see SimulatedProbe); the
 	// standard kubelet conditions are added to them.
 	Probes func(node string) []agent.ProbeSpec
-	// Rules, HeartbeatPeriod and Faults are passed to each node's agent.
+	// Rules, HeartbeatPeriod, Faults, Limiter and NoExecute are passed to
+	// each node's agent (NoExecute's Leases default to Leases).
 	Rules           []taints.Rule
 	HeartbeatPeriod time.Duration
 	Faults          agent.FaultOptions
+	Limiter         taints.LimiterConfig
+	NoExecute       *agent.NoExecuteOptions
 	// LeaseDuration defaults to DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// StatusUpdateInterval defaults to DefaultStatusUpdateInterval.
@@ -319,11 +322,26 @@ func newVirtualNode(opts Options, name string, index int, reg *registration, bro
 		Clock:           opts.Clock,
 		Logger:          opts.Logger,
 		Faults:          opts.Faults,
+		Limiter:         opts.Limiter,
+		NoExecute:       noExecute(opts),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("virtual node %s: %w", name, err)
 	}
 	return &virtualNode{name: name, log: log, nodes: nc, pods: pc, podInf: podInf, agent: a, workers: opts.PodSyncWorkers}, nil
+}
+
+// noExecute is the agents' NoExecute options, reading grants with the
+// nodes' Lease client unless they name another.
+func noExecute(opts Options) *agent.NoExecuteOptions {
+	if opts.NoExecute == nil {
+		return nil
+	}
+	ne := *opts.NoExecute
+	if ne.Leases == nil {
+		ne.Leases = opts.Leases
+	}
+	return &ne
 }
 
 // start runs the node's parts; the first to fail cancels the whole set.

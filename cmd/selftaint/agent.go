@@ -10,6 +10,7 @@ import (
 	"time"
 
 	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -74,6 +75,13 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("building API client: %w", err)
 	}
+	leases, err := typedcoordv1.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	for _, w := range cfg.Warnings() {
+		logger.Warn("config: " + w)
+	}
 	m, err := openMachine(cfg, probes.Host{Root: f.hostRoot}, logger)
 	if err != nil {
 		return err
@@ -104,6 +112,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		Init:            cfg.InitOptions(),
 		Ownership:       m.ownership,
 		Metrics:         obs.agentMetrics(),
+		Limiter:         cfg.Limiter(),
+		NoExecute:       cfg.NoExecuteOptions(leases, cfg.Coordinator.NamespaceOr(os.Getenv("POD_NAMESPACE"))),
 	})
 	if err != nil {
 		return err

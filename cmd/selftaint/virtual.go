@@ -213,6 +213,8 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 		Rules:           cfg.TaintRules(),
 		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
 		Faults:          cfg.FaultOptions(),
+		Limiter:         cfg.Limiter(),
+		NoExecute:       cfg.NoExecuteOptions(leases, cfg.Coordinator.NamespaceOr(os.Getenv("POD_NAMESPACE"))),
 		DeleteOnExit:    f.deleteOnExit,
 		LeaseDuration:   f.leaseDuration,
 		Logger:          logger,

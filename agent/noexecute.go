@@ -1,0 +1,252 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
+)
+
+// NoExecuteOptions say where the coordinator's decisions are: this node's
+// grant Lease and the guard ConfigMap, both read by name. Without them the
+// agent never applies NoExecute (only the rules' fallbacks): fail safe.
+type NoExecuteOptions struct {
+	// Leases reads the grant.
+	Leases typedcoordv1.LeasesGetter
+	// Namespace holds the grants and the guard.
+	Namespace string
+	// GuardName is the guard ConfigMap's name (fleet.DefaultGuardName).
+	GuardName string
+	// GrantTTL is the grants' TTL: a holder refreshes its liveness stamp
+	// every third of it.
+	GrantTTL time.Duration
+	// GuardStaleAfter is how long the guard is trusted for NoExecute
+	// without a renewal.
+	GuardStaleAfter time.Duration
+}
+
+func (o *NoExecuteOptions) validate() error {
+	switch {
+	case o.Leases == nil:
+		return fmt.Errorf("agent: NoExecute: a Lease client is required")
+	case o.Namespace == "":
+		return fmt.Errorf("agent: NoExecute: the coordinator's namespace is required")
+	case o.GuardName == "":
+		return fmt.Errorf("agent: NoExecute: the guard's name is required")
+	case o.GrantTTL <= 0 || o.GuardStaleAfter <= 0:
+		return fmt.Errorf("agent: NoExecute: grant TTL and guard staleness must be positive, got %s and %s", o.GrantTTL, o.GuardStaleAfter)
+	}
+	return nil
+}
+
+// seenGrant is the grant Lease as last seen and when (the agent's clock)
+// its current version was first seen.
+type seenGrant struct {
+	lease      *coordinationv1.Lease
+	observedAt time.Time
+}
+
+// seenGuard is the last good guard and when its current version was first
+// seen; a version that cannot be read leaves it as it was (it goes stale).
+type seenGuard struct {
+	state      *fleet.GuardState
+	version    string
+	observedAt time.Time
+	lastBad    string // the unreadable version last reported
+}
+
+// noExecuteInputLocked is what the agent knows of the coordinator's
+// decisions at now. a.mu is held.
+func (a *Agent) noExecuteInputLocked(now time.Time) taints.NoExecuteInput {
+	o := a.opts.NoExecute
+	if o == nil {
+		return taints.NoExecuteInput{}
+	}
+	in := taints.NoExecuteInput{AliveEvery: o.GrantTTL / 3}
+	in.Granted, in.GrantUntil = fleet.Granted(a.grant.lease, a.opts.NodeName, a.grant.observedAt, now)
+	if g := a.guard.state; g != nil {
+		in.Guard = g
+		in.GuardFresh, in.GuardStaleAt = g.Fresh(a.guard.observedAt, now, o.GuardStaleAfter)
+	}
+	return in
+}
+
+// runNoExecute watches this node's grant Lease and the guard ConfigMap,
+// each by name, and enqueues a sync on every change.
+func (a *Agent) runNoExecute(ctx context.Context) {
+	o := a.opts.NoExecute
+	grantName := fleet.GrantName(a.opts.NodeName)
+	leases := o.Leases.Leases(o.Namespace)
+	grants := byName(grantName,
+		func(ctx context.Context) (runtime.Object, error) {
+			l, err := leases.Get(ctx, grantName, metav1.GetOptions{})
+			return listOf(&coordinationv1.LeaseList{}, l, err, func(list *coordinationv1.LeaseList, l *coordinationv1.Lease) { list.Items = []coordinationv1.Lease{*l} })
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, opts) },
+		&coordinationv1.Lease{})
+	cms := a.opts.Client.ConfigMaps(o.Namespace)
+	guards := byName(o.GuardName,
+		func(ctx context.Context) (runtime.Object, error) {
+			cm, err := cms.Get(ctx, o.GuardName, metav1.GetOptions{})
+			return listOf(&corev1.ConfigMapList{}, cm, err, func(list *corev1.ConfigMapList, cm *corev1.ConfigMap) { list.Items = []corev1.ConfigMap{*cm} })
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return cms.Watch(ctx, opts) },
+		&corev1.ConfigMap{})
+	handlers := func(set func(obj any)) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    set,
+			UpdateFunc: func(_, obj any) { set(obj) },
+			DeleteFunc: func(any) { set(nil) },
+		}
+	}
+	if _, err := grants.AddEventHandler(handlers(a.setGrant)); err != nil {
+		a.log.Error("watching the NoExecute grant", "err", err)
+		return
+	}
+	if _, err := guards.AddEventHandler(handlers(a.setGuard)); err != nil {
+		a.log.Error("watching the disruption guard", "err", err)
+		return
+	}
+	go grants.RunWithContext(ctx)
+	guards.RunWithContext(ctx)
+}
+
+// byName is an informer on the one object called name: a Get for the list
+// (RBAC get, no list) and a watch with a metadata.name field selector.
+func byName(name string, get func(context.Context) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), obj runtime.Object) cache.SharedIndexInformer {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) { return get(ctx) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return w(ctx, o)
+		},
+	}, obj, 0, cache.Indexers{})
+}
+
+// listOf wraps the result of a Get as a list for an informer: empty when
+// not found, resourceVersion the object's so the watch starts after it.
+func listOf[L interface {
+	runtime.Object
+	metav1.ListInterface
+}, O metav1.Object](list L, obj O, err error, fill func(L, O)) (runtime.Object, error) {
+	if apierrors.IsNotFound(err) {
+		return list, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	fill(list, obj)
+	list.SetResourceVersion(obj.GetResourceVersion())
+	return list, nil
+}
+
+// setGrant records the grant Lease as seen now (nil: deleted).
+func (a *Agent) setGrant(obj any) {
+	l, _ := obj.(*coordinationv1.Lease)
+	now := a.clock.Now()
+	a.mu.Lock()
+	if l == nil || a.grant.lease == nil || a.grant.lease.ResourceVersion != l.ResourceVersion {
+		a.grant = seenGrant{lease: l, observedAt: now}
+	}
+	a.mu.Unlock()
+	a.enqueue()
+}
+
+// setGuard records the guard as seen now. A deleted guard keeps its last
+// state (it goes stale); one that cannot be read is reported once and
+// leaves the last good state.
+func (a *Agent) setGuard(obj any) {
+	cm, _ := obj.(*corev1.ConfigMap)
+	if cm == nil {
+		return
+	}
+	now := a.clock.Now()
+	g, err := fleet.DecodeGuard(cm.Data)
+	a.mu.Lock()
+	defer a.enqueue()
+	defer a.mu.Unlock()
+	if err != nil {
+		if a.guard.lastBad != cm.ResourceVersion {
+			a.guard.lastBad = cm.ResourceVersion
+			a.log.Warn("the disruption guard cannot be read; keeping its last good state until that goes stale", "configmap", cm.Namespace+"/"+cm.Name, "err", err)
+		}
+		return
+	}
+	if a.guard.version != cm.ResourceVersion {
+		a.guard = seenGuard{state: &g, version: cm.ResourceVersion, observedAt: now}
+	}
+}
+
+// enqueue asks for a sync, once the loop runs.
+func (a *Agent) enqueue() {
+	if q := a.queue; q != nil {
+		q.Add(a.opts.NodeName)
+	}
+}
+
+// reportNoExecute tells, once per change, why a condition's NoExecute rule
+// is at its fallback, and when it is applied again.
+func (a *Agent) reportNoExecute(node *corev1.Node, verdicts []taints.NoExecuteVerdict) {
+	var b strings.Builder
+	for _, v := range verdicts {
+		fmt.Fprintf(&b, "%s=%v/%s;", v.Condition, v.NoExecute, v.Message)
+	}
+	if !a.changedSince(&a.lastNoExecute, b.String()) {
+		return
+	}
+	for _, v := range verdicts {
+		if v.Reason == "" {
+			continue
+		}
+		etype := corev1.EventTypeWarning
+		if v.Reason == taints.ReasonNoExecuteWaiting {
+			etype = corev1.EventTypeNormal
+		}
+		a.recorder.Eventf(node, etype, v.Reason, "%s: applying its NoExecute rules' fallback effect: %s", v.Condition, v.Message)
+		a.log.Info("NoExecute at its fallback", "condition", v.Condition, "reason", v.Reason, "detail", v.Message)
+	}
+}
+
+// reportFlapping tells when a condition starts or stops flapping.
+func (a *Agent) reportFlapping(node *corev1.Node, plan taints.NodePlan) {
+	for _, c := range plan.FlapStarted {
+		st := plan.Conditions.States[c]
+		a.recorder.Eventf(node, corev1.EventTypeWarning, "ConditionFlapping", "%s: %s", c, taints.Truncate(st.Message, 512))
+		a.log.Warn("condition flapping; its taints are held on", "condition", c, "detail", st.Message)
+	}
+	for _, c := range plan.FlapEnded {
+		st := plan.Conditions.States[c]
+		a.recorder.Eventf(node, corev1.EventTypeNormal, "ConditionStable", "%s is stable again (%s, %s); its taints follow it", c, st.Status, st.Reason)
+		a.log.Info("condition stable again", "condition", c, "status", st.Status)
+	}
+}
+
+// reportHeld tells, once per change, about taints the disruption guard
+// holds back.
+func (a *Agent) reportHeld(node *corev1.Node, held []corev1.Taint) {
+	ids := make([]taints.TaintID, 0, len(held))
+	for _, t := range held {
+		ids = append(ids, taints.IDOf(t))
+	}
+	s := taints.FormatOwned(ids)
+	if !a.changedSince(&a.lastHeld, s) || s == "" {
+		return
+	}
+	a.recorder.Eventf(node, corev1.EventTypeWarning, "TaintHeldByGuard",
+		"not adding %s: the disruption guard is tripped for its condition (most of the zone or fleet reports it: a fleet problem, not this node's); taints already on stay, and removals are never held", s)
+	a.log.Warn("taints held back by the disruption guard", "taints", s)
+}

@@ -48,7 +48,8 @@ func sortedIDs(ids []taints.TaintID) []taints.TaintID {
 }
 
 // ownableFor is the taints and labels whose ownership records an agent with opts
-// trusts before its first inventory: opts.Ownership, its rules' taints and
+// trusts before its first inventory: opts.Ownership, its rules' taints (a
+// NoExecute rule's at its fallback effect too) and
 // its initialization taint.
 func ownableFor(opts Options) taints.Ownable {
 	o := taints.Ownable{Taints: map[taints.TaintID]bool{}, Labels: map[string]bool{}}
@@ -60,6 +61,9 @@ func ownableFor(opts Options) taints.Ownable {
 	}
 	for _, r := range opts.Rules {
 		o.Taints[taints.IDOf(r.Taint)] = true
+		if r.Fallback != "" {
+			o.Taints[taints.TaintID{Key: r.Taint.Key, Effect: r.Fallback}] = true
+		}
 	}
 	if opts.Init != nil {
 		o.Taints[taints.IDOf(opts.Init.Taint)] = true

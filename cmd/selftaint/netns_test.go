@@ -127,6 +127,9 @@ func TestNetworkConditionInNetns(t *testing.T) {
     clearAfter: 2s
     checkCNIConfig: false
 initialization: {enabled: false}
+# The test breaks and mends the network five times in a row on purpose: a
+# bucket big enough that the change limiter lets every change through.
+changeLimiter: {burst: 20, refill: 1s}
 `)
 	var stderr syncBuffer
 	cmd := exec.Command("ip", "netns", "exec", nodeNS, os.Args[0], "-test.run=^$")

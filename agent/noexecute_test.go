@@ -1,0 +1,321 @@
+package agent_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
+)
+
+const coordNS = "kube-system"
+
+var (
+	evictTaint    = corev1.Taint{Key: "selftaint.io/test-evict", Effect: corev1.TaintEffectNoExecute}
+	fallbackTaint = corev1.Taint{Key: "selftaint.io/test-evict", Effect: corev1.TaintEffectNoSchedule}
+	evictRules    = []taints.Rule{{Condition: cond, Status: corev1.ConditionTrue, Taint: evictTaint, Fallback: corev1.TaintEffectNoSchedule}}
+)
+
+// startNoExecuteAgent runs an agent for node with a NoExecute rule that
+// reads its grant and the guard in kube-system.
+func startNoExecuteAgent(t *testing.T, c kubernetes.Interface, node string, p probes.Probe, limiter taints.LimiterConfig) {
+	t.Helper()
+	startAgent(t, agent.Options{
+		NodeName: node,
+		Client:   c.CoreV1(),
+		Probes: []agent.ProbeSpec{{
+			Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond},
+			Condition: cond,
+		}},
+		Rules:   evictRules,
+		Limiter: limiter,
+		NoExecute: &agent.NoExecuteOptions{
+			Leases: c.CoordinationV1(), Namespace: coordNS, GuardName: fleet.DefaultGuardName,
+			GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
+		},
+	})
+}
+
+// writeGuard creates or replaces the guard ConfigMap, renewed now.
+func writeGuard(t *testing.T, c kubernetes.Interface, g fleet.GuardState) {
+	t.Helper()
+	ctx := context.Background()
+	cms := c.CoreV1().ConfigMaps(coordNS)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultGuardName}, Data: fleet.EncodeGuard(g)}
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err == nil {
+		return
+	}
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("writing the guard: %v", err)
+	}
+}
+
+func trippedFor(c corev1.NodeConditionType) map[corev1.NodeConditionType]map[string]fleet.Scope {
+	return map[corev1.NodeConditionType]map[string]fleet.Scope{
+		c: {fleet.FleetScope: {Tripped: true, Since: time.Now(), Unhealthy: 6, Nodes: 10}},
+	}
+}
+
+func grantLease(t *testing.T, c kubernetes.Interface, node string, renewed time.Time) {
+	t.Helper()
+	l := fleet.NewGrant(coordNS, node, "", 15*time.Second, renewed)
+	if _, err := c.CoordinationV1().Leases(coordNS).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("granting %s: %v", node, err)
+	}
+}
+
+func deleteGrant(t *testing.T, c kubernetes.Interface, node string) {
+	t.Helper()
+	if err := c.CoordinationV1().Leases(coordNS).Delete(context.Background(), fleet.GrantName(node), metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the grant of %s: %v", node, err)
+	}
+}
+
+func request(n *corev1.Node) (fleet.Request, bool) {
+	v, ok := n.Annotations[fleet.RequestAnnotation]
+	if !ok {
+		return fleet.Request{}, false
+	}
+	r, err := fleet.ParseRequest(v)
+	return r, err == nil
+}
+
+// TestNoExecuteNeedsAGrant walks one agent through what the coordinator
+// can say, acting as the coordinator by hand: without a guard, with a
+// fresh guard and no grant, with a grant, with the guard tripped, with the
+// grant deleted, and with a grant whose renewal is older than its TTL.
+// NoExecute is on only with a live grant and a fresh, quiet guard; the
+// fallback taint is on whenever the condition is; the request annotation
+// is there while the condition is, with a liveness stamp while granted.
+// A watch checks every version of the Node: never NoExecute without the
+// fallback, never NoExecute while no live grant exists.
+func TestNoExecuteNeedsAGrant(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "ne-node"
+	created := cp.CreateNode(t, node, withForeign)
+	w := startWatch(t, c, node, created.ResourceVersion)
+	p := newSwitchProbe(probes.StatusProblem)
+	startNoExecuteAgent(t, c, node, p, taints.LimiterConfig{})
+
+	hasNE := func(n *corev1.Node) bool { return hasTaint(n, evictTaint) }
+	n := waitNode(t, c, node, 20*time.Second, "the fallback taint", func(n *corev1.Node) bool { return hasTaint(n, fallbackTaint) })
+	if hasNE(n) {
+		t.Fatalf("NoExecute without any grant: %s", describe(n))
+	}
+	if r, ok := request(n); !ok || len(r.Conditions) != 1 || r.Conditions[0] != cond || r.Alive != nil {
+		t.Errorf("request annotation = %q, want one for %s without a liveness stamp", n.Annotations[fleet.RequestAnnotation], cond)
+	}
+	waitEvent(t, c, node, taints.ReasonNoExecuteSuspended, 10*time.Second, "never been read")
+
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now()})
+	waitEvent(t, c, node, taints.ReasonNoExecuteWaiting, 10*time.Second, "grant")
+	if n := getNode(t, c, node); hasNE(n) {
+		t.Fatalf("NoExecute with a guard but no grant: %s", describe(n))
+	}
+
+	grantStart := time.Now()
+	grantLease(t, c, node, time.Now())
+	n = waitNode(t, c, node, 10*time.Second, "NoExecute with a grant", hasNE)
+	if r, ok := request(n); !ok || r.Alive == nil {
+		t.Errorf("a holder's request carries no liveness stamp: %q", n.Annotations[fleet.RequestAnnotation])
+	}
+	if got := time.Since(grantStart); got > 5*time.Second {
+		t.Errorf("NoExecute came %s after the grant", got)
+	}
+
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now(), Conditions: trippedFor(cond)})
+	n = waitNode(t, c, node, 10*time.Second, "NoExecute lifted by the tripped guard", func(n *corev1.Node) bool { return !hasNE(n) })
+	if !hasTaint(n, fallbackTaint) {
+		t.Errorf("the tripped guard lifted the fallback too (it only holds back what is new): %s", describe(n))
+	}
+	waitEvent(t, c, node, taints.ReasonNoExecuteSuspended, 10*time.Second, "disruption guard")
+
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now()})
+	waitNode(t, c, node, 10*time.Second, "NoExecute back with the guard reset", hasNE)
+
+	deleteGrant(t, c, node)
+	n = waitNode(t, c, node, 10*time.Second, "NoExecute lifted with the grant gone", func(n *corev1.Node) bool { return !hasNE(n) })
+	if r, ok := request(n); !ok || r.Alive != nil {
+		t.Errorf("after the grant, request = %q, want one without a liveness stamp", n.Annotations[fleet.RequestAnnotation])
+	}
+
+	// A grant whose renewal is older than its TTL grants nothing.
+	grantLease(t, c, node, time.Now().Add(-time.Minute))
+	time.Sleep(2 * time.Second)
+	if n := getNode(t, c, node); hasNE(n) {
+		t.Fatalf("NoExecute under an expired grant: %s", describe(n))
+	}
+	deleteGrant(t, c, node)
+
+	p.set(probes.StatusOK)
+	n = waitNode(t, c, node, 10*time.Second, "taints and request gone", func(n *corev1.Node) bool {
+		_, asks := n.Annotations[fleet.RequestAnnotation]
+		return !hasTaint(n, fallbackTaint) && !hasNE(n) && !asks
+	})
+
+	checkForeignSurvived(t, w)
+	for i, v := range w.seen() {
+		if hasNE(v) && !hasTaint(v, fallbackTaint) {
+			t.Errorf("version %d has NoExecute without its fallback: %s", i, describe(v))
+		}
+	}
+}
+
+// TestNoExecuteGrantExpiresWithoutRenewal: a grant nobody renews (the
+// coordinator died) ends at its TTL, and the agent lifts NoExecute by
+// itself, with no event from anyone.
+func TestNoExecuteGrantExpiresWithoutRenewal(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "ne-expire"
+	cp.CreateNode(t, node, nil)
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Minute)})
+	startNoExecuteAgent(t, c, node, newSwitchProbe(probes.StatusProblem), taints.LimiterConfig{})
+	granted := time.Now()
+	grantLease(t, c, node, granted)
+	waitNode(t, c, node, 10*time.Second, "NoExecute with a grant", func(n *corev1.Node) bool { return hasTaint(n, evictTaint) })
+	waitNode(t, c, node, 30*time.Second, "NoExecute lifted at the TTL", func(n *corev1.Node) bool { return !hasTaint(n, evictTaint) })
+	if got := time.Since(granted); got < 14*time.Second || got > 20*time.Second {
+		t.Errorf("NoExecute lifted %s after the grant's last renewal, want at its 15s TTL", got)
+	}
+}
+
+// TestGuardHoldsNewTaintsNotRemovals: with the guard tripped for the
+// condition, a node that starts reporting it gets no taint at all (the
+// condition is still published) and an Event says why; a taint already on
+// stays; and taints come off as soon as the condition clears.
+func TestGuardHoldsNewTaintsNotRemovals(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "ne-guard"
+	cp.CreateNode(t, node, nil)
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
+	p := newSwitchProbe(probes.StatusOK)
+	startNoExecuteAgent(t, c, node, p, taints.LimiterConfig{})
+	waitNode(t, c, node, 10*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+
+	p.set(probes.StatusProblem)
+	waitNode(t, c, node, 10*time.Second, "condition True", conditionIs(corev1.ConditionTrue))
+	waitEvent(t, c, node, "TaintHeldByGuard", 10*time.Second, "selftaint.io/test-evict:NoSchedule")
+	if n := getNode(t, c, node); hasTaint(n, fallbackTaint) || hasTaint(n, evictTaint) {
+		t.Fatalf("a taint was added while the guard is tripped: %s", describe(n))
+	}
+
+	// Reset: the condition still holds, so its taint follows now.
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
+	waitNode(t, c, node, 10*time.Second, "fallback taint after the reset", func(n *corev1.Node) bool { return hasTaint(n, fallbackTaint) })
+
+	// Tripped again: what is on stays; clearing is never held.
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
+	time.Sleep(time.Second)
+	if n := getNode(t, c, node); !hasTaint(n, fallbackTaint) {
+		t.Fatalf("the guard lifted a taint already on: %s", describe(n))
+	}
+	p.set(probes.StatusOK)
+	waitNode(t, c, node, 10*time.Second, "taint lifted while the guard is tripped", func(n *corev1.Node) bool { return !hasTaint(n, fallbackTaint) })
+}
+
+// TestFlappingProbeStaysWithinTheBucket drives, on a fake clock, a probe
+// that is bad and good in turn every second for 10 minutes against the
+// real API server, and counts the taint's changes in every version of the
+// Node a watch sees: no more than the bucket allows (burst 3, one per 5
+// minutes), the condition says Flapping, and after the probe settles the
+// taint comes off once the cool-down has passed.
+func TestFlappingProbeStaysWithinTheBucket(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "flapper"
+	created := cp.CreateNode(t, node, withForeign)
+	w := startWatch(t, c, node, created.ResourceVersion)
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	p := newSwitchProbe(probes.StatusOK)
+	limiter := taints.LimiterConfig{Burst: 3, Refill: 5 * time.Minute, CoolDown: 5 * time.Minute}
+	a, _ := startAgent(t, agent.Options{
+		NodeName: node, Client: c.CoreV1(), Clock: clk,
+		Probes: []agent.ProbeSpec{{
+			Entry:     probes.Entry{Probe: p, Interval: time.Second, Timeout: 500 * time.Millisecond},
+			Condition: cond,
+		}},
+		Rules:   rules,
+		Limiter: limiter,
+	})
+	waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+
+	// One fake second per step; each step waits for the probe run it
+	// triggers and, when the verdict changed, the sync that follows.
+	last := probes.StatusOK
+	step := func(s probes.Status) {
+		t.Helper()
+		p.set(s)
+		runs, syncs := probeRuns(a), a.Stats().Syncs
+		changed := s != last
+		last = s
+		clk.Step(time.Second)
+		err := testcp.Poll(context.Background(), 10*time.Second, time.Millisecond, func() (bool, error) {
+			return probeRuns(a) > runs && (!changed || a.Stats().Syncs > syncs), nil
+		})
+		if err != nil {
+			t.Fatalf("at %s: no probe run and sync after a step: %v", clk.Now().Format(time.TimeOnly), err)
+		}
+	}
+	for i := 0; i < 600; i++ {
+		s := probes.StatusProblem
+		if i%2 == 1 {
+			s = probes.StatusOK
+		}
+		step(s)
+	}
+	n := waitNode(t, c, node, 10*time.Second, "condition Flapping", func(n *corev1.Node) bool {
+		cd := condition(n, cond)
+		return cd != nil && cd.Reason == taints.ReasonFlapping && cd.Status == corev1.ConditionTrue && hasTaint(n, ourTaint)
+	})
+	if cd := condition(n, cond); !strings.Contains(cd.Message, "change limiter") {
+		t.Errorf("the Flapping message does not say why: %q", cd.Message)
+	}
+	if got, max := taintChanges(w.seen()), limiter.Burst+2; got > max || got == 0 {
+		t.Errorf("the taint changed %d times in 10 minutes of flapping, want 1..%d (burst 3, one token per 5m)", got, max)
+	}
+	waitEvent(t, c, node, "ConditionFlapping", 10*time.Second, "change limiter")
+
+	// Settled: healthy for the cool-down, then the last state wins.
+	for i := 0; i < 5*60+5; i++ {
+		step(probes.StatusOK)
+	}
+	waitNode(t, c, node, 10*time.Second, "taint lifted after the cool-down", func(n *corev1.Node) bool {
+		cd := condition(n, cond)
+		return cd != nil && cd.Status == corev1.ConditionFalse && !hasTaint(n, ourTaint)
+	})
+	checkForeignSurvived(t, w)
+}
+
+func probeRuns(a *agent.Agent) uint64 {
+	var n uint64
+	for _, s := range a.ProbeStats() {
+		n += s.Runs
+	}
+	return n
+}
+
+// taintChanges counts how often ourTaint appears or disappears across the
+// versions of a Node.
+func taintChanges(versions []*corev1.Node) int {
+	changes, on := 0, false
+	for _, v := range versions {
+		if has := hasTaint(v, ourTaint); has != on {
+			changes++
+			on = has
+		}
+	}
+	return changes
+}

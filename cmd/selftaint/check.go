@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -35,6 +36,9 @@ type checkReport struct {
 	// Hardware is the special-hardware inventory.
 	Hardware []agent.Resource `json:"hardware"`
 	Taints   []corev1.Taint   `json:"taints"`
+	// WithGrant are the NoExecute taints that would join Taints while the
+	// node holds a NoExecute grant from the coordinator.
+	WithGrant []corev1.Taint `json:"withGrant,omitempty"`
 }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -65,7 +69,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rep.Hardware, err = m.inventory.Inventory(ctx); err != nil {
 		return fmt.Errorf("hardware inventory: %w", err)
 	}
-	rep.Taints = wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, time.Now())
+	rep.Taints = wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, time.Now(), false)
+	rep.WithGrant = withGrant(rep.Taints, wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, time.Now(), true))
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -89,18 +94,33 @@ func check(ctx context.Context, specs []agent.ProbeSpec) []checkRow {
 	return rows
 }
 
+// withGrant is the taints in granted that are not in plain: the NoExecute
+// taints a grant adds.
+func withGrant(plain, granted []corev1.Taint) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range granted {
+		if !slices.ContainsFunc(plain, func(p corev1.Taint) bool { return taints.IDOf(p) == taints.IDOf(t) }) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // wouldTaint is the taints the agent's plan (taints.PlanMetadata) puts on a
 // Node that carries none yet, for these conditions and this hardware: what
-// check prints is by construction what the agent would write. The time a
-// NoExecute taint would be added is left out: it would be the write's.
-func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, now time.Time) []corev1.Taint {
+// check prints is by construction what the agent would write, without a
+// NoExecute grant, or with one when granted. The time a NoExecute taint
+// would be added is left out: it would be the write's.
+func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, now time.Time, granted bool) []corev1.Taint {
 	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	gates := map[corev1.NodeConditionType]taints.Gate{}
 	for _, r := range rows {
 		statuses[r.Condition] = r.ConditionStatus
+		gates[r.Condition] = taints.Gate{NoExecute: granted}
 	}
 	p := taints.PlanMetadata(taints.MetadataInput{
 		Node: &corev1.Node{}, Now: now, Rules: rules, Statuses: statuses,
-		Hardware: hw, HardwareKnown: true,
+		Hardware: hw, HardwareKnown: true, Gates: gates,
 	})
 	out := make([]corev1.Taint, len(p.Taints.Taints))
 	for i, t := range p.Taints.Taints {
@@ -159,6 +179,12 @@ func printCheck(w io.Writer, rep checkReport) error {
 	fmt.Fprintln(w, "Taints that would follow:")
 	for _, t := range rep.Taints {
 		fmt.Fprintf(w, "  %s\n", taints.Format(t))
+	}
+	if len(rep.WithGrant) > 0 {
+		fmt.Fprintln(w, "And while the node holds a NoExecute grant from the coordinator (budget, rate and disruption guard permitting):")
+		for _, t := range rep.WithGrant {
+			fmt.Fprintf(w, "  %s\n", taints.Format(t))
+		}
 	}
 	return nil
 }

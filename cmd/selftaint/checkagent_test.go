@@ -33,7 +33,10 @@ func TestCheckMatchesAgent(t *testing.T) {
 		t.Fatalf("check's json: %v", err)
 	}
 	if len(rep.Taints) != 2 {
-		t.Fatalf("check says taints %v; the fixture should give the two memory ones", rep.Taints)
+		t.Fatalf("check says taints %v; the fixture should give the two memory ones (the NoExecute rule's at its fallback)", rep.Taints)
+	}
+	if len(rep.WithGrant) != 1 || rep.WithGrant[0].Key != "selftaint.io/memory-evict" || rep.WithGrant[0].Effect != corev1.TaintEffectNoExecute {
+		t.Errorf("check says %v would join with a grant, want selftaint.io/memory-evict:NoExecute", rep.WithGrant)
 	}
 
 	cp := testcp.Start(t, testcp.Options{})

@@ -49,6 +49,7 @@ import (
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
 	"github.com/selftaint/selftaint/taints/faults"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // DefaultFieldManager is the server-side apply field manager selftaint
@@ -217,6 +218,11 @@ type Agent struct {
 	// last reported.
 	grant                   seenGrant
 	guard                   seenGuard
+	// asking says the node asked for NoExecute at the last sync, since
+	// askingSince (zero: since before this agent started); only a grant
+	// seen after that is honoured.
+	asking      bool
+	askingSince time.Time
 	lastNoExecute, lastHeld string
 }
 
@@ -610,6 +616,9 @@ func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.Nod
 	if err := a.reconcileMetadata(ctx, node, plan.Metadata, states, hw, plan.Conditions.Init); err != nil {
 		return nil, err
 	}
+	a.mu.Lock()
+	a.noteAskingLocked(len(plan.Metadata.Request.Wanted) > 0, now)
+	a.mu.Unlock()
 	if err := a.removeExpiredFaults(ctx, node, snap.Faults.Expired); err != nil {
 		return nil, err
 	}
@@ -626,6 +635,9 @@ func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.Nod
 // still carried while the published status holds.
 func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	faulted := a.adoptFaultsLocked(node)
+	// A request left by the previous run stands: any grant seen from now
+	// on is honoured.
+	_, a.asking = node.Annotations[fleet.RequestAnnotation]
 	a.advertised = taints.OwnedCapacity(node, a.opts.FieldManager)
 	if in := a.opts.Init; in != nil {
 		// Kept while the state is undecided after a restart, so the

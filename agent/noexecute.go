@@ -77,11 +77,32 @@ func (a *Agent) noExecuteInputLocked(now time.Time) taints.NoExecuteInput {
 	}
 	in := taints.NoExecuteInput{AliveEvery: o.GrantTTL / 3}
 	in.Granted, in.GrantUntil = fleet.Granted(a.grant.lease, a.opts.NodeName, a.grant.observedAt, now)
+	// Only a grant first seen while the current request stood: one seen
+	// before it (a release not seen yet after the node stopped asking)
+	// may already have been given to another node.
+	askedAt := now
+	if a.asking {
+		askedAt = a.askingSince
+	}
+	if a.grant.observedAt.Before(askedAt) {
+		in.Granted, in.GrantUntil = false, time.Time{}
+	}
 	if g := a.guard.state; g != nil {
 		in.Guard = g
 		in.GuardFresh, in.GuardStaleAt = g.Fresh(a.guard.observedAt, now, o.GuardStaleAfter)
 	}
 	return in
+}
+
+// noteAskingLocked records whether the node asks for NoExecute after a
+// successful sync at now, and since when. a.mu is held.
+func (a *Agent) noteAskingLocked(wanted bool, now time.Time) {
+	switch {
+	case wanted && !a.asking:
+		a.asking, a.askingSince = true, now
+	case !wanted:
+		a.asking, a.askingSince = false, time.Time{}
+	}
 }
 
 // runNoExecute watches this node's grant Lease and the guard ConfigMap,

@@ -182,6 +182,9 @@ func TestNoExecuteGrantExpiresWithoutRenewal(t *testing.T) {
 	cp.CreateNode(t, node, nil)
 	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Minute)})
 	startNoExecuteAgent(t, c, node, newSwitchProbe(probes.StatusProblem), taints.LimiterConfig{})
+	// A grant counts only once the node asks (one seen before might be a
+	// release the agent has not seen yet).
+	waitNode(t, c, node, 10*time.Second, "the request", func(n *corev1.Node) bool { _, ok := request(n); return ok })
 	granted := time.Now()
 	grantLease(t, c, node, granted)
 	waitNode(t, c, node, 10*time.Second, "NoExecute with a grant", func(n *corev1.Node) bool { return hasTaint(n, evictTaint) })
@@ -318,4 +321,37 @@ func taintChanges(versions []*corev1.Node) int {
 		}
 	}
 	return changes
+}
+
+// TestGrantSeenBeforeTheRequestIsNotHonoured: a grant Lease the agent saw
+// before its node started asking may be one the coordinator has already
+// released and given away (the agent has not seen the release yet), so it
+// is not honoured; a renewal seen after the request is.
+func TestGrantSeenBeforeTheRequestIsNotHonoured(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "ne-stale"
+	cp.CreateNode(t, node, nil)
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
+	grantLease(t, c, node, time.Now())
+	p := newSwitchProbe(probes.StatusOK)
+	startNoExecuteAgent(t, c, node, p, taints.LimiterConfig{})
+	waitNode(t, c, node, 10*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+	p.set(probes.StatusProblem)
+	waitNode(t, c, node, 10*time.Second, "the request", func(n *corev1.Node) bool { _, ok := request(n); return ok })
+	time.Sleep(2 * time.Second)
+	if n := getNode(t, c, node); hasTaint(n, evictTaint) {
+		t.Fatalf("NoExecute under a grant seen before the node asked: %s", describe(n))
+	}
+	leases := c.CoordinationV1().Leases(coordNS)
+	l, err := leases.Get(context.Background(), fleet.GrantName(node), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.RenewTime = &now
+	if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("renewing: %v", err)
+	}
+	waitNode(t, c, node, 10*time.Second, "NoExecute after a renewal seen while asking", func(n *corev1.Node) bool { return hasTaint(n, evictTaint) })
 }

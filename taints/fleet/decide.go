@@ -91,7 +91,8 @@ type Memory struct {
 	// object, so a tripped guard stays tripped across a leader change).
 	Guard GuardState
 	// Granted is when this leader saw each node's current grant start or
-	// adopted it, for liveness.
+	// adopted it (at Since), for liveness; only holders of a live grant
+	// have an entry.
 	Granted map[string]time.Time
 	// Uncovered is since when each node has carried a NoExecute taint with
 	// no live grant (its agent has not yet removed it, or is dead).
@@ -100,6 +101,12 @@ type Memory struct {
 	// no longer counts against the budget; its Event has been told). A new
 	// leader tells again, a TTL after it first sees the taint.
 	Abandoned map[string]time.Time
+	// NotAlive is when each node lost its grant because its agent showed
+	// no sign of life: it is not granted again until its liveness stamp
+	// changes after that (a restarted agent rewrites its request), so a
+	// dead agent's request, which never goes away, cannot take a slot and a
+	// rate token every TTL.
+	NotAlive map[string]time.Time
 	// Decided is set by Decide: this Memory is a previous decision's, so
 	// the BelowSince times in Guard are this leader's own observations. A
 	// new leader leaves it false, and every tripped guard's cool-down
@@ -118,34 +125,49 @@ type Input struct {
 	Memory Memory
 }
 
-// Decision is what the coordinator does now.
+// Decision is what the coordinator does now. Grants are named by their
+// node (the Lease is GrantName(node)).
 type Decision struct {
 	// Grant are the nodes to grant now, in the order they asked: a new
-	// Lease, or a released one taken again.
+	// Lease, or a released one taken again (NewGrant). A node may also be
+	// in Release (its grant expired, say): the new grant replaces it.
 	Grant []string
-	// Renew are held grants due for renewal.
+	// Renew are held grants due for renewal (renewTime = now), by node
+	// name.
 	Renew []string
-	// Release are held grants to release (holder cleared; the Lease stays
-	// for the rate window), each with why.
+	// Release are held grants to release (holder cleared, renewTime kept;
+	// the Lease stays for the rate window), each with why: one of the
+	// Release* constants. Nil when none.
 	Release map[string]string
-	// Delete are released grants older than the rate window.
+	// Delete are released grants whose Lease is no longer needed (see
+	// Decide), by node name.
 	Delete []string
 	// Guard is the guard now; WriteGuard says it changed or is due for
 	// renewal.
 	Guard      GuardState
 	WriteGuard bool
 	// Events are what to tell (guard trips and resets, grants released for
-	// a dead agent or a NotReady node, abandoned NoExecute taints).
+	// any reason but the node no longer asking, abandoned NoExecute taints,
+	// an unusable budget), each with one of the Event* reasons.
 	Events []Event
-	// Waiting are the nodes that ask and wait, in order; Held how many
-	// nodes count against the budget and Budget the budget now.
+	// Waiting are the nodes that ask, are Ready and hold no live grant,
+	// and were not granted now, in the order they asked (then by name);
+	// Held how many nodes count against the budget after this decision
+	// (see Decide) and Budget the budget now. Held may exceed Budget (a
+	// percent budget shrank with the fleet, or a new leader counts every
+	// NoExecute taint it finds for a TTL): then nothing is granted.
 	Waiting []string
 	Held    int
 	Budget  int
 	// Memory is what to keep for the next decision.
 	Memory Memory
 	// Next is when a decision is due even if nothing changes: a renewal,
-	// a rate slot, a guard cool-down, a liveness deadline.
+	// an expiry, a liveness deadline, an abandonment, a rate slot for a
+	// waiting node while the budget has room, a guard cool-down, the
+	// guard's renewal, a released grant's deletion. Always after Now; zero
+	// when nothing is pending. A decision's own writes are expected to
+	// bring the next one (the coordinator watches its grants), so what
+	// falls due by them is not repeated here.
 	Next time.Time
 }
 

@@ -1,0 +1,514 @@
+package fleet
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// RateWindow is the window of the per-zone grant rate: a released grant's
+// Lease is kept at least this long after it started, so that its start
+// still counts after a leader change.
+const RateWindow = time.Minute
+
+// Why a held grant is released: the values of Decision.Release.
+const (
+	// ReleaseNodeDeleted: the node is gone.
+	ReleaseNodeDeleted = "node deleted"
+	// ReleaseNotReady: the node's Ready condition is not True.
+	ReleaseNotReady = "node NotReady"
+	// ReleaseNoLongerAsks: the node has withdrawn its Request (the normal
+	// end of a grant; no Event).
+	ReleaseNoLongerAsks = "no longer asks"
+	// ReleaseForeignHolder: the Lease names another node as its holder, so
+	// it grants no one (only a hand-edited Lease does that).
+	ReleaseForeignHolder = "holder is another node"
+	// ReleaseExpired: it was not renewed within its TTL (a coordinator gap).
+	ReleaseExpired = "expired"
+	// ReleaseAgentNotAlive: the holder's agent has not refreshed its
+	// Request's liveness stamp for a TTL.
+	ReleaseAgentNotAlive = "agent not alive"
+)
+
+// Reasons of the Events in Decision.Events.
+const (
+	// EventGuardTripped (Warning): a condition's guard tripped in a scope.
+	EventGuardTripped = "DisruptionGuardTripped"
+	// EventGuardReset (Normal): a tripped guard reset after its cool-down.
+	EventGuardReset = "DisruptionGuardReset"
+	// EventTaintAbandoned (Warning): a NoExecute taint has been on a node
+	// without a grant for a TTL; it no longer counts against the budget.
+	EventTaintAbandoned = "NoExecuteTaintAbandoned"
+	// EventGrantReleased (Warning): a grant was released for a reason other
+	// than the node no longer asking.
+	EventGrantReleased = "NoExecuteGrantReleased"
+	// EventInvalidConfig (Warning): the budget or the TTL is unusable, so
+	// no grants are made.
+	EventInvalidConfig = "InvalidNoExecuteBudget"
+)
+
+// minTTL is the shortest usable GrantTTL: a Lease's duration is in whole
+// seconds, so anything shorter would grant nothing an agent can see.
+const minTTL = time.Second
+
+// Decide is the coordinator's policy, a pure function of in (the nodes,
+// the grants, its memory and the time): the grants to make, renew, release
+// and delete, the disruption guard and whether to write it, the Events to
+// tell, the memory for the next decision and when that is due.
+//
+// The invariant everything rests on: no grant is made while as many nodes
+// count against the budget (Decision.Held) as the budget allows. What
+// counts, per node:
+//   - a live grant (held by the node, renewed less than a GrantTTL ago)
+//     that is not released now;
+//   - a NoExecute taint on the node without a live grant, until this
+//     leader has seen it so for a GrantTTL (Memory.Uncovered); then it is
+//     abandoned, and told once (Memory.Abandoned);
+//   - a released grant (now or before) of a node that still asks, until
+//     the grant's Renewed + GrantTTL: Granted lets an agent that has not
+//     seen the release apply NoExecute until then, and the coordinator may
+//     not see that taint before it gives the slot away. This goes beyond
+//     the uncovered rule, which counts only taints already seen.
+//
+// One race is left to the agents: a node whose grant was released because
+// it no longer asked, and that asks again before it sees the release, could
+// apply NoExecute under the old grant after its slot was given away. So an
+// agent honours only a grant it first saw while its current request stood
+// (agent/noexecute.go).
+//
+// A node may be released and granted again in one decision (in Release and
+// in Grant): the new grant replaces the released one. A released grant's
+// Lease is deleted once its start has left the RateWindow and, while its
+// node exists, its Renewed + GrantTTL has passed (so that the third rule
+// above still holds after this decision).
+//
+// Where the inputs are odd, Decide errs toward fewer NoExecute taints: an
+// invalid budget or a TTL under a second gives budget 0; a grant renewed in
+// the future (another leader's clock running ahead) is renewed on this
+// clock at once; a grant start in the future counts in the rate window; a
+// zero Memory.Since is taken as now (a new leader: every holder gets a full
+// TTL to show it is alive).
+func Decide(in Input) Decision {
+	d := newDecider(in)
+	d.decideBudget()
+	d.decideGuard()
+	d.judgeHolders()
+	d.countOccupancy()
+	d.grantWaiting()
+	d.deleteReleased()
+	d.finish()
+	return d.out
+}
+
+// decider is one decision in the making.
+type decider struct {
+	in    Input
+	now   time.Time
+	ttl   time.Duration
+	since time.Time // this leader's start (Memory.Since, or now when unset)
+
+	nodes  map[string]*Node
+	grants []Grant // in.Grants sorted by node
+
+	// live are the grants live after this decision (kept, renewed or new),
+	// by node, with Renewed as it will be written.
+	live map[string]Grant
+	// released are the grants released in this decision, freed those
+	// released before it, by node.
+	released, freed map[string]Grant
+	// granted are the nodes granted in this decision.
+	granted map[string]bool
+	// occupied are the nodes that count against the budget.
+	occupied map[string]bool
+	// starts are the grant starts by zone (for the rate).
+	starts map[string][]time.Time
+	// blocked are the zones whose rate kept an eligible waiting node
+	// waiting.
+	blocked map[string]bool
+
+	mem  Memory
+	out  Decision
+	next time.Time
+}
+
+func newDecider(in Input) *decider {
+	d := &decider{
+		in: in, now: in.Now, ttl: in.Config.GrantTTL, since: in.Memory.Since,
+		nodes:    make(map[string]*Node, len(in.Nodes)),
+		grants:   slices.Clone(in.Grants),
+		live:     map[string]Grant{},
+		released: map[string]Grant{},
+		freed:    map[string]Grant{},
+		granted:  map[string]bool{},
+		occupied: map[string]bool{},
+		starts:   map[string][]time.Time{},
+		blocked:  map[string]bool{},
+	}
+	if d.since.IsZero() {
+		// A leader that did not say when it started: it starts now, which
+		// gives every holder a full TTL to show it is alive.
+		d.since = d.now
+	}
+	for i := range in.Nodes {
+		d.nodes[in.Nodes[i].Name] = &in.Nodes[i]
+	}
+	slices.SortStableFunc(d.grants, func(a, b Grant) int { return cmp.Compare(a.Node, b.Node) })
+	for _, g := range d.grants {
+		d.starts[g.Zone] = append(d.starts[g.Zone], g.Acquired)
+		if g.Holder == "" {
+			d.freed[g.Node] = g
+		}
+	}
+	d.mem = Memory{
+		Since:     d.since,
+		Granted:   map[string]time.Time{},
+		Uncovered: map[string]time.Time{},
+		Abandoned: map[string]time.Time{},
+		NotAlive:  map[string]time.Time{},
+		Decided:   true,
+	}
+	for name, t := range in.Memory.NotAlive {
+		// Kept while the node asks and has shown no life since.
+		if n := d.nodes[name]; n != nil && n.Request != nil && !n.AliveSeen.After(t) {
+			d.mem.NotAlive[name] = t
+		}
+	}
+	return d
+}
+
+// at makes t a candidate for Decision.Next, if it is still to come.
+func (d *decider) at(t time.Time) {
+	if t.After(d.now) && (d.next.IsZero() || t.Before(d.next)) {
+		d.next = t
+	}
+}
+
+func (d *decider) event(node string, warning bool, reason, format string, args ...any) {
+	d.out.Events = append(d.out.Events, Event{Node: node, Warning: warning, Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+// decideBudget scales MaxNoExecute over the nodes (by name: a node listed
+// twice counts once), rounding a percent up.
+func (d *decider) decideBudget() {
+	v := d.in.Config.MaxNoExecute
+	b, err := intstr.GetScaledValueFromIntOrPercent(&v, len(d.nodes), true)
+	switch {
+	case err != nil:
+		d.event("", true, EventInvalidConfig, "maxNoExecute %q is invalid (%v): no NoExecute grants are made", v.String(), err)
+		b = 0
+	case b < 0:
+		d.event("", true, EventInvalidConfig, "maxNoExecute %q is negative: no NoExecute grants are made", v.String())
+		b = 0
+	}
+	if d.ttl < minTTL && b > 0 {
+		d.event("", true, EventInvalidConfig, "the grant TTL %s is shorter than a second (a Lease's duration is in seconds): no NoExecute grants are made", d.ttl)
+		b = 0
+	}
+	d.out.Budget = b
+}
+
+// judgeHolders releases or renews each held grant.
+func (d *decider) judgeHolders() {
+	for _, g := range d.grants {
+		if g.Holder == "" {
+			continue
+		}
+		if reason, why := d.releaseReason(g); reason != "" {
+			d.release(g, reason, why)
+			continue
+		}
+		if !d.now.Before(g.Renewed.Add(d.ttl/3)) || g.Renewed.After(d.now) {
+			d.out.Renew = append(d.out.Renew, g.Node)
+			g.Renewed = d.now
+		}
+		d.live[g.Node] = g
+		d.mem.Granted[g.Node] = d.grantedAt(g.Node)
+	}
+}
+
+// grantedAt is when this leader saw node's current grant start or adopted
+// it: a live grant without an entry is adopted at Memory.Since.
+func (d *decider) grantedAt(node string) time.Time {
+	if t, ok := d.in.Memory.Granted[node]; ok {
+		return t
+	}
+	return d.since
+}
+
+// aliveSince is the latest sign of life of n's agent: its grant's start
+// or adoption (granted), the coordinator seeing its liveness stamp change,
+// or this leader's start.
+func (d *decider) aliveSince(n *Node, granted time.Time) time.Time {
+	return latest(granted, n.AliveSeen, d.since)
+}
+
+func latest(ts ...time.Time) time.Time {
+	var t time.Time
+	for _, u := range ts {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// releaseReason says why held grant g must be released ("" if it must not)
+// and, for the Event, a sentence of detail.
+func (d *decider) releaseReason(g Grant) (string, string) {
+	n := d.nodes[g.Node]
+	switch {
+	case n == nil:
+		return ReleaseNodeDeleted, "the node no longer exists"
+	case !n.Ready:
+		return ReleaseNotReady, "the node is NotReady"
+	case n.Request == nil:
+		return ReleaseNoLongerAsks, ""
+	case g.Holder != g.Node:
+		return ReleaseForeignHolder, fmt.Sprintf("its Lease names %q as the holder", g.Holder)
+	case !d.now.Before(g.Renewed.Add(d.ttl)):
+		return ReleaseExpired, fmt.Sprintf("it was last renewed at %s and expired at %s (the coordinator was away longer than the TTL %s)",
+			stamp(g.Renewed), stamp(g.Renewed.Add(d.ttl)), d.ttl)
+	}
+	if last := d.aliveSince(n, d.grantedAt(n.Name)); d.now.Sub(last) > d.ttl {
+		return ReleaseAgentNotAlive, fmt.Sprintf("its agent has shown no sign of life since %s (%s, longer than the grant TTL %s)",
+			stamp(last), d.now.Sub(last), d.ttl)
+	}
+	return "", ""
+}
+
+// release frees g, telling why unless the node merely stopped asking.
+func (d *decider) release(g Grant, reason, why string) {
+	if d.out.Release == nil {
+		d.out.Release = map[string]string{}
+	}
+	d.out.Release[g.Node] = reason
+	d.released[g.Node] = g
+	if reason == ReleaseAgentNotAlive {
+		d.mem.NotAlive[g.Node] = d.now
+	}
+	if reason == ReleaseNoLongerAsks {
+		return
+	}
+	msg := "a NoExecute taint still on it counts against the fleet's budget until it is removed or abandoned"
+	if reason == ReleaseNodeDeleted {
+		msg = "nothing of it counts against the budget any more"
+	}
+	d.event(g.Node, true, EventGrantReleased, "released the NoExecute grant of node %q (zone %q), reason %q: %s; %s",
+		g.Node, g.Zone, reason, why, msg)
+}
+
+// countOccupancy finds the nodes that count against the budget before any
+// new grant, and keeps the uncovered NoExecute taints' clocks.
+func (d *decider) countOccupancy() {
+	for _, name := range slices.Sorted(maps.Keys(d.nodes)) {
+		n := d.nodes[name]
+		if _, ok := d.live[name]; ok {
+			d.occupied[name] = true
+			continue
+		}
+		if n.CarriesNoExecute {
+			d.uncovered(n)
+		}
+		d.lingering(n)
+	}
+}
+
+// uncovered judges a NoExecute taint on n without a live grant: it counts
+// for a GrantTTL from when this leader first saw it so, then it is
+// abandoned (told once).
+func (d *decider) uncovered(n *Node) {
+	since, ok := d.in.Memory.Uncovered[n.Name]
+	if !ok || since.IsZero() {
+		since = d.now
+	}
+	d.mem.Uncovered[n.Name] = since
+	end := since.Add(d.ttl)
+	if d.now.Before(end) {
+		d.occupied[n.Name] = true
+		d.at(end)
+		return
+	}
+	if t, told := d.in.Memory.Abandoned[n.Name]; told {
+		d.mem.Abandoned[n.Name] = t
+		return
+	}
+	d.mem.Abandoned[n.Name] = d.now
+	d.event(n.Name, true, EventTaintAbandoned,
+		"node %q (zone %q) has carried a NoExecute taint without a grant since %s, longer than the grant TTL %s: its agent is presumably dead; the taint no longer counts against the fleet's NoExecute budget, remove it by hand if the node is healthy",
+		n.Name, n.Zone, stamp(since), d.ttl)
+}
+
+// lingering counts n while a released grant of its own may still be
+// believed by its agent: n still asks (so its agent would apply NoExecute
+// if it has not seen the release) and now < the grant's Renewed + GrantTTL,
+// the latest that Granted lets any agent hold it.
+func (d *decider) lingering(n *Node) {
+	if n.Request == nil {
+		return
+	}
+	g, ok := d.released[n.Name]
+	if !ok {
+		g, ok = d.freed[n.Name]
+	}
+	if !ok {
+		return
+	}
+	if end := g.Renewed.Add(d.ttl); d.now.Before(end) {
+		d.occupied[n.Name] = true
+		d.at(end)
+	}
+}
+
+// waiting are the nodes that ask, are Ready and hold no live grant, in the
+// order they asked (then by name).
+func (d *decider) waiting() []*Node {
+	var w []*Node
+	for _, n := range d.nodes {
+		if _, live := d.live[n.Name]; !live && n.Request != nil && n.Ready {
+			w = append(w, n)
+		}
+	}
+	slices.SortFunc(w, func(a, b *Node) int {
+		return cmp.Or(a.Request.Since.Compare(b.Request.Since), cmp.Compare(a.Name, b.Name))
+	})
+	return w
+}
+
+// grantWaiting grants waiting nodes in order while the budget has room,
+// skipping those the guard holds for every condition they ask for and
+// those their zone's rate keeps waiting.
+func (d *decider) grantWaiting() {
+	for _, n := range d.waiting() {
+		// Occupancy only grows here: once full, nothing more is granted.
+		if len(d.occupied) >= d.out.Budget || !d.eligible(n) {
+			d.out.Waiting = append(d.out.Waiting, n.Name)
+			continue
+		}
+		if slot := d.rateSlot(n.Zone); !slot.valid || d.now.Before(slot.at) {
+			d.blocked[n.Zone] = true
+			d.out.Waiting = append(d.out.Waiting, n.Name)
+			continue
+		}
+		d.grant(n)
+	}
+	if len(d.occupied) >= d.out.Budget {
+		return
+	}
+	for zone := range d.blocked {
+		if slot := d.rateSlot(zone); slot.valid {
+			d.at(slot.at)
+		}
+	}
+}
+
+// eligible: n's agent has shown life since it last lost a grant for not
+// doing so, and one of the conditions n asks for is not held by the guard
+// in its zone.
+func (d *decider) eligible(n *Node) bool {
+	if _, dead := d.mem.NotAlive[n.Name]; dead {
+		return false
+	}
+	for _, c := range n.Request.Conditions {
+		if tripped, _ := d.out.Guard.Tripped(c, n.Zone); !tripped {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *decider) grant(n *Node) {
+	d.out.Grant = append(d.out.Grant, n.Name)
+	d.granted[n.Name] = true
+	d.occupied[n.Name] = true
+	d.starts[n.Zone] = append(d.starts[n.Zone], d.now)
+	d.live[n.Name] = Grant{Node: n.Name, Holder: n.Name, Zone: n.Zone, Acquired: d.now, Renewed: d.now}
+	d.mem.Granted[n.Name] = d.now
+	delete(d.mem.Uncovered, n.Name)
+	delete(d.mem.Abandoned, n.Name)
+}
+
+// slot is the earliest time a new grant may start in a zone; !valid: never
+// (RatePerMinute <= 0).
+type slot struct {
+	at    time.Time
+	valid bool
+}
+
+// rateSlot: fewer than RatePerMinute starts in (at-RateWindow, at], and at
+// least RateWindow/RatePerMinute after the zone's latest start. Starts in
+// the future count as in the window.
+func (d *decider) rateSlot(zone string) slot {
+	r := d.in.Config.RatePerMinute
+	if r <= 0 {
+		return slot{}
+	}
+	var inWindow []time.Time
+	var s slot
+	s.valid = true
+	for _, t := range d.starts[zone] {
+		if t.After(d.now.Add(-RateWindow)) {
+			inWindow = append(inWindow, t)
+		}
+		if spaced := t.Add(RateWindow / time.Duration(r)); spaced.After(s.at) {
+			s.at = spaced
+		}
+	}
+	if len(inWindow) >= r {
+		slices.SortFunc(inWindow, time.Time.Compare)
+		if t := inWindow[len(inWindow)-r].Add(RateWindow); t.After(s.at) {
+			s.at = t
+		}
+	}
+	return s
+}
+
+// deleteReleased deletes the released grants that no longer matter, and
+// are not granted again now: their start has left the rate window and,
+// fail-safe, while their node exists, no agent can believe them any more
+// (Renewed + GrantTTL has passed), so that a node that asks again within
+// that time still counts (see lingering) after this decision.
+func (d *decider) deleteReleased() {
+	for _, g := range d.grants {
+		_, releasedNow := d.released[g.Node]
+		if d.granted[g.Node] || (g.Holder != "" && !releasedNow) {
+			continue
+		}
+		until := g.Acquired.Add(RateWindow)
+		if d.nodes[g.Node] != nil {
+			until = latest(until, g.Renewed.Add(d.ttl))
+		}
+		if g.Holder == "" && !d.now.Before(until) {
+			d.out.Delete = append(d.out.Delete, g.Node)
+			continue
+		}
+		// A grant released now whose time has come is deleted by the next
+		// decision, which writing the release itself brings about.
+		d.at(until)
+	}
+}
+
+// finish fills in what is known once the grants are made: the holders'
+// deadlines, the memory, the counts.
+func (d *decider) finish() {
+	for _, name := range slices.Sorted(maps.Keys(d.live)) {
+		g := d.live[name]
+		d.at(g.Renewed.Add(d.ttl / 3))
+		d.at(g.Renewed.Add(d.ttl))
+		if n := d.nodes[name]; n != nil {
+			// The agent is judged dead once more than a TTL has passed: the
+			// first instant that is so is a nanosecond after the deadline.
+			d.at(d.aliveSince(n, d.mem.Granted[name]).Add(d.ttl + time.Nanosecond))
+		}
+	}
+	d.at(d.out.Guard.RenewTime.Add(d.in.Config.Guard.RenewEvery))
+	d.out.Held = len(d.occupied)
+	d.mem.Guard = d.out.Guard
+	d.out.Memory = d.mem
+	d.out.Next = d.next
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -1,0 +1,408 @@
+package fleet
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// TestDecideProperties simulates fleets: nodes that start and stop asking,
+// go NotReady and back, report conditions in storms; agents that apply or
+// remove their NoExecute taint on what they last saw of their grant Lease
+// (they read it only half the time), before or after the coordinator
+// decides, some of which die and never remove it; a coordinator that
+// applies every decision, goes away, and comes back as a new leader with
+// fresh memory and the last guard it wrote; time in random steps, some
+// longer than a grant's TTL. At every step:
+//   - the nodes carrying NoExecute under a live grant, plus those carrying
+//     it without one that have not been so for a TTL (not abandoned), are
+//     at most the budget;
+//   - no zone starts more than RatePerMinute grants in any minute;
+//   - a grant goes only to a waiting node (asking, Ready, no live grant),
+//     and is made only while the budget has room;
+//   - Decide is deterministic.
+//
+// The agents follow two rules the budget depends on: NoExecute only while
+// Granted says so, and only under a grant first seen while the current
+// request stood (a grant seen before the agent withdrew and asked again is
+// void: the coordinator may have released it, for "no longer asks", and
+// given the slot away without the agent seeing the release).
+func TestDecideProperties(t *testing.T) {
+	for seed := uint64(1); seed <= 50; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			newSim(t, seed).run(300)
+		})
+	}
+}
+
+type simNode struct {
+	name, zone string
+	ready      bool
+	// dead: the agent does nothing any more; its taint and request stay.
+	dead      bool
+	request   *Request
+	carries   bool
+	reporting []corev1.NodeConditionType
+	// seen is the agent's last view of its grant Lease, at seenAt;
+	// firstSeen is when it first saw that grant (by its acquire time).
+	seen      *coordinationv1.Lease
+	seenAt    time.Time
+	firstSeen time.Time
+}
+
+type sim struct {
+	t      *testing.T
+	rng    *rand.Rand
+	cfg    Config
+	budget int
+	now    time.Time
+	nodes  []*simNode
+	leases map[string]*coordinationv1.Lease // by node
+	storm  bool
+
+	// The coordinator.
+	leaderUp  bool
+	leader    int
+	mem       Memory
+	written   GuardState
+	lastAlive map[string]time.Time // the liveness stamp it last saw
+	aliveSeen map[string]time.Time // when it saw it change
+
+	// The harness's own records.
+	starts    map[string][]time.Time // grant starts by zone
+	uncovered map[string]time.Time   // since when carrying without a live grant
+	grants    int
+}
+
+func newSim(t *testing.T, seed uint64) *sim {
+	rng := rand.New(rand.NewPCG(seed, 0x5e1f7a1))
+	sm := &sim{
+		t: t, rng: rng, now: t0, leases: map[string]*coordinationv1.Lease{},
+		leaderUp: true, lastAlive: map[string]time.Time{}, aliveSeen: map[string]time.Time{},
+		starts: map[string][]time.Time{}, uncovered: map[string]time.Time{},
+	}
+	zones := 1 + rng.IntN(3)
+	n := 4 + rng.IntN(13)
+	for i := range n {
+		sm.nodes = append(sm.nodes, &simNode{name: fmt.Sprintf("n%02d", i), zone: fmt.Sprintf("z%d", i%zones), ready: true})
+	}
+	sm.cfg = testConfig()
+	sm.cfg.RatePerMinute = 1 + rng.IntN(3)
+	sm.cfg.GrantTTL = time.Duration(15+rng.IntN(46)) * time.Second
+	sm.cfg.Guard = GuardConfig{Threshold: 50, ResetMargin: 20, CoolDown: 2 * time.Minute, MinNodes: 3, RenewEvery: 30 * time.Second}
+	if rng.IntN(2) == 0 {
+		sm.budget = 1 + rng.IntN(3)
+		sm.cfg.MaxNoExecute = intstr.FromInt(sm.budget)
+	} else {
+		pct := 10 + rng.IntN(31)
+		sm.cfg.MaxNoExecute = intstr.FromString(fmt.Sprintf("%d%%", pct))
+		sm.budget = (pct*n + 99) / 100
+	}
+	sm.mem = Memory{Since: t0}
+	return sm
+}
+
+func (sm *sim) run(steps int) {
+	for i := range steps {
+		sm.advance()
+		// Agents and the coordinator run side by side: each agent acts
+		// before or after this step's decision.
+		first := sm.rng.Uint64()
+		sm.agentsAct(first, true)
+		sm.world()
+		if sm.leaderUp {
+			sm.decide()
+		}
+		sm.agentsAct(first, false)
+		sm.agentsSee()
+		sm.checkBudget()
+		if sm.t.Failed() {
+			sm.t.Fatalf("step %d at %v: %s", i, sm.now.Sub(t0), sm.describe())
+		}
+	}
+	if sm.grants == 0 && sm.budget > 0 {
+		sm.t.Errorf("no grant in %d steps: the simulation tests nothing", steps)
+	}
+}
+
+func (sm *sim) chance(p float64) bool { return sm.rng.Float64() < p }
+
+func (sm *sim) advance() {
+	if sm.chance(0.05) {
+		sm.now = sm.now.Add(time.Duration(60+sm.rng.IntN(140)) * time.Second)
+		return
+	}
+	sm.now = sm.now.Add(time.Duration(1+sm.rng.IntN(15000)) * time.Millisecond)
+}
+
+// agentsAct: each live agent keeps NoExecute on exactly while it asks and
+// its last view of its grant says granted (on its own clock, now), under a
+// grant it first saw while its current request stood; it refreshes its
+// liveness stamp while it holds one. The agents whose bit in
+// first is set act when before is true, the others when it is false.
+func (sm *sim) agentsAct(first uint64, before bool) {
+	for i, n := range sm.nodes {
+		if n.dead || (first>>i&1 == 1) != before {
+			continue
+		}
+		granted, _ := Granted(n.seen, n.name, n.seenAt, sm.now)
+		n.carries = n.request != nil && granted && !n.firstSeen.Before(n.request.Since)
+		if n.carries && (n.request.Alive == nil || sm.now.Sub(*n.request.Alive) >= sm.cfg.GrantTTL/3) {
+			alive := sm.now
+			n.request.Alive = &alive
+		}
+	}
+}
+
+// world changes: requests, readiness, reports, deaths, the leader.
+func (sm *sim) world() {
+	if sm.chance(0.03) {
+		sm.storm = !sm.storm
+	}
+	for _, n := range sm.nodes {
+		sm.nodeChanges(n)
+	}
+	if sm.chance(0.01) {
+		sm.nodes[sm.rng.IntN(len(sm.nodes))].dead = true
+	}
+	switch {
+	case sm.leaderUp && sm.chance(0.03):
+		sm.leaderUp = false
+	case !sm.leaderUp && sm.chance(0.3):
+		sm.leaderUp = true
+		sm.leader++
+		sm.mem = Memory{Since: sm.now, Guard: sm.written}
+		sm.lastAlive, sm.aliveSeen = map[string]time.Time{}, map[string]time.Time{}
+	}
+}
+
+// nodeChanges: a live agent starts or stops asking; the node goes
+// NotReady or back; it reports condition A, mostly during a storm.
+func (sm *sim) nodeChanges(n *simNode) {
+	if !n.dead {
+		switch {
+		case n.request == nil && sm.chance(0.15):
+			n.request = &Request{Since: sm.now, Conditions: sm.conditions()}
+		case n.request != nil && sm.chance(0.08):
+			n.request = nil
+		}
+	}
+	if sm.chance(0.05) {
+		n.ready = !n.ready
+	}
+	if sm.chance(0.2) {
+		n.reporting = nil
+		if p := map[bool]float64{false: 0.1, true: 0.8}[sm.storm]; sm.chance(p) {
+			n.reporting = []corev1.NodeConditionType{condA}
+		}
+	}
+}
+
+func (sm *sim) conditions() []corev1.NodeConditionType {
+	switch sm.rng.IntN(3) {
+	case 0:
+		return []corev1.NodeConditionType{condA}
+	case 1:
+		return []corev1.NodeConditionType{condB}
+	}
+	return []corev1.NodeConditionType{condA, condB}
+}
+
+// input is what the coordinator sees: the nodes (their requests through
+// the annotation's format) and the grant Leases.
+func (sm *sim) input() Input {
+	in := Input{Config: sm.cfg, Now: sm.now, Leader: fmt.Sprintf("leader-%d", sm.leader), Memory: sm.mem}
+	for _, n := range sm.nodes {
+		node := Node{Name: n.name, Zone: n.zone, Ready: n.ready, Reporting: n.reporting, CarriesNoExecute: n.carries}
+		if n.request != nil {
+			r, err := ParseRequest(n.request.Format())
+			if err != nil {
+				sm.t.Fatalf("request of %s: %v", n.name, err)
+			}
+			node.Request = &r
+			sm.watchAlive(n.name, r.Alive)
+		}
+		node.AliveSeen = sm.aliveSeen[n.name]
+		in.Nodes = append(in.Nodes, node)
+	}
+	for _, name := range slices.Sorted(maps.Keys(sm.leases)) {
+		l := sm.leases[name]
+		g := Grant{Node: name, Zone: l.Annotations[GrantZoneAnnotation], Acquired: l.Spec.AcquireTime.Time, Renewed: l.Spec.RenewTime.Time}
+		if l.Spec.HolderIdentity != nil {
+			g.Holder = *l.Spec.HolderIdentity
+		}
+		in.Grants = append(in.Grants, g)
+	}
+	return in
+}
+
+// watchAlive is the coordinator noticing a liveness stamp change.
+func (sm *sim) watchAlive(node string, alive *time.Time) {
+	if alive == nil {
+		return
+	}
+	if last, ok := sm.lastAlive[node]; ok && !last.Equal(*alive) {
+		sm.aliveSeen[node] = sm.now
+	}
+	sm.lastAlive[node] = *alive
+}
+
+func (sm *sim) decide() {
+	in := sm.input()
+	sm.decideWith(in, Decide(in))
+}
+
+func (sm *sim) decideWith(in Input, d Decision) {
+	if again := Decide(in); !reflect.DeepEqual(again, d) {
+		sm.t.Errorf("Decide is not deterministic:\n%+v\n%+v", d, again)
+	}
+	sm.checkDecision(in, d)
+	for node := range d.Release {
+		sm.leases[node].Spec.HolderIdentity = nil
+	}
+	for _, node := range d.Renew {
+		sm.leases[node].Spec.RenewTime = &metav1.MicroTime{Time: sm.now}
+	}
+	for _, node := range d.Delete {
+		delete(sm.leases, node)
+	}
+	for _, node := range d.Grant {
+		zone := sm.node(node).zone
+		sm.leases[node] = NewGrant("ns", node, zone, sm.cfg.GrantTTL, sm.now)
+		sm.starts[zone] = append(sm.starts[zone], sm.now)
+		sm.grants++
+		sm.checkRate(zone)
+	}
+	if d.WriteGuard {
+		g, err := DecodeGuard(EncodeGuard(d.Guard))
+		if err != nil {
+			sm.t.Fatalf("guard: %v", err)
+		}
+		sm.written = g
+	}
+	sm.mem = d.Memory
+}
+
+// checkDecision: grants go to waiting nodes only, while the budget has
+// room, in the budget the harness expects.
+func (sm *sim) checkDecision(in Input, d Decision) {
+	if d.Budget != sm.budget {
+		sm.t.Errorf("Budget: got %d, want %d", d.Budget, sm.budget)
+	}
+	if len(d.Grant) > 0 && d.Held > d.Budget {
+		sm.t.Errorf("granted %v with %d held over a budget of %d", d.Grant, d.Held, d.Budget)
+	}
+	for _, name := range d.Grant {
+		var n Node
+		for _, x := range in.Nodes {
+			if x.Name == name {
+				n = x
+			}
+		}
+		if n.Request == nil || !n.Ready {
+			sm.t.Errorf("granted %s, which does not wait (request %v, ready %v)", name, n.Request, n.Ready)
+		}
+		if l := sm.leases[name]; l != nil && d.Release[name] == "" {
+			if ok, _ := Granted(l, name, time.Time{}, sm.now); ok {
+				sm.t.Errorf("granted %s, which holds a live grant", name)
+			}
+		}
+	}
+}
+
+// checkRate: no more than RatePerMinute starts in (now-1m, now].
+func (sm *sim) checkRate(zone string) {
+	n := 0
+	for _, t := range sm.starts[zone] {
+		if t.After(sm.now.Add(-time.Minute)) {
+			n++
+		}
+	}
+	if n > sm.cfg.RatePerMinute {
+		sm.t.Errorf("zone %s: %d grants started in the minute to %v, more than %d", zone, n, sm.now.Sub(t0), sm.cfg.RatePerMinute)
+	}
+}
+
+// agentsSee: a live agent reads its grant Lease, most of the time.
+func (sm *sim) agentsSee() {
+	for _, n := range sm.nodes {
+		if n.dead || !sm.chance(0.5) {
+			continue
+		}
+		old := n.seen
+		n.seen, n.seenAt = nil, sm.now
+		if l := sm.leases[n.name]; l != nil {
+			n.seen = l.DeepCopy()
+			if old == nil || !old.Spec.AcquireTime.Equal(l.Spec.AcquireTime) {
+				n.firstSeen = sm.now
+			}
+		}
+	}
+}
+
+// checkBudget: carriers under a live grant plus carriers without one for
+// less than a TTL (by the harness's own clock, which starts no later than
+// any leader's) are at most the budget.
+func (sm *sim) checkBudget() {
+	count := 0
+	for _, n := range sm.nodes {
+		l := sm.leases[n.name]
+		live := l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == n.name &&
+			sm.now.Before(l.Spec.RenewTime.Add(sm.cfg.GrantTTL))
+		if !n.carries || live {
+			delete(sm.uncovered, n.name)
+		}
+		switch {
+		case !n.carries:
+		case live:
+			count++
+		default:
+			since, ok := sm.uncovered[n.name]
+			if !ok {
+				since = sm.now
+				sm.uncovered[n.name] = since
+			}
+			if sm.now.Sub(since) < sm.cfg.GrantTTL {
+				count++
+			}
+		}
+	}
+	if count > sm.budget {
+		sm.t.Errorf("%d nodes carry NoExecute that count, over the budget of %d", count, sm.budget)
+	}
+}
+
+func (sm *sim) node(name string) *simNode {
+	for _, n := range sm.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	sm.t.Fatalf("no node %s", name)
+	return nil
+}
+
+func (sm *sim) describe() string {
+	s := fmt.Sprintf("budget %d, rate %d, ttl %v, leader up %v\n", sm.budget, sm.cfg.RatePerMinute, sm.cfg.GrantTTL, sm.leaderUp)
+	for _, n := range sm.nodes {
+		s += fmt.Sprintf("  %s %s ready=%v dead=%v asks=%v carries=%v", n.name, n.zone, n.ready, n.dead, n.request != nil, n.carries)
+		if l := sm.leases[n.name]; l != nil {
+			h := ""
+			if l.Spec.HolderIdentity != nil {
+				h = *l.Spec.HolderIdentity
+			}
+			s += fmt.Sprintf(" lease(holder=%q acquired=%v renewed=%v)", h, l.Spec.AcquireTime.Sub(t0), l.Spec.RenewTime.Sub(t0))
+		}
+		s += "\n"
+	}
+	return s
+}

@@ -321,6 +321,10 @@ func New(opts Options) (*Agent, error) {
 	for _, r := range opts.Rules {
 		id := taints.IDOf(r.Taint)
 		a.ruleFor[id] = append(a.ruleFor[id], r)
+		if r.Fallback != "" {
+			fb := taints.TaintID{Key: r.Taint.Key, Effect: r.Fallback}
+			a.ruleFor[fb] = append(a.ruleFor[fb], r)
+		}
 	}
 	a.ownable = ownableFor(opts)
 	return a, nil
@@ -822,6 +826,9 @@ func (a *Agent) why(t corev1.Taint, states map[corev1.NodeConditionType]taints.S
 	}
 	for _, r := range a.ruleFor[taints.IDOf(t)] {
 		if s, ok := states[r.Condition]; ok && r.Applies(s.Status) {
+			if t.Effect != r.Taint.Effect {
+				return fmt.Sprintf("%s is %s (%s); the fallback of its NoExecute rule, on whether or not the node holds a NoExecute grant", r.Condition, s.Status, s.Reason)
+			}
 			return fmt.Sprintf("%s is %s (%s)", r.Condition, s.Status, s.Reason)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -109,21 +108,14 @@ func (a *Agent) noteAskingLocked(wanted bool, now time.Time) {
 // each by name, and enqueues a sync on every change.
 func (a *Agent) runNoExecute(ctx context.Context) {
 	o := a.opts.NoExecute
-	grantName := fleet.GrantName(a.opts.NodeName)
 	leases := o.Leases.Leases(o.Namespace)
-	grants := byName(grantName,
-		func(ctx context.Context) (runtime.Object, error) {
-			l, err := leases.Get(ctx, grantName, metav1.GetOptions{})
-			return listOf(&coordinationv1.LeaseList{}, l, err, func(list *coordinationv1.LeaseList, l *coordinationv1.Lease) { list.Items = []coordinationv1.Lease{*l} })
-		},
+	grants := byName(fleet.GrantName(a.opts.NodeName),
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return leases.List(ctx, opts) },
 		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, opts) },
 		&coordinationv1.Lease{})
 	cms := a.opts.Client.ConfigMaps(o.Namespace)
 	guards := byName(o.GuardName,
-		func(ctx context.Context) (runtime.Object, error) {
-			cm, err := cms.Get(ctx, o.GuardName, metav1.GetOptions{})
-			return listOf(&corev1.ConfigMapList{}, cm, err, func(list *corev1.ConfigMapList, cm *corev1.ConfigMap) { list.Items = []corev1.ConfigMap{*cm} })
-		},
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, opts) },
 		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return cms.Watch(ctx, opts) },
 		&corev1.ConfigMap{})
 	handlers := func(set func(obj any)) cache.ResourceEventHandlerFuncs {
@@ -145,34 +137,23 @@ func (a *Agent) runNoExecute(ctx context.Context) {
 	guards.RunWithContext(ctx)
 }
 
-// byName is an informer on the one object called name: a Get for the list
-// (RBAC get, no list) and a watch with a metadata.name field selector.
-func byName(name string, get func(context.Context) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), obj runtime.Object) cache.SharedIndexInformer {
+// byName is an informer on the one object called name: a list and a watch
+// with a metadata.name field selector. (A list, not a Get: a watch needs
+// the resourceVersion a list returns even when the object does not exist
+// yet, and a watch from none fails where the API server cannot stream
+// lists.)
+func byName(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), obj runtime.Object) cache.SharedIndexInformer {
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	return cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) { return get(ctx) },
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return list(ctx, o)
+		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
 			return w(ctx, o)
 		},
 	}, obj, 0, cache.Indexers{})
-}
-
-// listOf wraps the result of a Get as a list for an informer: empty when
-// not found, resourceVersion the object's so the watch starts after it.
-func listOf[L interface {
-	runtime.Object
-	metav1.ListInterface
-}, O metav1.Object](list L, obj O, err error, fill func(L, O)) (runtime.Object, error) {
-	if apierrors.IsNotFound(err) {
-		return list, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	fill(list, obj)
-	list.SetResourceVersion(obj.GetResourceVersion())
-	return list, nil
 }
 
 // setGrant records the grant Lease as seen now (nil: deleted).

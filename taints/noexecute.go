@@ -18,7 +18,7 @@ const (
 	ReasonNoExecuteSuspended = "NoExecuteSuspended"
 	// ReasonNoExecuteWaiting: the node asked the coordinator for a grant
 	// and has none yet (the coordinator tells NoExecuteBudgetExhausted
-	// when the budget is why).
+	// when the budget is why: only it knows).
 	ReasonNoExecuteWaiting = "NoExecuteWaiting"
 )
 
@@ -93,7 +93,7 @@ func suspension(c corev1.NodeConditionType, guardWhy string, flapping bool, ne N
 		return ReasonNoExecuteSuspended, fmt.Sprintf("the disruption guard was last renewed at %s and is stale (the coordinator is absent or cut off): NoExecute needs a current word from the coordinator",
 			ne.Guard.RenewTime.UTC().Format(time.RFC3339))
 	default:
-		return ReasonNoExecuteWaiting, "asked the coordinator for a NoExecute grant and holds none yet (the fleet's NoExecute budget or its rate)"
+		return ReasonNoExecuteWaiting, "asked the coordinator for a NoExecute grant and holds none yet"
 	}
 }
 

@@ -14,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -46,6 +48,8 @@ Flags:
 	fs.Var(&proposedArgs, "taint", "a proposed taint, key[=value]:Effect as kubectl taint takes it; repeatable. It replaces a current taint with the same key and effect")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then in-cluster)")
 	output := fs.String("output", "table", "table or json")
+	configPath := fs.String("config", "", "the agents' config file: its NoExecute rules and coordinator settings, to say whether a NoExecute taint would be granted, budgeted, suspended or fall back; empty means the built-in defaults")
+	namespace := fs.String("namespace", "", "the coordinator's namespace (default: the config's coordinator.namespace, else kube-system)")
 	comparison := fs.Bool("comparison-operators", false, "let Lt and Gt tolerations compare values, as with the TaintTolerationComparisonOperators feature gate (alpha and off by default in Kubernetes 1.35)")
 
 	// NODE may come before, between or after the flags.
@@ -92,9 +96,22 @@ Flags:
 		proposed = append(proposed, t)
 	}
 
-	client, err := operatorClient(*kubeconfig, "selftaint-explain")
+	cfg, err := config.Load(*configPath)
 	if err != nil {
 		return err
+	}
+	rc, err := operatorRESTConfig(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.UserAgent = "selftaint-explain"
+	client, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	leases, err := typedcoordv1.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
 	}
 	n, err := client.Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -112,7 +129,22 @@ Flags:
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	return printExplain(stdout, node, considered, isProposed, rep, now)
+	if err := printExplain(stdout, node, considered, isProposed, rep, now); err != nil {
+		return err
+	}
+	ns := *namespace
+	if ns == "" {
+		ns = cfg.Coordinator.NamespaceOr("")
+	}
+	st, err := readStanding(ctx, client, leases, cfg, ns, n, nil, now)
+	if err != nil {
+		return err
+	}
+	if lines := st.describe(); len(lines) > 0 {
+		fmt.Fprintln(stdout)
+		fmt.Fprintln(stdout, strings.Join(lines, "\n"))
+	}
+	return nil
 }
 
 // podsOnNode lists the pods bound to node in all namespaces, page by page.

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/selftaint/selftaint/agent/config"
@@ -272,6 +273,38 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	fmt.Fprintf(stdout, "injected fault on node %s: %s is %s (%s) until %s (in %s)\n",
 		node, f.Condition, f.Status, f.Reason, expires.Format(time.RFC3339), expires.Sub(now).Truncate(time.Second))
 	fmt.Fprintf(stdout, "annotation %s=%s\n", key, value)
+	return env.tellNoExecute(ctx, stdout, n, f.Condition, f.Status, now)
+}
+
+// tellNoExecute says, after a fault on condition c of node n, whether a
+// NoExecute rule it triggers would be applied now, budgeted, suspended or
+// fall back (nothing when the config has no NoExecute rule for c).
+func (e *faultEnv) tellNoExecute(ctx context.Context, w io.Writer, n *corev1.Node, c corev1.NodeConditionType, st corev1.ConditionStatus, now time.Time) error {
+	noExecute := false
+	for _, r := range e.cfg.TaintRules() {
+		noExecute = noExecute || (r.Condition == c && r.Taint.Effect == corev1.TaintEffectNoExecute)
+	}
+	if !noExecute {
+		return nil
+	}
+	rc, err := operatorRESTConfig(e.kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.UserAgent = "selftaint-fault"
+	core, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	leases, err := typedcoordv1.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building API client: %w", err)
+	}
+	s, err := readStanding(ctx, core, leases, e.cfg, e.cfg.Coordinator.NamespaceOr(""), n, map[corev1.NodeConditionType]corev1.ConditionStatus{c: st}, now)
+	if err != nil {
+		return fmt.Errorf("the fault is written; reading the NoExecute budget: %w", err)
+	}
+	fmt.Fprintln(w, strings.Join(s.describe(), "\n"))
 	return nil
 }
 

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -46,6 +49,9 @@ const (
 	// EventGrantReleased (Warning): a grant was released for a reason other
 	// than the node no longer asking.
 	EventGrantReleased = "NoExecuteGrantReleased"
+	// EventBudgetExhausted (Warning): a node asks and waits because the
+	// budget is full; told once per wait.
+	EventBudgetExhausted = "NoExecuteBudgetExhausted"
 	// EventInvalidConfig (Warning): the budget or the TTL is unusable, so
 	// no grants are made.
 	EventInvalidConfig = "InvalidNoExecuteBudget"
@@ -169,6 +175,7 @@ func newDecider(in Input) *decider {
 		Uncovered: map[string]time.Time{},
 		Abandoned: map[string]time.Time{},
 		NotAlive:  map[string]time.Time{},
+		Exhausted: map[string]bool{},
 		Decided:   true,
 	}
 	for name, t := range in.Memory.NotAlive {
@@ -386,6 +393,9 @@ func (d *decider) grantWaiting() {
 		// Occupancy only grows here: once full, nothing more is granted.
 		if len(d.occupied) >= d.out.Budget || !d.eligible(n) {
 			d.out.Waiting = append(d.out.Waiting, n.Name)
+			if len(d.occupied) >= d.out.Budget && d.eligible(n) {
+				d.exhausted(n)
+			}
 			continue
 		}
 		if slot := d.rateSlot(n.Zone); !slot.valid || d.now.Before(slot.at) {
@@ -403,6 +413,17 @@ func (d *decider) grantWaiting() {
 			d.at(slot.at)
 		}
 	}
+}
+
+// exhausted tells, once per wait, that n waits because the budget is full.
+func (d *decider) exhausted(n *Node) {
+	d.mem.Exhausted[n.Name] = true
+	if d.in.Memory.Exhausted[n.Name] {
+		return
+	}
+	d.event(n.Name, true, EventBudgetExhausted,
+		"node %q (zone %q) asks for NoExecute for %s since %s and waits: the fleet's NoExecute budget is full (%d of %d held, maxNoExecute %s of %d nodes); it has its rules' fallback taints meanwhile, and is granted in the order nodes asked as holders clear",
+		n.Name, n.Zone, joinConditions(n.Request.Conditions), stamp(n.Request.Since), len(d.occupied), d.out.Budget, d.in.Config.MaxNoExecute.String(), len(d.nodes))
 }
 
 // eligible: n's agent has shown life since it last lost a grant for not
@@ -512,3 +533,11 @@ func (d *decider) finish() {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func joinConditions(cs []corev1.NodeConditionType) string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = string(c)
+	}
+	return strings.Join(out, ", ")
+}

@@ -86,10 +86,15 @@ func freed(node, zone string, acquired, renewed time.Duration) Grant {
 	return g
 }
 
-// events are Decision.Events as "node/Reason" (a Warning marked "!").
+// events are Decision.Events as "node/Reason" (a Warning marked "!"),
+// leaving out NoExecuteBudgetExhausted, which TestBudgetExhaustedTold
+// checks.
 func events(es []Event) []string {
 	var out []string
 	for _, e := range es {
+		if e.Reason == EventBudgetExhausted {
+			continue
+		}
 		w := ""
 		if e.Warning {
 			w = "!"
@@ -847,6 +852,9 @@ func TestEventMessages(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, e := range d.Events {
+		if e.Reason == EventBudgetExhausted {
+			continue
+		}
 		seen[e.Node] = true
 		for _, w := range want[e.Node] {
 			if !strings.Contains(e.Message, w) {
@@ -893,5 +901,56 @@ func TestDeadAgentNotRegranted(t *testing.T) {
 	in.Nodes = []Node{mk("n", "x", asks(-time.Hour), aliveSeen(3*time.Minute))}
 	if d = Decide(in); !slices.Contains(d.Grant, "n") {
 		t.Fatalf("after its agent showed life: grant %v, want n granted", d.Grant)
+	}
+}
+
+// TestBudgetExhaustedTold: a node that waits because the budget is full is
+// told so once per wait, with the numbers; not while the budget has room,
+// nor again while it keeps waiting, and again after a new wait.
+func TestBudgetExhaustedTold(t *testing.T) {
+	const s = time.Second
+	cfg := testConfig()
+	cfg.MaxNoExecute = intstr.FromInt32(1)
+	told := func(d Decision) []string {
+		var out []string
+		for _, e := range d.Events {
+			if e.Reason == EventBudgetExhausted {
+				out = append(out, e.Node)
+				for _, w := range []string{"1 of 1 held", "budget is full", `"w"`} {
+					if !strings.Contains(e.Message, w) {
+						t.Errorf("event %q does not say %q", e.Message, w)
+					}
+				}
+			}
+		}
+		return out
+	}
+	in := Input{Config: cfg, Now: at(0), Memory: testMemory(),
+		Nodes:  []Node{mk("h", "x", asks(-time.Hour)), mk("w", "x", asks(-time.Minute))},
+		Grants: []Grant{held("h", "x", -time.Hour, 0)},
+	}
+	d := Decide(in)
+	if got := told(d); !slices.Equal(got, []string{"w"}) {
+		t.Fatalf("first decision told %v, want [w]", got)
+	}
+	in.Now, in.Memory = at(10*s), d.Memory
+	if d = Decide(in); len(told(d)) != 0 {
+		t.Errorf("told again while the same wait goes on: %v", told(d))
+	}
+	// w stops asking, then asks again: a new wait, told again.
+	in.Now, in.Memory = at(20*s), d.Memory
+	in.Nodes = []Node{mk("h", "x", asks(-time.Hour)), mk("w", "x")}
+	d = Decide(in)
+	in.Now, in.Memory = at(30*s), d.Memory
+	in.Nodes = []Node{mk("h", "x", asks(-time.Hour)), mk("w", "x", asks(30*s))}
+	if d = Decide(in); !slices.Equal(told(d), []string{"w"}) {
+		t.Errorf("a new wait: told %v, want [w]", told(d))
+	}
+	// Room in the budget: nobody is told.
+	in.Grants = nil
+	in.Memory = testMemory()
+	in.Nodes = []Node{mk("w", "x", asks(-time.Minute))}
+	if d = Decide(in); len(told(d)) != 0 {
+		t.Errorf("told %v with room in the budget", told(d))
 	}
 }

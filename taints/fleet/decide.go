@@ -107,6 +107,9 @@ type Memory struct {
 	// dead agent's request, which never goes away, cannot take a slot and a
 	// rate token every TTL.
 	NotAlive map[string]time.Time
+	// Exhausted are the waiting nodes told that the budget keeps them
+	// waiting (once per wait).
+	Exhausted map[string]bool
 	// Decided is set by Decide: this Memory is a previous decision's, so
 	// the BelowSince times in Guard are this leader's own observations. A
 	// new leader leaves it false, and every tripped guard's cool-down

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
+)
+
+// standing is what the fleet's NoExecute budget says about one node, as
+// an operator command reads it: the node, its grant, the guard, and the
+// other nodes' grants and requests.
+type standing struct {
+	node *corev1.Node
+	// statuses are the node's conditions, with a fault's status in place
+	// where one was just injected.
+	statuses map[corev1.NodeConditionType]corev1.ConditionStatus
+	flapping map[corev1.NodeConditionType]bool
+	rules    []taints.Rule
+	// grant is the node's grant Lease (nil: none); guard the guard read
+	// (nil: none, or unreadable: guardErr).
+	grant    *coordinationv1.Lease
+	guard    *fleet.GuardState
+	guardErr error
+	// staleAfter is the agents' guard staleness; budget the fleet's budget
+	// and of how many nodes; held the live grants; waiting the nodes that
+	// ask and hold none, in the order they asked.
+	staleAfter time.Duration
+	budget     int
+	max        intstr.IntOrString
+	nodes      int
+	held       int
+	waiting    []string
+	namespace  string
+	now        time.Time
+}
+
+// describe says, for each NoExecute rule of the node's, whether its
+// NoExecute taint is on now or would be, and why not, with the budget's
+// state: what an operator needs before trusting an eviction drill.
+// Nothing when the config has no NoExecute rule.
+func (s standing) describe() []string {
+	var ruled []taints.Rule
+	for _, r := range s.rules {
+		if r.Taint.Effect == corev1.TaintEffectNoExecute {
+			ruled = append(ruled, r)
+		}
+	}
+	if len(ruled) == 0 {
+		return nil
+	}
+	name := s.node.Name
+	in := taints.NoExecuteInput{Guard: s.guard}
+	in.Granted, in.GrantUntil = fleet.Granted(s.grant, name, s.now, s.now)
+	if s.guard != nil {
+		in.GuardFresh, _ = s.guard.Fresh(s.now, s.now, s.staleAfter)
+	}
+	out := []string{fmt.Sprintf("NoExecute on %s: selftaint's NoExecute rules need a grant from the coordinator (namespace %s).", name, s.namespace)}
+	out = append(out, "  "+s.budgetLine(), "  "+s.guardLine(in.GuardFresh), "  "+s.grantLine(in))
+	gates := taints.PlanGates(s.rules, s.statuses, s.flapping, s.node.Labels[fleet.ZoneLabel], in)
+	for _, r := range ruled {
+		g := gates[r.Condition]
+		if g.Reason == taints.ReasonNoExecuteWaiting {
+			g.Message = s.waitWhy()
+		}
+		out = append(out, "  "+ruleLine(r, s.statuses, g))
+	}
+	return out
+}
+
+// waitWhy says why a node without a grant waits: the budget is full, or it
+// has room and the coordinator grants in order as its zone's rate allows.
+func (s standing) waitWhy() string {
+	if s.held >= s.budget {
+		return fmt.Sprintf("waiting for a grant: the fleet's NoExecute budget is full (%d of %d held); grants pass on in the order nodes asked as holders clear", s.held, s.budget)
+	}
+	return fmt.Sprintf("waiting for a grant: the budget has room (%d of %d held); the coordinator grants in the order nodes asked, as each zone's rate allows", s.held, s.budget)
+}
+
+func (s standing) budgetLine() string {
+	return fmt.Sprintf("budget: %d of %d grants held (maxNoExecute %s of %d nodes); %d node(s) waiting", s.held, s.budget, s.max.String(), s.nodes, len(s.waiting))
+}
+
+func (s standing) guardLine(fresh bool) string {
+	switch {
+	case s.guardErr != nil:
+		return fmt.Sprintf("guard: cannot be read (%v): NoExecute is suspended fleet-wide until the coordinator rewrites it", s.guardErr)
+	case s.guard == nil:
+		return "guard: not found: no coordinator has run; NoExecute is suspended until one does"
+	}
+	var tripped []string
+	for c, scopes := range s.guard.Conditions {
+		for scope, sc := range scopes {
+			if sc.Tripped {
+				where := "zone " + scope
+				if scope == fleet.FleetScope {
+					where = "fleet-wide"
+				}
+				tripped = append(tripped, fmt.Sprintf("%s (%s, %d of %d nodes)", c, where, sc.Unhealthy, sc.Nodes))
+			}
+		}
+	}
+	slices.Sort(tripped)
+	state := "fresh"
+	if !fresh {
+		state = fmt.Sprintf("STALE (older than %s: the coordinator is absent or cut off; NoExecute is suspended)", s.staleAfter)
+	}
+	trips := "tripped for: none"
+	if len(tripped) > 0 {
+		trips = "tripped for: " + strings.Join(tripped, ", ")
+	}
+	return fmt.Sprintf("guard: renewed %s, %s; %s", s.guard.RenewTime.Local().Format(time.TimeOnly), state, trips)
+}
+
+func (s standing) grantLine(in taints.NoExecuteInput) string {
+	name := s.node.Name
+	req, asks := s.node.Annotations[fleet.RequestAnnotation]
+	var since string
+	if r, err := fleet.ParseRequest(req); asks && err == nil {
+		since = fmt.Sprintf("asked since %s for %s", r.Since.Local().Format(time.TimeOnly), joinConds(r.Conditions))
+	} else if asks {
+		since = fmt.Sprintf("its request cannot be read (%v)", err)
+	} else if len(taints.Wanted(s.rules, s.statuses, s.flapping)) > 0 {
+		since = "about to ask (its agent asks for a grant as it publishes the condition)"
+	} else {
+		since = "not asking (no NoExecute rule of its applies)"
+	}
+	if in.Granted {
+		return fmt.Sprintf("this node: %s; holds a grant until %s", since, in.GrantUntil.Local().Format(time.TimeOnly))
+	}
+	if i := slices.Index(s.waiting, name); i >= 0 {
+		return fmt.Sprintf("this node: %s; no grant: %s of %d waiting", since, ordinal(i+1), len(s.waiting))
+	}
+	return fmt.Sprintf("this node: %s; no grant", since)
+}
+
+// ruleLine says what one NoExecute rule does on the node now.
+func ruleLine(r taints.Rule, statuses map[corev1.NodeConditionType]corev1.ConditionStatus, g taints.Gate) string {
+	ne := taints.Format(corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: corev1.TaintEffectNoExecute})
+	fb := taints.Format(corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Fallback})
+	st, ok := statuses[r.Condition]
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s: not reported; %s would need a grant", r.Condition, ne)
+	case !r.Applies(st):
+		return fmt.Sprintf("%s is %s: the rule does not apply; were it to, %s would go on at once and %s only with a grant", r.Condition, st, fb, ne)
+	case g.NoExecute && !g.Hold:
+		return fmt.Sprintf("%s is %s: %s applies (granted), with %s", r.Condition, st, ne, fb)
+	case g.Hold:
+		return fmt.Sprintf("%s is %s: %s (%s); no new taint for it is added while the guard holds", r.Condition, st, g.Reason, g.Message)
+	default:
+		return fmt.Sprintf("%s is %s: %s applies; %s falls back to it (%s: %s)", r.Condition, st, fb, ne, g.Reason, g.Message)
+	}
+}
+
+func joinConds(cs []corev1.NodeConditionType) string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = string(c)
+	}
+	return strings.Join(out, ", ")
+}
+
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// readStanding reads what describe needs: the Nodes, the grant Leases and
+// the guard, in the coordinator's namespace for cfg. overrides replace the
+// node's condition statuses (a fault just injected).
+func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases typedcoordv1.LeasesGetter, cfg *config.Config, namespace string, node *corev1.Node, overrides map[corev1.NodeConditionType]corev1.ConditionStatus, now time.Time) (standing, error) {
+	s := standing{
+		node: node, rules: cfg.TaintRules(), namespace: namespace, now: now,
+		staleAfter: cfg.Coordinator.Guard.StaleAfter.D, max: *cfg.Coordinator.MaxNoExecute,
+		statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{}, flapping: map[corev1.NodeConditionType]bool{},
+	}
+	for _, c := range node.Status.Conditions {
+		s.statuses[c.Type] = c.Status
+		s.flapping[c.Type] = c.Reason == taints.ReasonFlapping
+	}
+	for c, st := range overrides {
+		s.statuses[c], s.flapping[c] = st, false
+	}
+	nodes, err := core.Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing nodes for the NoExecute budget: %w", err)
+	}
+	list, err := leases.Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.GrantLabel + "=true"})
+	if err != nil {
+		return s, fmt.Errorf("listing NoExecute grants in %s: %w", namespace, err)
+	}
+	s.nodes = len(nodes.Items)
+	s.budget, err = intstr.GetScaledValueFromIntOrPercent(&s.max, s.nodes, true)
+	if err != nil {
+		return s, fmt.Errorf("coordinator.maxNoExecute: %w", err)
+	}
+	live := map[string]bool{}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.Spec.HolderIdentity == nil {
+			continue
+		}
+		holder := *l.Spec.HolderIdentity
+		if ok, _ := fleet.Granted(l, holder, now, now); ok && l.Name == fleet.GrantName(holder) {
+			live[holder] = true
+			if holder == node.Name {
+				s.grant = l
+			}
+		}
+	}
+	s.held = len(live)
+	s.waiting = waitingOrder(nodes.Items, live)
+	cm, err := core.ConfigMaps(namespace).Get(ctx, cfg.Coordinator.Guard.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return s, fmt.Errorf("reading the guard %s/%s: %w", namespace, cfg.Coordinator.Guard.Name, err)
+	default:
+		g, gerr := fleet.DecodeGuard(cm.Data)
+		if gerr != nil {
+			s.guardErr = gerr
+		} else {
+			s.guard = &g
+		}
+	}
+	return s, nil
+}
+
+// waitingOrder is the nodes that ask for a grant and hold none, in the
+// order the coordinator grants them: since when they asked, then name.
+func waitingOrder(nodes []corev1.Node, live map[string]bool) []string {
+	type asker struct {
+		name  string
+		since time.Time
+	}
+	var askers []asker
+	for _, n := range nodes {
+		r, err := fleet.ParseRequest(n.Annotations[fleet.RequestAnnotation])
+		if err != nil || live[n.Name] {
+			continue
+		}
+		askers = append(askers, asker{n.Name, r.Since})
+	}
+	slices.SortFunc(askers, func(a, b asker) int {
+		return cmp.Or(a.since.Compare(b.since), strings.Compare(a.name, b.name))
+	})
+	out := make([]string, len(askers))
+	for i, a := range askers {
+		out[i] = a.name
+	}
+	return out
+}

@@ -213,16 +213,16 @@ type Agent struct {
 	// limits are the change limiters' states, as of the last successful
 	// sync.
 	limits map[corev1.NodeConditionType]taints.LimitState
-	// grant and guard are the coordinator's decisions as last seen;
-	// lastNoExecute and lastHeld the NoExecute verdicts and held taints
-	// last reported.
-	grant                   seenGrant
-	guard                   seenGuard
+	// grant and guard are the coordinator's decisions as last seen.
+	grant seenGrant
+	guard seenGuard
 	// asking says the node asked for NoExecute at the last sync, since
 	// askingSince (zero: since before this agent started); only a grant
 	// seen after that is honoured.
 	asking      bool
 	askingSince time.Time
+	// lastNoExecute and lastHeld are the NoExecute verdicts and held
+	// taints last reported.
 	lastNoExecute, lastHeld string
 }
 

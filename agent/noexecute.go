@@ -110,13 +110,19 @@ func (a *Agent) runNoExecute(ctx context.Context) {
 	o := a.opts.NoExecute
 	leases := o.Leases.Leases(o.Namespace)
 	grants := byName(fleet.GrantName(a.opts.NodeName),
-		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return leases.List(ctx, opts) },
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, opts) },
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return leases.List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return leases.Watch(ctx, opts)
+		},
 		&coordinationv1.Lease{})
 	cms := a.opts.Client.ConfigMaps(o.Namespace)
 	guards := byName(o.GuardName,
 		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, opts) },
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return cms.Watch(ctx, opts) },
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return cms.Watch(ctx, opts)
+		},
 		&corev1.ConfigMap{})
 	handlers := func(set func(obj any)) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{

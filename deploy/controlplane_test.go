@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +47,10 @@ import (
 //   - checks the admission policy: the agent's own Node's taints yes, any
 //     other Node, spec field or label no; other users unaffected;
 //   - runs virtual nodes: registered, Lease renewed, a pod run and deleted,
-//     Nodes deleted on exit, never refused.
+//     Nodes deleted on exit, never refused;
+//   - runs the coordinator through all it writes, never refused, and checks
+//     it can do nothing else (node writes, evictions, secrets);
+//   - checks the agent can read its grant and the guard, and write neither.
 func TestOnControlPlane(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and waits for the agent and virtual nodes")
 	// kube-controller-manager runs only the controller that type-checks
@@ -82,6 +86,9 @@ func TestOnControlPlane(t *testing.T) {
 	t.Run("AdmissionPolicy", func(t *testing.T) { testAdmissionPolicy(t, cp) })
 	t.Run("VirtualRBACIsEnough", func(t *testing.T) { testVirtualRBACIsEnough(t, cp) })
 	t.Run("PolicyWithoutParameters", func(t *testing.T) { testPolicyWithoutParameters(t, cp) })
+	t.Run("CoordinatorRBACIsEnough", func(t *testing.T) { testCoordinatorRBACIsEnough(t, cp) })
+	t.Run("CoordinatorRBACIsTight", func(t *testing.T) { testCoordinatorRBACIsTight(t, cp) })
+	t.Run("AgentFleetRBAC", func(t *testing.T) { testAgentFleetRBAC(t, cp) })
 }
 
 func boolInt(b bool) int {
@@ -114,6 +121,8 @@ func create(ctx context.Context, c kubernetes.Interface, m manifest) error {
 		_, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, opts)
 	case *appsv1.Deployment:
 		_, err = c.AppsV1().Deployments(o.Namespace).Create(ctx, o, opts)
+	case *policyv1.PodDisruptionBudget:
+		_, err = c.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, opts)
 	case *admissionregistrationv1.ValidatingAdmissionPolicy:
 		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, opts)
 	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:

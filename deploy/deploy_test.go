@@ -13,6 +13,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,6 +28,7 @@ const (
 	namespace     = "kube-system"
 	agentSA       = "selftaint"
 	virtualSA     = "selftaint-virtual"
+	coordinatorSA = "selftaint-coordinator"
 	configMapName = "selftaint-config"
 	policyName    = "selftaint-own-node"
 	image         = "ghcr.io/selftaint/selftaint:latest"
@@ -51,6 +53,7 @@ var kinds = map[schema.GroupVersionKind]func() runtime.Object{
 	rbacv1.SchemeGroupVersion.WithKind("RoleBinding"):                                func() runtime.Object { return &rbacv1.RoleBinding{} },
 	appsv1.SchemeGroupVersion.WithKind("DaemonSet"):                                  func() runtime.Object { return &appsv1.DaemonSet{} },
 	appsv1.SchemeGroupVersion.WithKind("Deployment"):                                 func() runtime.Object { return &appsv1.Deployment{} },
+	policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"):                      func() runtime.Object { return &policyv1.PodDisruptionBudget{} },
 	admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"): func() runtime.Object { return &admissionregistrationv1.ValidatingAdmissionPolicy{} },
 	admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"): func() runtime.Object {
 		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
@@ -338,14 +341,23 @@ func TestManifestsAgree(t *testing.T) {
 		t.Errorf("binding paramRef %+v, want the policy %s itself, denying when it is missing", binding.Spec.ParamRef, policyName)
 	}
 
-	// Every binding's subject is the agent's service account.
-	checkSubjects(t, ms, agentSA)
-	checkSubjects(t, readManifests(t, "virtual"), virtualSA)
+	// Every binding's subject is the agent's service account, but the
+	// coordinator's bindings' (named after it), which are its own.
+	checkSubjects(t, ms, func(binding string) string {
+		if strings.HasPrefix(binding, coordinatorSA) {
+			return coordinatorSA
+		}
+		return agentSA
+	})
+	checkSubjects(t, readManifests(t, "virtual"), func(string) string { return virtualSA })
 }
 
-func checkSubjects(t *testing.T, ms []manifest, sa string) {
+// checkSubjects checks every binding in ms binds exactly the service
+// account saFor names for it.
+func checkSubjects(t *testing.T, ms []manifest, saFor func(binding string) string) {
 	t.Helper()
 	for _, m := range ms {
+		sa := saFor(m.meta().GetName())
 		var subjects []rbacv1.Subject
 		switch o := m.obj.(type) {
 		case *rbacv1.ClusterRoleBinding:

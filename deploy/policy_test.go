@@ -518,7 +518,8 @@ func TestKustomizeBuilds(t *testing.T) {
 		dir  string
 		want []string // kind/name of objects the build must hold
 	}{
-		{".", []string{"ValidatingAdmissionPolicy/" + policyName, "ValidatingAdmissionPolicyBinding/" + policyName, "DaemonSet/selftaint", "ConfigMap/" + configMapName}},
+		{".", []string{"ValidatingAdmissionPolicy/" + policyName, "ValidatingAdmissionPolicyBinding/" + policyName, "DaemonSet/selftaint", "ConfigMap/" + configMapName,
+			"Deployment/" + coordinatorSA, "PodDisruptionBudget/" + coordinatorSA, "ServiceAccount/" + coordinatorSA}},
 		{"virtual", []string{"Deployment/selftaint-virtual", "ServiceAccount/" + virtualSA}},
 		{"monitoring", []string{"PodMonitor/selftaint", "PrometheusRule/selftaint", "ConfigMap/selftaint-dashboard"}},
 	} {

@@ -6,7 +6,9 @@
 // Everything is registered on a registry the caller makes and passes in;
 // nothing here touches the Prometheus default registry or client-go's
 // process-global metric hooks. Metrics implements agent.Metrics (and through
-// it probes.Observer), so the agent and the probes stay free of Prometheus.
+// it probes.Observer), so the agent and the probes stay free of Prometheus;
+// Coordinator does the same for `selftaint coordinator` (coordinator.Metrics),
+// served by the same Handler.
 package metrics
 
 import (
@@ -49,9 +51,7 @@ type Metrics struct {
 	taint          *prometheus.GaugeVec
 	taintChanges   *prometheus.CounterVec
 	detectToTaint  *prometheus.HistogramVec
-	apiRequests    *prometheus.CounterVec
-	apiDuration    *prometheus.HistogramVec
-	apiConflicts   prometheus.Counter
+	api            apiMetrics
 	faultsApplied  prometheus.Counter
 	faultsRejected prometheus.Counter
 	extended       *prometheus.GaugeVec
@@ -99,19 +99,7 @@ func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
 				"the sync that first applied it) to its taints being confirmed by the API server.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
 		}, []string{"source"}),
-		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "api_requests_total",
-			Help: "Requests to the Kubernetes API server, by verb, resource, subresource and HTTP code (\"error\" when no response came).",
-		}, []string{"verb", "resource", "subresource", "code"}),
-		apiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "api_request_duration_seconds",
-			Help:    "Latency of requests to the Kubernetes API server until the response headers (a watch: until it is established).",
-			Buckets: prometheus.DefBuckets,
-		}, []string{"verb", "resource", "subresource"}),
-		apiConflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "api_conflicts_total",
-			Help: "API responses 409 Conflict: a write raced another writer and is retried from a fresh read.",
-		}),
+		api: newAPIMetrics(),
 		faultsApplied: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "faults_applied_total",
 			Help: "Injected faults that started applying.",
@@ -136,7 +124,7 @@ func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
 		buildInfo, m.probeDuration, m.probeRuns, m.probeErrors, m.condition, m.taint, m.taintChanges,
-		m.detectToTaint, m.apiRequests, m.apiDuration, m.apiConflicts, m.faultsApplied, m.faultsRejected, m.extended,
+		m.detectToTaint, m.api.requests, m.api.duration, m.api.conflicts, m.faultsApplied, m.faultsRejected, m.extended,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // RequestInfo is what a request to the Kubernetes API server is, for
@@ -84,16 +86,42 @@ func verb(method string, named, watch bool, contentType string) string {
 	return strings.ToLower(method)
 }
 
+// apiMetrics count and time the requests to the API server; the agent's
+// and the coordinator's metrics both have them.
+type apiMetrics struct {
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	conflicts prometheus.Counter
+}
+
+func newAPIMetrics() apiMetrics {
+	return apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "api_requests_total",
+			Help: "Requests to the Kubernetes API server, by verb, resource, subresource and HTTP code (\"error\" when no response came).",
+		}, []string{"verb", "resource", "subresource", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "api_request_duration_seconds",
+			Help:    "Latency of requests to the Kubernetes API server until the response headers (a watch: until it is established).",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"verb", "resource", "subresource"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "api_conflicts_total",
+			Help: "API responses 409 Conflict: a write raced another writer and is retried from a fresh read.",
+		}),
+	}
+}
+
 // WrapTransport instruments an API client's transport: use it as
 // rest.Config.Wrap's function. Every request is counted by verb, resource,
 // subresource and code, timed, and a 409 counted as a conflict.
 func (m *Metrics) WrapTransport(rt http.RoundTripper) http.RoundTripper {
-	return roundTripper{next: rt, m: m, now: time.Now}
+	return roundTripper{next: rt, m: m.api, now: time.Now}
 }
 
 type roundTripper struct {
 	next http.RoundTripper
-	m    *Metrics
+	m    apiMetrics
 	now  func() time.Time
 }
 
@@ -102,14 +130,14 @@ func (r roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	info := ParseRequest(req.Method, req.URL.Path, w == "true" || w == "1", req.Header.Get("Content-Type"))
 	start := r.now()
 	resp, err := r.next.RoundTrip(req)
-	r.m.apiDuration.WithLabelValues(info.Verb, info.Resource, info.Subresource).Observe(r.now().Sub(start).Seconds())
+	r.m.duration.WithLabelValues(info.Verb, info.Resource, info.Subresource).Observe(r.now().Sub(start).Seconds())
 	code := "error"
 	if err == nil {
 		code = strconv.Itoa(resp.StatusCode)
 		if resp.StatusCode == http.StatusConflict {
-			r.m.apiConflicts.Inc()
+			r.m.conflicts.Inc()
 		}
 	}
-	r.m.apiRequests.WithLabelValues(info.Verb, info.Resource, info.Subresource, code).Inc()
+	r.m.requests.WithLabelValues(info.Verb, info.Resource, info.Subresource, code).Inc()
 	return resp, err
 }

@@ -25,6 +25,9 @@ Usage:
   selftaint agent [flags]   run the node agent (the DaemonSet's job)
   selftaint check [flags]   probe this machine once, no cluster needed, and show
                             the conditions and taints that would follow
+  selftaint coordinator [flags]
+                            hand out NoExecute grants under the fleet's budget and
+                            keep the disruption guard (a leader-elected Deployment)
   selftaint virtual [flags] run simulated nodes (virtual-kubelet) with the same
                             pipeline, healthy unless a fault is injected
   selftaint explain NODE    which pods on NODE its taints (or --taint ones)
@@ -60,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "agent":
 		err = runAgent(ctx, args[1:], stderr)
+	case "coordinator":
+		err = runCoordinator(ctx, args[1:], stderr)
 	case "virtual":
 		err = runVirtual(ctx, args[1:], stderr)
 	case "check":

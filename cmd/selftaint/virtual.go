@@ -18,10 +18,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/agent/coordinator"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
@@ -46,6 +50,7 @@ type virtualFlags struct {
 	burst         int
 	leaseDuration time.Duration
 	statsInterval time.Duration
+	coordinator   bool
 }
 
 func (f *virtualFlags) register(fs *flag.FlagSet) {
@@ -66,6 +71,7 @@ func (f *virtualFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.statsInterval, "stats-interval", time.Minute, "how often to log the process's API request rate and memory; 0 turns it off")
 	fs.Float64Var(&f.qps, "kube-api-qps", 0, "client-side limit on API requests per second for the whole process; 0 means 2 per node, at least 20")
 	fs.IntVar(&f.burst, "kube-api-burst", 0, "client-side burst of API requests; 0 means twice the QPS")
+	fs.BoolVar(&f.coordinator, "coordinator", false, "also run a coordinator in this process (leader-elected like the Deployment's replicas), so NoExecute rules get grants without deploying one")
 }
 
 // template turns the node flags into a NodeTemplate.
@@ -202,6 +208,14 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.statsInterval > 0 {
 		go logStats(ctx, logger, f.statsInterval, f.nodes, &requests)
 	}
+	namespace := cfg.Coordinator.NamespaceOr(os.Getenv("POD_NAMESPACE"))
+	if f.coordinator {
+		stop, err := inProcessCoordinator(ctx, rc, cfg, namespace, f.namePrefix, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	err = virtual.Run(ctx, virtual.Options{
 		Names:    names,
 		Core:     core,
@@ -214,7 +228,7 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
 		Faults:          cfg.FaultOptions(),
 		Limiter:         cfg.Limiter(),
-		NoExecute:       cfg.NoExecuteOptions(leases, cfg.Coordinator.NamespaceOr(os.Getenv("POD_NAMESPACE"))),
+		NoExecute:       cfg.NoExecuteOptions(leases, namespace),
 		DeleteOnExit:    f.deleteOnExit,
 		LeaseDuration:   f.leaseDuration,
 		Logger:          logger,
@@ -224,6 +238,34 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger.Info("virtual nodes stopped")
 	return nil
+}
+
+// inProcessCoordinator runs a coordinator in this process, its identity named
+// after the virtual nodes, until ctx ends or the returned function, which
+// stops it and waits, is called. Losing leadership to another coordinator is logged, not fatal: the
+// virtual nodes go on.
+func inProcessCoordinator(ctx context.Context, rc *rest.Config, cfg *config.Config, namespace, prefix string, logger *slog.Logger) (func(), error) {
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("building API client: %w", err)
+	}
+	host, _ := os.Hostname()
+	c, err := coordinator.New(coordinator.Options{
+		Client: client, Namespace: namespace, Identity: fmt.Sprintf("virtual-%s%s-%d", prefix, host, os.Getpid()),
+		Config: cfg.Fleet(), GuardName: cfg.Coordinator.Guard.Name, Logger: logger.With("component", "coordinator"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+			logger.Warn("the in-process coordinator stopped; the virtual nodes go on", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // countingTransport counts the requests a client sends.

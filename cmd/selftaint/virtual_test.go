@@ -176,8 +176,11 @@ func TestVirtualNodeNoExecuteFault(t *testing.T) {
 	cfg := writeFile(t, `rules:
 - condition: SelftaintMemoryPressure
   taint: {key: `+memTaint+`, effect: NoExecute}
+  fallback: NoSchedule
 `)
-	startVirtual(t, "--nodes=3", "--name-prefix=vnode-", kc, "--config="+cfg, "--log-level=warn", "--stats-interval=0")
+	// --coordinator: the process also runs a coordinator, which grants the
+	// NoExecute taint (budget 10%, rounded up: one of the three nodes).
+	startVirtual(t, "--nodes=3", "--name-prefix=vnode-", kc, "--config="+cfg, "--log-level=warn", "--stats-interval=0", "--coordinator")
 	healthy := []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, "SelftaintMemoryPressure", "SelftaintDiskPressure", "SelftaintPIDPressure"}
 	for _, n := range virtual.Names("vnode-", 3) {
 		node, _ := pollNode(t, c, n, time.Minute, "Ready, schedulable and every condition reported", func(n *corev1.Node) bool {
@@ -222,6 +225,9 @@ func TestVirtualNodeNoExecuteFault(t *testing.T) {
 	}
 	if c := nodeCondition(node, "SelftaintMemoryPressure"); c == nil || c.Status != corev1.ConditionTrue || c.Message != "drill" {
 		t.Errorf("SelftaintMemoryPressure = %+v, want True with the fault's message", c)
+	}
+	if code, out, errs := runCLI(t, "explain", "vnode-1", kc, "--config="+cfg); code != 0 || !strings.Contains(out, "NoExecute on vnode-1") || !strings.Contains(out, "holds a grant") {
+		t.Errorf("explain vnode-1: exit %d, want it to say the node holds a NoExecute grant:\n%s%s", code, out, errs)
 	}
 	current := explainJSON(t, append(kcArgs, "vnode-1")...)
 	for _, name := range []string{"plain", "twenty", "forever"} {

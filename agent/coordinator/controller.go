@@ -1,0 +1,288 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/selftaint/selftaint/taints/fleet"
+)
+
+// queueKey is the workqueue's only key: every change means "decide again".
+const queueKey = "fleet"
+
+// controller is one leadership's reconcile loop. Everything below the
+// informers is used by the single worker only, so it needs no lock.
+type controller struct {
+	opts     Options
+	log      *slog.Logger
+	clock    clock.WithDelayedExecution
+	recorder record.EventRecorder
+	state    *loopState
+
+	nodes  corelisters.NodeLister
+	leases coordinationlisters.LeaseNamespaceLister
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	// memory is what Decide keeps between decisions.
+	memory fleet.Memory
+	// guard is the guard ConfigMap as last read or written.
+	guard guardObject
+	// written are the grant Leases as the coordinator's own writes
+	// returned them (or deleted them), until the informer catches up.
+	written map[string]writtenLease
+	// alive is, per node, the last Request.Alive seen and when it changed.
+	alive map[string]aliveSeen
+	// badRequests is, per node, the unreadable request value already
+	// reported, so each bad value gets one Event.
+	badRequests map[string]string
+	// timer requeues at the last Decision.Next.
+	timer clock.Timer
+}
+
+func newController(opts Options, log *slog.Logger, recorder record.EventRecorder, state *loopState) *controller {
+	return &controller{
+		opts:        opts,
+		log:         log,
+		clock:       opts.Clock,
+		recorder:    recorder,
+		state:       state,
+		written:     map[string]writtenLease{},
+		alive:       map[string]aliveSeen{},
+		badRequests: map[string]string{},
+	}
+}
+
+// run starts the informers, waits for them to sync and decides whenever
+// anything changes, until ctx ends.
+func (c *controller) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Retries after errors and conflicts back off from 100ms to 10s on
+	// real time; a decision's own deadlines (Decision.Next) are on Clock.
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "selftaint-coordinator"},
+	)
+	defer c.queue.ShutDown()
+	c.memory = fleet.Memory{Since: c.clock.Now()}
+
+	factories, synced, err := c.informers()
+	if err != nil {
+		return err
+	}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
+	defer cancel() // before the Shutdowns, which wait for the informers to stop
+
+	c.log.Info("waiting for the Node and Lease informers to sync")
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return ctx.Err()
+	}
+	c.state.update(func(s *loopState) { s.synced = true })
+	context.AfterFunc(ctx, c.queue.ShutDown)
+	c.queue.Add(queueKey)
+	for c.processNext(ctx) {
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	return ctx.Err()
+}
+
+// informers makes the two informers, every event of which queues a
+// decision: Nodes (those NodeSelector matches) and the grant Leases in the
+// namespace.
+func (c *controller) informers() ([]informers.SharedInformerFactory, []cache.InformerSynced, error) {
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.opts.Client, 0,
+		informers.WithTransform(stripManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			if c.opts.NodeSelector != nil && !c.opts.NodeSelector.Empty() {
+				o.LabelSelector = c.opts.NodeSelector.String()
+			}
+		}))
+	leaseFactory := informers.NewSharedInformerFactoryWithOptions(c.opts.Client, 0,
+		informers.WithNamespace(c.opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{fleet.GrantLabel: "true"}.String()
+		}))
+	enqueue := func(any) { c.queue.Add(queueKey) }
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}
+	nodes := nodeFactory.Core().V1().Nodes()
+	if _, err := nodes.Informer().AddEventHandler(handler); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: watching nodes: %w", err)
+	}
+	leases := leaseFactory.Coordination().V1().Leases()
+	if _, err := leases.Informer().AddEventHandler(handler); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: watching grant leases: %w", err)
+	}
+	c.nodes = nodes.Lister()
+	c.leases = leases.Lister().Leases(c.opts.Namespace)
+	return []informers.SharedInformerFactory{nodeFactory, leaseFactory},
+		[]cache.InformerSynced{nodes.Informer().HasSynced, leases.Informer().HasSynced}, nil
+}
+
+// stripManagedFields drops an object's managedFields before the informer
+// caches it: the coordinator never reads them, and on Nodes (written by
+// the kubelet, selftaint's agent and others) they are a large share of a
+// fleet-sized cache.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func (c *controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	next, err := c.sync(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		level := slog.LevelWarn
+		if errors.Is(err, errStale) {
+			level = slog.LevelInfo
+		}
+		c.log.Log(ctx, level, "decision not fully written; deciding again", "err", err, "retries", c.queue.NumRequeues(key))
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	c.schedule(next)
+	return true
+}
+
+// schedule queues a decision at next (on Clock), replacing the one
+// scheduled before; zero schedules none.
+func (c *controller) schedule(next time.Time) {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	if next.IsZero() {
+		return
+	}
+	// A fake clock calls this with its lock held: only queue here.
+	add := func() { c.queue.Add(queueKey) }
+	// A timer takes a duration, so the clock moving between reading it and
+	// setting the timer (a test stepping a fake clock) would make it fire
+	// a step late: set it again until the clock stood still meanwhile,
+	// give or take a millisecond.
+	for {
+		now := c.clock.Now()
+		if !now.Before(next) {
+			add()
+			return
+		}
+		t := c.clock.AfterFunc(next.Sub(now), add)
+		if c.clock.Since(now) < time.Millisecond {
+			c.timer = t
+			return
+		}
+		t.Stop()
+	}
+}
+
+// sync decides once and writes the decision; it returns when the next
+// decision is due even if nothing changes.
+func (c *controller) sync(ctx context.Context) (time.Time, error) {
+	c.state.update(func(s *loopState) { s.syncStarted = c.clock.Now() })
+	defer c.state.update(func(s *loopState) { s.syncStarted = time.Time{} })
+	if !c.guard.loaded {
+		if err := c.loadGuard(ctx); err != nil {
+			return time.Time{}, err
+		}
+	}
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("listing nodes from the cache: %w", err)
+	}
+	cached, err := c.leases.List(labels.Everything())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("listing grant leases from the cache: %w", err)
+	}
+	now := c.clock.Now()
+	v := c.observe(nodes, c.mergeLeases(cached), now)
+	in := fleet.Input{
+		Config: c.opts.Config,
+		Now:    now,
+		Leader: c.opts.Identity,
+		Nodes:  v.fleetNodes,
+		Grants: v.grants,
+		Memory: c.memory,
+	}
+	start := c.clock.Now()
+	d := fleet.Decide(in)
+	c.opts.Metrics.Decided(d, c.clock.Since(start))
+	c.memory = d.Memory
+	c.logDecision(now, d)
+	err = c.execute(ctx, v, d, now)
+	c.tell(v, d.Events)
+	if err != nil {
+		return time.Time{}, err
+	}
+	c.state.update(func(s *loopState) { s.decided = true })
+	return d.Next, nil
+}
+
+// logDecision logs what a decision changes.
+func (c *controller) logDecision(now time.Time, d fleet.Decision) {
+	if len(d.Grant)+len(d.Release)+len(d.Delete) == 0 {
+		c.log.Debug("decided", "now", now, "held", d.Held, "budget", d.Budget, "waiting", len(d.Waiting), "renew", len(d.Renew), "next", d.Next)
+		return
+	}
+	c.log.Info("decided", "now", now, "grant", d.Grant, "release", d.Release, "delete", d.Delete,
+		"held", d.Held, "budget", d.Budget, "waiting", d.Waiting, "renew", len(d.Renew), "next", d.Next)
+}
+
+// objectMeta names an object the coordinator writes, with its labels.
+func objectMeta(name, namespace string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: ownLabels()}
+}
+
+// ownLabels are the labels on everything the coordinator writes.
+func ownLabels() map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "selftaint", "app.kubernetes.io/component": Component}
+}
+
+// withOwnLabels returns labels with ownLabels added (a new map).
+func withOwnLabels(l map[string]string) map[string]string { return mergeMaps(l, ownLabels()) }
+
+// leaseFor is the Lease granting node, as the coordinator now knows it
+// (nil if none).
+func (v *view) leaseFor(node string) *coordinationv1.Lease { return v.leases[node] }
+
+// nodeRef is the object an Event about node is filed against.
+func (v *view) nodeRef(node string) *corev1.ObjectReference {
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node}
+	if n, ok := v.nodes[node]; ok {
+		ref.UID = n.UID
+	}
+	return ref
+}

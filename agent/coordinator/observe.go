@@ -1,0 +1,204 @@
+package coordinator
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
+)
+
+// view is one decision's picture of the fleet: what Decide is given, and
+// the objects behind it for writing the decision.
+type view struct {
+	fleetNodes []fleet.Node
+	grants     []fleet.Grant
+	// nodes are the fleet's Nodes by name (cached objects: never mutate).
+	nodes map[string]*corev1.Node
+	// zones is each node's zone.
+	zones map[string]string
+	// leases are the grant Leases by the node they grant (cached or
+	// written objects: never mutate).
+	leases map[string]*coordinationv1.Lease
+}
+
+// aliveSeen is the last Request.Alive value seen for a node ("" for none)
+// and when, on the coordinator's clock, it changed (zero: not since this
+// leader started).
+type aliveSeen struct {
+	value string
+	at    time.Time
+}
+
+// observe builds the view from the cached Nodes and the grant Leases
+// (merged with the coordinator's own writes), remembering Alive values and
+// reporting bad requests on the way.
+func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Lease, now time.Time) *view {
+	v := &view{
+		nodes:  make(map[string]*corev1.Node, len(nodes)),
+		zones:  make(map[string]string, len(nodes)),
+		leases: make(map[string]*coordinationv1.Lease, len(leases)),
+	}
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	byGrantName := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		fn := c.fleetNode(n, now)
+		v.fleetNodes = append(v.fleetNodes, fn)
+		v.nodes[n.Name] = n
+		v.zones[n.Name] = fn.Zone
+		byGrantName[fleet.GrantName(n.Name)] = n.Name
+	}
+	c.forgetGone(v.nodes)
+	for _, l := range leases {
+		node, ok := grantNode(l, byGrantName)
+		if !ok {
+			c.log.Debug("ignoring a lease labelled as a grant whose name is not a grant's", "lease", l.Name)
+			continue
+		}
+		v.leases[node] = l
+		v.grants = append(v.grants, grantOf(node, l))
+	}
+	slices.SortFunc(v.grants, func(a, b fleet.Grant) int { return strings.Compare(a.Node, b.Node) })
+	return v
+}
+
+// fleetNode is how Decide sees node n.
+func (c *controller) fleetNode(n *corev1.Node, now time.Time) fleet.Node {
+	req := c.request(n)
+	return fleet.Node{
+		Name:             n.Name,
+		Zone:             n.Labels[corev1.LabelTopologyZone],
+		Ready:            isReady(n),
+		Request:          req,
+		AliveSeen:        c.aliveSeen(n.Name, req, now),
+		Reporting:        reporting(n, c.opts.Config.Watched),
+		CarriesNoExecute: c.carriesNoExecute(n),
+	}
+}
+
+// forgetGone drops what is remembered about nodes no longer in the fleet.
+func (c *controller) forgetGone(nodes map[string]*corev1.Node) {
+	for name := range c.alive {
+		if _, ok := nodes[name]; !ok {
+			delete(c.alive, name)
+		}
+	}
+	for name := range c.badRequests {
+		if _, ok := nodes[name]; !ok {
+			delete(c.badRequests, name)
+		}
+	}
+}
+
+// request reads n's NoExecute request. An unreadable one is no request,
+// and the first time each bad value is seen a Warning Event on the Node
+// says why.
+func (c *controller) request(n *corev1.Node) *fleet.Request {
+	raw, ok := n.Annotations[fleet.RequestAnnotation]
+	if !ok {
+		delete(c.badRequests, n.Name)
+		return nil
+	}
+	r, err := fleet.ParseRequest(raw)
+	if err != nil {
+		if c.badRequests[n.Name] != raw {
+			c.badRequests[n.Name] = raw
+			c.log.Warn("ignoring an unreadable NoExecute request", "node", n.Name, "err", err)
+			c.recorder.Eventf(n, corev1.EventTypeWarning, "InvalidNoExecuteRequest",
+				"ignoring annotation %s (no NoExecute grant while it is unreadable): %s", fleet.RequestAnnotation, taints.Truncate(err.Error(), 512))
+		}
+		return nil
+	}
+	delete(c.badRequests, n.Name)
+	return &r
+}
+
+// aliveSeen remembers req's Alive value for node and returns when it last
+// changed on the coordinator's clock: zero while it has not changed since
+// this leader first saw the node, so Decide judges it from Memory.Since.
+func (c *controller) aliveSeen(node string, req *fleet.Request, now time.Time) time.Time {
+	value := ""
+	if req != nil && req.Alive != nil {
+		value = req.Alive.UTC().Format(time.RFC3339Nano)
+	}
+	prev, ok := c.alive[node]
+	switch {
+	case !ok:
+		prev = aliveSeen{value: value}
+	case prev.value != value:
+		prev = aliveSeen{value: value, at: now}
+	}
+	c.alive[node] = prev
+	return prev.at
+}
+
+// isReady: the node's Ready condition is True.
+func isReady(n *corev1.Node) bool {
+	c := taints.FindCondition(n, corev1.NodeReady)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// reporting are the watched conditions n reports, in a status listed for
+// them.
+func reporting(n *corev1.Node, watched map[corev1.NodeConditionType][]corev1.ConditionStatus) []corev1.NodeConditionType {
+	var out []corev1.NodeConditionType
+	for _, cond := range n.Status.Conditions {
+		if slices.Contains(watched[cond.Type], cond.Status) && !slices.Contains(out, cond.Type) {
+			out = append(out, cond.Type)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// carriesNoExecute: a NoExecute taint on n is one of selftaint's, by its
+// ownership record. An unreadable record cannot say, so any NoExecute
+// taint counts (it then counts against the budget: the safe side).
+func (c *controller) carriesNoExecute(n *corev1.Node) bool {
+	owned, err := taints.ParseOwned(n.Annotations[taints.OwnedTaintsAnnotation])
+	if err != nil {
+		c.log.Debug("unreadable taint ownership record; counting any NoExecute taint as selftaint's", "node", n.Name, "err", err)
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoExecute && (err != nil || slices.Contains(owned, taints.IDOf(t))) {
+			return true
+		}
+	}
+	return false
+}
+
+// grantNode is the node lease grants: the fleet node whose grant name it
+// has, else its holder if the name is the holder's, else the name without
+// the prefix (a node gone from the fleet). ok is false for a lease whose
+// name is not a grant's.
+func grantNode(l *coordinationv1.Lease, byGrantName map[string]string) (string, bool) {
+	if node, ok := byGrantName[l.Name]; ok {
+		return node, true
+	}
+	if h := l.Spec.HolderIdentity; h != nil && fleet.GrantName(*h) == l.Name {
+		return *h, true
+	}
+	if node, ok := strings.CutPrefix(l.Name, fleet.GrantPrefix); ok && node != "" {
+		return node, true
+	}
+	return "", false
+}
+
+// grantOf is how Decide sees node's grant Lease.
+func grantOf(node string, l *coordinationv1.Lease) fleet.Grant {
+	g := fleet.Grant{Node: node, Zone: l.Annotations[fleet.GrantZoneAnnotation]}
+	if h := l.Spec.HolderIdentity; h != nil {
+		g.Holder = *h
+	}
+	if t := l.Spec.AcquireTime; t != nil {
+		g.Acquired = t.Time
+	}
+	if t := l.Spec.RenewTime; t != nil {
+		g.Renewed = t.Time
+	}
+	return g
+}

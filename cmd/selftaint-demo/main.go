@@ -1,12 +1,22 @@
 // Command selftaint-demo is `make demo`: it shows a newcomer, in one run on
-// their own machine, what selftaint does and why they can trust it. It starts
-// a real control plane on loopback (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler), three virtual nodes run by
-// `selftaint virtual`, and pods with different tolerations; asks `selftaint
-// explain` what a NoExecute taint would do; injects the fault with
-// `selftaint fault inject`; and prints, live, the conditions, taints and
-// evictions as they happen next to what explain predicted. Then it waits for
-// the fault to expire by itself and cleans everything up.
+// their own machine, what selftaint does and why they can trust it with
+// NoExecute. It starts a real control plane on loopback (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler), three virtual
+// nodes run by `selftaint virtual --coordinator` with a NoExecute budget of
+// one node, and pods with different tolerations; asks `selftaint explain`
+// what a NoExecute taint would do; and runs a drill in two acts, printing
+// live every node's condition, taints and request for a grant, the agents'
+// Events and each eviction next to what explain predicted.
+//
+// Act 1 injects a fault on vnode-1 with `selftaint fault inject`: the
+// fallback NoSchedule taint lands at once, NoExecute joins it with the
+// coordinator's grant, and the pods go as explain said. Act 2 injects the
+// same fault on vnode-2 and, briefly, on vnode-3 while vnode-1 holds the only
+// grant: both get only the fallback and wait in line; when vnode-1's fault
+// expires its grant passes to vnode-2, and vnode-3's fault ends while it
+// waits, so its pod is never evicted. Every fault expires by itself; the demo
+// then prints what each node and pod went through against explain's
+// predictions, and cleans everything up.
 package main
 
 import (
@@ -48,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	fs.StringVar(&o.selftaint, "selftaint", "bin/selftaint", "the selftaint binary to run (make demo builds it)")
-	fs.DurationVar(&o.faultFor, "fault-for", 45*time.Second, "how long the injected fault lasts before it expires by itself")
+	fs.DurationVar(&o.faultFor, "fault-for", 45*time.Second, "how long the fault on vnode-1 lasts before it expires by itself (vnode-2's lasts 30s longer, vnode-3's 15s)")
 	fs.DurationVar(&o.tolerateFor, "tolerate-for", 20*time.Second, "tolerationSeconds of the pod that tolerates the taint for a while")
 	fs.BoolVar(&o.keep, "keep", false, "after the drill, keep everything running until Ctrl-C (to look around with kubectl)")
 	if err := fs.Parse(args); err != nil {
@@ -68,6 +78,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("selftaint binary %s: %w (make demo builds it; or pass --selftaint)", bin, err)
 	}
 	o.selftaint = bin
-	d := &demo{opts: o, out: stdout, start: time.Now()}
+	d := &demo{opts: o, cast: newCast(o), log: &printer{out: stdout, start: time.Now()}}
 	return d.run(ctx)
 }

@@ -104,4 +104,3 @@ func TestOrdinal(t *testing.T) {
 		}
 	}
 }
-

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/utils/ptr"
+)
+
+const (
+	namespace = "demo"
+	condition = "SelftaintMemoryPressure"
+	taintKey  = "selftaint.io/memory-pressure"
+	// coordinatorNamespace is where the grants and the guard live (the
+	// config says so, so that explain and the agents agree).
+	coordinatorNamespace = "kube-system"
+	// budget is the config's coordinator.maxNoExecute.
+	budget = 1
+	// shortFault is how long vnode-3's fault lasts: it ends while vnode-3
+	// waits in line.
+	shortFault = 15 * time.Second
+	// longerBy is how much longer vnode-2's fault lasts than vnode-1's, so
+	// that vnode-2 still asks when vnode-1's grant is released.
+	longerBy = 30 * time.Second
+)
+
+// demoConfig is the agents' and the coordinator's config: memory pressure
+// is a NoExecute rule, at NoSchedule until the node holds a grant, and one
+// node at a time may hold one.
+const demoConfig = `# selftaint config for the demo: memory pressure evicts, one node at a time.
+rules:
+- condition: SelftaintMemoryPressure
+  taint: {key: selftaint.io/memory-pressure, effect: NoExecute}
+  fallback: NoSchedule      # goes on at once; NoExecute joins it only with a grant
+coordinator:
+  namespace: kube-system    # where the grant Leases and the guard live
+  maxNoExecute: 1           # the budget: one node may carry NoExecute at a time
+  # Three nodes are a tiny fleet: with two of them faulty (67%) the disruption
+  # guard would rightly call it a fleet problem and hold every new taint for the
+  # condition. The demo judges fleets from 4 nodes on, so that it shows the budget.
+  guard: {minNodes: 4}
+`
+
+// fault is one fault the drill injects.
+type fault struct {
+	node  string
+	lasts time.Duration
+	// why is what the fault is for in the drill, for the timeline.
+	why string
+}
+
+// demoPod is one pod of the drill.
+type demoPod struct {
+	name, node, about string
+	tolerate          *int64 // nil: no toleration; -1: forever
+}
+
+// cast is who plays in the drill: the nodes and their faults, in the order
+// they are injected, and the pods.
+type cast struct {
+	faults []fault
+	pods   []demoPod
+}
+
+func newCast(o options) cast {
+	secs := int64(o.tolerateFor / time.Second)
+	return cast{
+		faults: []fault{
+			{"vnode-1", o.faultFor, "act 1: a node runs out of memory"},
+			{"vnode-2", o.faultFor + longerBy, "act 2: a second node, while vnode-1 holds the only grant"},
+			{"vnode-3", shortFault, "act 2: a third node, briefly: its fault ends while it waits"},
+		},
+		pods: []demoPod{
+			{"web", "vnode-1", "no toleration", nil},
+			{"batch", "vnode-1", fmt.Sprintf("tolerates the taint for %ds", secs), &secs},
+			{"monitor", "vnode-1", "tolerates the taint forever", ptr.To[int64](-1)},
+			{"web-2", "vnode-2", "no toleration", nil},
+			{"web-3", "vnode-3", "no toleration", nil},
+		},
+	}
+}
+
+// nodes are the drill's node names, in order.
+func (c cast) nodes() []string {
+	out := make([]string, len(c.faults))
+	for i, f := range c.faults {
+		out[i] = f.node
+	}
+	return out
+}
+
+// podsOn are the names of the pods on node.
+func (c cast) podsOn(node string) []string {
+	var out []string
+	for _, p := range c.pods {
+		if p.node == node {
+			out = append(out, p.name)
+		}
+	}
+	return out
+}
+
+// longest is the longest fault.
+func (c cast) longest() time.Duration {
+	var l time.Duration
+	for _, f := range c.faults {
+		l = max(l, f.lasts)
+	}
+	return l
+}

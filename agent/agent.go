@@ -537,7 +537,10 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	a.mu.Lock()
 	final := newer(node, a.lastWritten)
 	a.mu.Unlock()
-	a.observeSync(syncOutcome{node: final, states: plan.Conditions.States, fromFault: plan.Conditions.FromFault, faults: snap.Faults, resources: plan.Status.Resources})
+	a.observeSync(syncOutcome{
+		node: final, states: plan.Conditions.States, fromFault: plan.Conditions.FromFault, faults: snap.Faults, resources: plan.Status.Resources,
+		flapping: plan.Flapping, noExecute: plan.NoExecute,
+	})
 	return plan.Next, nil
 }
 

@@ -51,6 +51,19 @@ type Metrics interface {
 	// SetAdvertised gives the extended resources the agent advertises and
 	// their counts, after each successful sync.
 	SetAdvertised(map[corev1.ResourceName]int64)
+	// SetFlapping gives, for every condition the agent publishes, whether
+	// its change limiter holds it (taints.NodePlan.Flapping), after each
+	// successful sync.
+	SetFlapping(map[corev1.NodeConditionType]bool)
+	// SetNoExecute gives, for every condition whose NoExecute rule applies,
+	// whether its NoExecute taint may be on (false: the rule is at its
+	// fallback effect), after each successful sync.
+	SetNoExecute(map[corev1.NodeConditionType]bool)
+	// NoExecuteSuspended is called when a condition's NoExecute rule goes to
+	// its fallback effect for reason (taints.ReasonNoExecuteSuspended or
+	// taints.ReasonNoExecuteWaiting): once when it gets there, and again
+	// each time the reason changes while it stays there.
+	NoExecuteSuspended(c corev1.NodeConditionType, reason string)
 }
 
 // nopMetrics is the Metrics of an agent built without any.
@@ -64,6 +77,9 @@ func (nopMetrics) DetectedToTainted(string, time.Duration)                      
 func (nopMetrics) FaultApplied()                                                     {}
 func (nopMetrics) FaultRejected()                                                    {}
 func (nopMetrics) SetAdvertised(map[corev1.ResourceName]int64)                       {}
+func (nopMetrics) SetFlapping(map[corev1.NodeConditionType]bool)                     {}
+func (nopMetrics) SetNoExecute(map[corev1.NodeConditionType]bool)                    {}
+func (nopMetrics) NoExecuteSuspended(corev1.NodeConditionType, string)               {}
 
 // LoopState is a snapshot of the reconcile loop, for health checks.
 type LoopState struct {
@@ -116,6 +132,9 @@ type observations struct {
 	// detect is the pending bad verdict per condition: when it was seen,
 	// from where, and whether its taints have been confirmed.
 	detect map[corev1.NodeConditionType]detection
+	// fallback is why each condition's NoExecute rule was at its fallback
+	// effect after the last sync (absent: it was not).
+	fallback map[corev1.NodeConditionType]string
 }
 
 type detection struct {
@@ -208,30 +227,27 @@ type syncOutcome struct {
 	fromFault map[corev1.NodeConditionType]bool
 	faults    faultEval
 	resources map[corev1.ResourceName]int64
+	// flapping are the conditions the change limiter holds; noExecute the
+	// verdicts of the conditions whose NoExecute rule applies.
+	flapping  map[corev1.NodeConditionType]bool
+	noExecute []taints.NoExecuteVerdict
 }
 
 // observeSync reports a successful sync to Metrics, marks the agent ready,
 // and confirms pending bad verdicts whose taints the Node now shows.
 func (a *Agent) observeSync(o syncOutcome) {
 	m := a.opts.Metrics
-	statuses := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(o.states))
-	for t, s := range o.states {
-		statuses[t] = s.Status
-	}
-	m.SetConditions(statuses)
-	m.SetTaints(ownedOnNode(o.node))
-	m.SetAdvertised(o.resources)
-	for range o.faults.Started {
-		m.FaultApplied()
-	}
-	for range o.faults.Rejected {
-		m.FaultRejected()
-	}
+	reportSync(m, o)
 	now := a.clock.Now()
 
 	a.obs.mu.Lock()
 	defer a.obs.mu.Unlock()
 	a.obs.loop.FirstSync = true
+	var fell []taints.NoExecuteVerdict
+	fell, a.obs.fallback = fallbacks(a.obs.fallback, o.noExecute)
+	for _, v := range fell {
+		m.NoExecuteSuspended(v.Condition, v.Reason)
+	}
 	if a.obs.detect == nil {
 		a.obs.detect = map[corev1.NodeConditionType]detection{}
 	}
@@ -255,6 +271,53 @@ func (a *Agent) observeSync(o syncOutcome) {
 			a.obs.detect[c] = d
 		}
 	}
+}
+
+// reportSync gives Metrics the state a sync leaves: conditions, flapping,
+// NoExecute, taints and extended resources, and the faults it started and
+// rejected.
+func reportSync(m Metrics, o syncOutcome) {
+	statuses := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(o.states))
+	flapping := make(map[corev1.NodeConditionType]bool, len(o.states))
+	for t, s := range o.states {
+		statuses[t] = s.Status
+		flapping[t] = o.flapping[t]
+	}
+	allowed := make(map[corev1.NodeConditionType]bool, len(o.noExecute))
+	for _, v := range o.noExecute {
+		allowed[v.Condition] = v.NoExecute
+	}
+	m.SetConditions(statuses)
+	m.SetFlapping(flapping)
+	m.SetNoExecute(allowed)
+	m.SetTaints(ownedOnNode(o.node))
+	m.SetAdvertised(o.resources)
+	for range o.faults.Started {
+		m.FaultApplied()
+	}
+	for range o.faults.Rejected {
+		m.FaultRejected()
+	}
+}
+
+// fallbacks compares a sync's NoExecute verdicts with why their conditions'
+// NoExecute rules were at their fallback effect after the last sync
+// (prev): it returns the verdicts whose rule went to its fallback now, or
+// stays there for another reason, and why each is at its fallback now, for
+// the next sync.
+func fallbacks(prev map[corev1.NodeConditionType]string, verdicts []taints.NoExecuteVerdict) ([]taints.NoExecuteVerdict, map[corev1.NodeConditionType]string) {
+	var fell []taints.NoExecuteVerdict
+	now := map[corev1.NodeConditionType]string{}
+	for _, v := range verdicts {
+		if v.NoExecute || v.Reason == "" {
+			continue
+		}
+		now[v.Condition] = v.Reason
+		if prev[v.Condition] != v.Reason {
+			fell = append(fell, v)
+		}
+	}
+	return fell, now
 }
 
 // ruleTaintsFor is the taints the rules put on the Node while condition c

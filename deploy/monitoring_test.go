@@ -26,6 +26,7 @@ import (
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 const monitoringDir = "monitoring"
@@ -68,7 +69,7 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 // and that deploy/'s kustomization does not pull it in.
 func TestMonitoringKustomization(t *testing.T) {
 	k := readYAMLMap(t, filepath.Join(monitoringDir, "kustomization.yaml"))
-	if got, want := fmt.Sprint(k["resources"]), "[podmonitor.yaml prometheusrule.yaml]"; got != want {
+	if got, want := fmt.Sprint(k["resources"]), "[podmonitor.yaml coordinator-podmonitor.yaml prometheusrule.yaml]"; got != want {
 		t.Errorf("monitoring resources %s, want %s", got, want)
 	}
 	top := readYAMLMap(t, "kustomization.yaml")
@@ -81,6 +82,57 @@ func TestMonitoringKustomization(t *testing.T) {
 	eps := pm["spec"].(map[string]any)["podMetricsEndpoints"].([]any)
 	if port := eps[0].(map[string]any)["port"]; port != "metrics" {
 		t.Errorf("PodMonitor scrapes port %v, want the DaemonSet's named port metrics", port)
+	}
+}
+
+// TestCoordinatorPodMonitor checks the coordinator's PodMonitor selects
+// exactly the coordinator Deployment's pods, scrapes the container port it
+// names, and sets the job the fleet alerts match.
+func TestCoordinatorPodMonitor(t *testing.T) {
+	type relabeling struct {
+		TargetLabel string `json:"targetLabel"`
+		Replacement string `json:"replacement"`
+	}
+	var pm struct {
+		Kind string `json:"kind"`
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			NamespaceSelector struct {
+				MatchNames []string `json:"matchNames"`
+			} `json:"namespaceSelector"`
+			PodMetricsEndpoints []struct {
+				Port        string       `json:"port"`
+				Relabelings []relabeling `json:"relabelings"`
+			} `json:"podMetricsEndpoints"`
+		} `json:"spec"`
+	}
+	b, err := os.ReadFile(filepath.Join(monitoringDir, "coordinator-podmonitor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &pm); err != nil {
+		t.Fatal(err)
+	}
+	d := find[*appsv1.Deployment](t, readManifests(t, "."), coordinatorSA)
+	if pm.Kind != "PodMonitor" || !reflect.DeepEqual(pm.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) ||
+		!reflect.DeepEqual(pm.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("%s selecting %v, want a PodMonitor selecting the coordinator's pods %v", pm.Kind, pm.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+	}
+	if got := pm.Spec.NamespaceSelector.MatchNames; len(got) != 1 || got[0] != d.Namespace {
+		t.Errorf("PodMonitor looks in namespaces %v, want [%s]", got, d.Namespace)
+	}
+	if len(pm.Spec.PodMetricsEndpoints) != 1 {
+		t.Fatalf("%d endpoints, want 1", len(pm.Spec.PodMetricsEndpoints))
+	}
+	ep := pm.Spec.PodMetricsEndpoints[0]
+	ports := d.Spec.Template.Spec.Containers[0].Ports
+	if !slices.ContainsFunc(ports, func(p corev1.ContainerPort) bool { return p.Name == ep.Port }) {
+		t.Errorf("PodMonitor scrapes port %q, the coordinator's container names %+v", ep.Port, ports)
+	}
+	if !slices.Contains(ep.Relabelings, relabeling{TargetLabel: "job", Replacement: "selftaint-coordinator"}) {
+		t.Errorf("relabelings %+v set no job=\"selftaint-coordinator\" (the fleet alerts match it)", ep.Relabelings)
 	}
 }
 
@@ -190,13 +242,17 @@ func dashboardExprs(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type panel struct {
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+		// Panels are a collapsed row's.
+		Panels []panel `json:"panels"`
+	}
 	var d struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
+		Panels     []panel `json:"panels"`
 		Templating struct {
 			List []struct {
 				Definition string `json:"definition"`
@@ -207,7 +263,17 @@ func dashboardExprs(t *testing.T) []string {
 		t.Fatalf("dashboard.json is not valid JSON: %v", err)
 	}
 	var exprs []string
+	var panels []panel
 	for _, p := range d.Panels {
+		panels = append(append(panels, p), p.Panels...)
+	}
+	for _, p := range panels {
+		if p.Type == "row" {
+			if len(p.Targets) > 0 {
+				t.Errorf("row %q has queries", p.Title)
+			}
+			continue
+		}
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
@@ -223,10 +289,21 @@ func dashboardExprs(t *testing.T) []string {
 	return exprs
 }
 
-// exportedNames runs every method of the agent's metrics once and returns
-// the names the registry then exposes, with the _bucket, _sum and _count
-// series of histograms and summaries.
+// exportedNames runs every method of the agent's and the coordinator's
+// metrics once and returns the names their registries then expose, with
+// the _bucket, _sum and _count series of histograms and summaries.
 func exportedNames(t *testing.T) map[string]bool {
+	t.Helper()
+	names := gatheredNames(t, agentRegistry(t))
+	for n := range gatheredNames(t, coordinatorRegistry(t)) {
+		names[n] = true
+	}
+	return names
+}
+
+// agentRegistry is the agent's registry after every method of its metrics
+// ran once.
+func agentRegistry(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.BuildInfo{Version: "v", Revision: "r", GoVersion: "go"})
@@ -245,6 +322,9 @@ func exportedNames(t *testing.T) map[string]bool {
 	m.FaultApplied()
 	m.FaultRejected()
 	m.SetAdvertised(map[corev1.ResourceName]int64{"example.com/fpga": 1})
+	m.SetFlapping(map[corev1.NodeConditionType]bool{"C": true})
+	m.SetNoExecute(map[corev1.NodeConditionType]bool{"C": false})
+	m.NoExecuteSuspended("C", taints.ReasonNoExecuteWaiting)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusConflict) }))
 	defer srv.Close()
 	resp, err := (&http.Client{Transport: m.WrapTransport(http.DefaultTransport)}).Get(srv.URL + "/api/v1/nodes/n")
@@ -252,6 +332,39 @@ func exportedNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	return reg
+}
+
+// coordinatorRegistry is the coordinator's registry after every method of
+// its metrics ran once.
+func coordinatorRegistry(t *testing.T) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewCoordinator(reg, metrics.BuildInfo{Version: "v", Revision: "r", GoVersion: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetLeader(true)
+	m.Decided(fleet.Decision{
+		Budget: 1, Held: 1, Waiting: []string{"n2"},
+		Guard: fleet.GuardState{Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{"C": {fleet.FleetScope: {Tripped: true}}}},
+	}, time.Millisecond)
+	m.GrantStarted("z")
+	m.GrantReleased(fleet.ReleaseNoLongerAsks)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusConflict) }))
+	defer srv.Close()
+	resp, err := (&http.Client{Transport: m.WrapTransport(http.DefaultTransport)}).Get(srv.URL + "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return reg
+}
+
+// gatheredNames is the metric names reg exposes, with the _bucket, _sum
+// and _count series of histograms and summaries.
+func gatheredNames(t *testing.T, reg prometheus.Gatherer) map[string]bool {
+	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -274,11 +387,16 @@ func exportedNames(t *testing.T) map[string]bool {
 var metricRef = regexp.MustCompile(`\b(?:selftaint|go|process)_[a-zA-Z0-9_]+`)
 
 // TestDashboardAndRulesUseExportedMetrics checks every metric name the
-// alerts and the dashboard query is one the agent registers, and (with
-// promtool) that the dashboard's PromQL parses.
+// alerts and the dashboard query is one the agent or the coordinator
+// registers, and (with promtool) that the dashboard's PromQL parses.
 func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	names := exportedNames(t)
-	for _, want := range []string{"selftaint_build_info", "selftaint_condition", "selftaint_taint", "go_goroutines", "process_resident_memory_bytes"} {
+	for _, want := range []string{
+		"selftaint_build_info", "selftaint_condition", "selftaint_taint", "go_goroutines", "process_resident_memory_bytes",
+		"selftaint_condition_flapping", "selftaint_noexecute_allowed", "selftaint_noexecute_suspended_total",
+		"selftaint_coordinator_leader", "selftaint_noexecute_budget", "selftaint_disruption_guard_tripped",
+		"selftaint_coordinator_decision_duration_seconds_bucket",
+	} {
 		if !names[want] {
 			t.Fatalf("the registry lacks %s; exportedNames is broken", want)
 		}
@@ -295,7 +413,7 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 			for _, ref := range metricRef.FindAllString(e, -1) {
 				used++
 				if !names[ref] {
-					t.Errorf("%s queries %s, which the agent does not export (in %q)", file, ref, e)
+					t.Errorf("%s queries %s, which neither the agent nor the coordinator exports (in %q)", file, ref, e)
 				}
 			}
 		}
@@ -356,5 +474,33 @@ func TestDaemonSetHealthProbes(t *testing.T) {
 		if g := p.probe.HTTPGet; g.Path != p.path || g.Port != intstr.FromString("metrics") {
 			t.Errorf("%s probe gets %s on %v, want %s on port metrics", p.what, g.Path, g.Port.String(), p.path)
 		}
+	}
+}
+
+// leaderGauge finds the coordinator's gauges of the fleet's state: every
+// replica exports them, only the leader's are current.
+var leaderGauge = regexp.MustCompile(`\bselftaint_(?:noexecute_(?:budget|held|waiting)|disruption_guard_tripped)\b`)
+
+// TestFleetStateReadFromTheLeader checks every alert and dashboard query
+// that reads the coordinator's view of the fleet keeps only the leader's
+// series (a standby's are zero or, after it led, stale).
+func TestFleetStateReadFromTheLeader(t *testing.T) {
+	exprs := dashboardExprs(t)
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	used := 0
+	for _, e := range exprs {
+		if leaderGauge.MatchString(e) {
+			used++
+			if !strings.Contains(e, "selftaint_coordinator_leader == 1") {
+				t.Errorf("%q reads the fleet's state without keeping the leader's series (selftaint_coordinator_leader == 1)", e)
+			}
+		}
+	}
+	if used == 0 {
+		t.Error("no alert or panel reads the NoExecute budget or the disruption guard")
 	}
 }

@@ -521,7 +521,7 @@ func TestKustomizeBuilds(t *testing.T) {
 		{".", []string{"ValidatingAdmissionPolicy/" + policyName, "ValidatingAdmissionPolicyBinding/" + policyName, "DaemonSet/selftaint", "ConfigMap/" + configMapName,
 			"Deployment/" + coordinatorSA, "PodDisruptionBudget/" + coordinatorSA, "ServiceAccount/" + coordinatorSA}},
 		{"virtual", []string{"Deployment/selftaint-virtual", "ServiceAccount/" + virtualSA}},
-		{"monitoring", []string{"PodMonitor/selftaint", "PrometheusRule/selftaint", "ConfigMap/selftaint-dashboard"}},
+		{"monitoring", []string{"PodMonitor/selftaint", "PodMonitor/selftaint-coordinator", "PrometheusRule/selftaint", "ConfigMap/selftaint-dashboard"}},
 	} {
 		opts := krusty.MakeDefaultOptions()
 		res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), tt.dir)

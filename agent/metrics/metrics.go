@@ -41,6 +41,11 @@ var failureKinds = []probes.FailureKind{
 
 var conditionStatuses = []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown}
 
+// fallbackReasons are the values of selftaint_noexecute_suspended_total's
+// reason label (the Events' reasons); each condition's series start at
+// zero for both once its NoExecute rule applies.
+var fallbackReasons = []string{taints.ReasonNoExecuteSuspended, taints.ReasonNoExecuteWaiting}
+
 // Metrics holds the agent's collectors. Its methods are safe for concurrent
 // use.
 type Metrics struct {
@@ -55,11 +60,16 @@ type Metrics struct {
 	faultsApplied  prometheus.Counter
 	faultsRejected prometheus.Counter
 	extended       *prometheus.GaugeVec
+	flapping       *prometheus.GaugeVec
+	allowed        *prometheus.GaugeVec
+	suspended      *prometheus.CounterVec
 
 	mu         sync.Mutex // guards the label sets last set, so the ones gone are deleted
 	conditions map[corev1.NodeConditionType]bool
 	taints     map[taints.TaintID]bool
 	resources  map[corev1.ResourceName]bool
+	flaps      map[corev1.NodeConditionType]bool
+	noExecute  map[corev1.NodeConditionType]bool
 }
 
 var _ agent.Metrics = (*Metrics)(nil)
@@ -112,9 +122,24 @@ func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
 			Namespace: Namespace, Name: "extended_resource_advertised",
 			Help: "The count of each extended resource the agent advertises in the Node's capacity.",
 		}, []string{"resource"}),
+		flapping: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "condition_flapping",
+			Help: "1 while the change limiter holds a condition (it flaps: its taints stay on, a NoExecute rule at its fallback), else 0.",
+		}, []string{"condition"}),
+		allowed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "noexecute_allowed",
+			Help: "For each condition whose NoExecute rule applies: 1 while its NoExecute taint may be on, 0 while the rule is at its fallback effect.",
+		}, []string{"condition"}),
+		suspended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "noexecute_suspended_total",
+			Help: "Times a condition's NoExecute rule went to its fallback effect, or stayed there for another reason, " +
+				"by the Event's reason: NoExecuteSuspended (flapping, guard tripped or stale), NoExecuteWaiting (no grant yet).",
+		}, []string{"condition", "reason"}),
 		conditions: map[corev1.NodeConditionType]bool{},
 		taints:     map[taints.TaintID]bool{},
 		resources:  map[corev1.ResourceName]bool{},
+		flaps:      map[corev1.NodeConditionType]bool{},
+		noExecute:  map[corev1.NodeConditionType]bool{},
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "build_info",
@@ -125,6 +150,7 @@ func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		buildInfo, m.probeDuration, m.probeRuns, m.probeErrors, m.condition, m.taint, m.taintChanges,
 		m.detectToTaint, m.api.requests, m.api.duration, m.api.conflicts, m.faultsApplied, m.faultsRejected, m.extended,
+		m.flapping, m.allowed, m.suspended,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -243,4 +269,53 @@ func (m *Metrics) SetAdvertised(rs map[corev1.ResourceName]int64) {
 		m.extended.WithLabelValues(string(r)).Set(float64(n))
 		m.resources[r] = true
 	}
+}
+
+// SetFlapping sets selftaint_condition_flapping for every condition given
+// and drops the series of conditions no longer published.
+func (m *Metrics) SetFlapping(cs map[corev1.NodeConditionType]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.flaps = setByCondition(m.flapping, m.flaps, cs)
+}
+
+// SetNoExecute sets selftaint_noexecute_allowed to exactly the conditions
+// given, and starts their selftaint_noexecute_suspended_total series at
+// zero.
+func (m *Metrics) SetNoExecute(cs map[corev1.NodeConditionType]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.noExecute = setByCondition(m.allowed, m.noExecute, cs)
+	for c := range cs {
+		for _, r := range fallbackReasons {
+			m.suspended.WithLabelValues(string(c), r)
+		}
+	}
+}
+
+// NoExecuteSuspended counts a condition's NoExecute rule going to its
+// fallback effect for reason.
+func (m *Metrics) NoExecuteSuspended(c corev1.NodeConditionType, reason string) {
+	m.suspended.WithLabelValues(string(c), reason).Inc()
+}
+
+// setByCondition sets g{condition} to 1 or 0 for every condition in cs,
+// deletes the series of those in had that cs lacks, and returns the
+// conditions it now has.
+func setByCondition(g *prometheus.GaugeVec, had, cs map[corev1.NodeConditionType]bool) map[corev1.NodeConditionType]bool {
+	now := make(map[corev1.NodeConditionType]bool, len(cs))
+	for c, on := range cs {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		g.WithLabelValues(string(c)).Set(v)
+		now[c] = true
+	}
+	for c := range had {
+		if !now[c] {
+			g.DeleteLabelValues(string(c))
+		}
+	}
+	return now
 }

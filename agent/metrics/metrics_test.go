@@ -1,0 +1,115 @@
+package metrics_test
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/agent/metrics"
+	"github.com/selftaint/selftaint/taints"
+)
+
+// series renders the registry's series of the named metric families, one
+// `name{label="value",...} value` line each, sorted.
+func series(t *testing.T, reg prometheus.Gatherer, names ...string) string {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, f := range fams {
+		if !slices.Contains(names, f.GetName()) {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
+			}
+			v := s.GetGauge().GetValue() + s.GetCounter().GetValue()
+			lines = append(lines, f.GetName()+"{"+strings.Join(labels, ",")+"} "+strconv.FormatFloat(v, 'g', -1, 64))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// TestFlappingAndNoExecute steps the agent's flapping and NoExecute
+// metrics through a few syncs: series for exactly the conditions given,
+// dropped when a condition is no longer given, and the suspension counter
+// starting at zero for both reasons and kept.
+func TestFlappingAndNoExecute(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.BuildInfo{Version: "v0", Revision: "r", GoVersion: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mem, disk = corev1.NodeConditionType("Mem"), corev1.NodeConditionType("Disk")
+	names := []string{"selftaint_condition_flapping", "selftaint_noexecute_allowed", "selftaint_noexecute_suspended_total"}
+	steps := []struct {
+		name      string
+		flapping  map[corev1.NodeConditionType]bool
+		noExecute map[corev1.NodeConditionType]bool
+		suspended map[corev1.NodeConditionType]string
+		want      []string
+	}{{
+		name:     "healthy: no NoExecute rule applies",
+		flapping: map[corev1.NodeConditionType]bool{mem: false, disk: false},
+		want: []string{
+			`selftaint_condition_flapping{condition="Disk"} 0`,
+			`selftaint_condition_flapping{condition="Mem"} 0`,
+		},
+	}, {
+		name:      "Mem applies and waits for a grant",
+		flapping:  map[corev1.NodeConditionType]bool{mem: false, disk: false},
+		noExecute: map[corev1.NodeConditionType]bool{mem: false},
+		suspended: map[corev1.NodeConditionType]string{mem: taints.ReasonNoExecuteWaiting},
+		want: []string{
+			`selftaint_condition_flapping{condition="Disk"} 0`,
+			`selftaint_condition_flapping{condition="Mem"} 0`,
+			`selftaint_noexecute_allowed{condition="Mem"} 0`,
+			`selftaint_noexecute_suspended_total{condition="Mem",reason="NoExecuteSuspended"} 0`,
+			`selftaint_noexecute_suspended_total{condition="Mem",reason="NoExecuteWaiting"} 1`,
+		},
+	}, {
+		name:      "Mem granted; Disk flaps and is suspended",
+		flapping:  map[corev1.NodeConditionType]bool{mem: false, disk: true},
+		noExecute: map[corev1.NodeConditionType]bool{mem: true, disk: false},
+		suspended: map[corev1.NodeConditionType]string{disk: taints.ReasonNoExecuteSuspended},
+		want: []string{
+			`selftaint_condition_flapping{condition="Disk"} 1`,
+			`selftaint_condition_flapping{condition="Mem"} 0`,
+			`selftaint_noexecute_allowed{condition="Disk"} 0`,
+			`selftaint_noexecute_allowed{condition="Mem"} 1`,
+			`selftaint_noexecute_suspended_total{condition="Disk",reason="NoExecuteSuspended"} 1`,
+			`selftaint_noexecute_suspended_total{condition="Disk",reason="NoExecuteWaiting"} 0`,
+			`selftaint_noexecute_suspended_total{condition="Mem",reason="NoExecuteSuspended"} 0`,
+			`selftaint_noexecute_suspended_total{condition="Mem",reason="NoExecuteWaiting"} 1`,
+		},
+	}, {
+		name:     "all healthy, Disk no longer published: gauges gone, counters kept",
+		flapping: map[corev1.NodeConditionType]bool{mem: false},
+		want: []string{
+			`selftaint_condition_flapping{condition="Mem"} 0`,
+			`selftaint_noexecute_suspended_total{condition="Disk",reason="NoExecuteSuspended"} 1`,
+			`selftaint_noexecute_suspended_total{condition="Disk",reason="NoExecuteWaiting"} 0`,
+			`selftaint_noexecute_suspended_total{condition="Mem",reason="NoExecuteSuspended"} 0`,
+			`selftaint_noexecute_suspended_total{condition="Mem",reason="NoExecuteWaiting"} 1`,
+		},
+	}}
+	for _, s := range steps {
+		m.SetFlapping(s.flapping)
+		m.SetNoExecute(s.noExecute)
+		for c, r := range s.suspended {
+			m.NoExecuteSuspended(c, r)
+		}
+		if got, want := series(t, reg, names...), strings.Join(s.want, "\n"); got != want {
+			t.Errorf("%s: got\n%s\nwant\n%s", s.name, got, want)
+		}
+	}
+}

@@ -117,13 +117,15 @@ func (c *controller) request(n *corev1.Node) *fleet.Request {
 	return &r
 }
 
-// aliveSeen remembers req's Alive value for node and returns when it last
-// changed on the coordinator's clock: zero while it has not changed since
-// this leader first saw the node, so Decide judges it from Memory.Since.
+// aliveSeen remembers node's request as last seen and returns when it last
+// changed on the coordinator's clock: any change is its agent writing (a
+// holder refreshes Alive; an agent back from a stall rewrites it). Zero
+// while it has not changed since this leader first saw the node, so
+// Decide judges it from Memory.Since.
 func (c *controller) aliveSeen(node string, req *fleet.Request, now time.Time) time.Time {
 	value := ""
-	if req != nil && req.Alive != nil {
-		value = req.Alive.UTC().Format(time.RFC3339Nano)
+	if req != nil {
+		value = req.Format()
 	}
 	prev, ok := c.alive[node]
 	switch {

@@ -214,7 +214,7 @@ func TestBadRequestToldOncePerValue(t *testing.T) {
 	}
 }
 
-// TestAliveSeen: zero until the value changes after the node was first
+// TestAliveSeen: zero until the request changes after the node was first
 // seen; then when it changed, on the coordinator's clock.
 func TestAliveSeen(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -232,7 +232,9 @@ func TestAliveSeen(t *testing.T) {
 		{stamp(0), t0.Add(2 * time.Second), time.Time{}},                            // same value
 		{stamp(20 * time.Second), t0.Add(3 * time.Second), t0.Add(3 * time.Second)}, // changed
 		{stamp(20 * time.Second), t0.Add(9 * time.Second), t0.Add(3 * time.Second)}, // same
-		{nil, t0.Add(10 * time.Second), t0.Add(10 * time.Second)},                   // gone is a change too
+		{&fleet.Request{Since: t0, Conditions: []corev1.NodeConditionType{"X", "Y"}, Alive: stamp(20 * time.Second).Alive},
+			t0.Add(11 * time.Second), t0.Add(11 * time.Second)}, // its conditions changed: written, alive
+		{nil, t0.Add(12 * time.Second), t0.Add(12 * time.Second)}, // gone is a change too
 	}
 	for i, s := range steps {
 		if got := c.aliveSeen("n", s.req, s.now); !got.Equal(s.want) {

@@ -174,14 +174,14 @@ func newDecider(in Input) *decider {
 		Granted:   map[string]time.Time{},
 		Uncovered: map[string]time.Time{},
 		Abandoned: map[string]time.Time{},
-		NotAlive:  map[string]time.Time{},
+		NotAlive:  map[string]Strikes{},
 		Exhausted: map[string]bool{},
 		Decided:   true,
 	}
-	for name, t := range in.Memory.NotAlive {
+	for name, st := range in.Memory.NotAlive {
 		// Kept while the node asks and has shown no life since.
-		if n := d.nodes[name]; n != nil && n.Request != nil && !n.AliveSeen.After(t) {
-			d.mem.NotAlive[name] = t
+		if n := d.nodes[name]; n != nil && n.Request != nil && !n.AliveSeen.After(st.At) {
+			d.mem.NotAlive[name] = st
 		}
 	}
 	return d
@@ -295,7 +295,7 @@ func (d *decider) release(g Grant, reason, why string) {
 	d.out.Release[g.Node] = reason
 	d.released[g.Node] = g
 	if reason == ReleaseAgentNotAlive {
-		d.mem.NotAlive[g.Node] = d.now
+		d.mem.NotAlive[g.Node] = Strikes{Count: d.mem.NotAlive[g.Node].Count + 1, At: d.now}
 	}
 	if reason == ReleaseNoLongerAsks {
 		return
@@ -371,7 +371,7 @@ func (d *decider) lingering(n *Node) {
 }
 
 // waiting are the nodes that ask, are Ready and hold no live grant, in the
-// order they asked (then by name).
+// order they asked (then by name; see asked).
 func (d *decider) waiting() []*Node {
 	var w []*Node
 	for _, n := range d.nodes {
@@ -380,9 +380,19 @@ func (d *decider) waiting() []*Node {
 		}
 	}
 	slices.SortFunc(w, func(a, b *Node) int {
-		return cmp.Or(a.Request.Since.Compare(b.Request.Since), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(d.asked(a).Compare(d.asked(b)), cmp.Compare(a.Name, b.Name))
 	})
 	return w
+}
+
+// asked is n's place in line: when it asked, or, after it lost a grant for
+// no sign of life, the end of its back-off (it joins the back of the line
+// then, so a dead agent's old request does not jump the nodes that waited).
+func (d *decider) asked(n *Node) time.Time {
+	if st, ok := d.mem.NotAlive[n.Name]; ok {
+		return latest(n.Request.Since, st.At.Add(d.backoff(st.Count)))
+	}
+	return n.Request.Since
 }
 
 // grantWaiting grants waiting nodes in order while the budget has room,
@@ -415,6 +425,16 @@ func (d *decider) grantWaiting() {
 	}
 }
 
+// maxBackoff caps the back-off of a node whose agent shows no life, in
+// grant TTLs.
+const maxBackoff = 16
+
+// backoff is how long a node that lost strikes grants for no sign of life
+// waits before it may be granted again: a TTL, doubling per strike.
+func (d *decider) backoff(strikes int) time.Duration {
+	return d.ttl * time.Duration(min(1<<max(strikes-1, 0), maxBackoff))
+}
+
 // exhausted tells, once per wait, that n waits because the budget is full.
 func (d *decider) exhausted(n *Node) {
 	d.mem.Exhausted[n.Name] = true
@@ -430,8 +450,11 @@ func (d *decider) exhausted(n *Node) {
 // doing so, and one of the conditions n asks for is not held by the guard
 // in its zone.
 func (d *decider) eligible(n *Node) bool {
-	if _, dead := d.mem.NotAlive[n.Name]; dead {
-		return false
+	if st, dead := d.mem.NotAlive[n.Name]; dead {
+		if end := st.At.Add(d.backoff(st.Count)); d.now.Before(end) {
+			d.at(end)
+			return false
+		}
 	}
 	for _, c := range n.Request.Conditions {
 		if tripped, _ := d.out.Guard.Tripped(c, n.Zone); !tripped {

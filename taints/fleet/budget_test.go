@@ -889,18 +889,36 @@ func TestDeadAgentNotRegranted(t *testing.T) {
 	if d.Release["n"] != ReleaseAgentNotAlive || len(d.Grant) != 0 {
 		t.Fatalf("release %v grant %v, want released for %q and not granted", d.Release, d.Grant, ReleaseAgentNotAlive)
 	}
-	// Later, the lease released and nothing changed on the node: still not
-	// granted, though the budget and the rate have room.
-	in.Now, in.Memory = at(2*time.Minute), d.Memory
+	// Within its back-off (one TTL after the first strike), the lease
+	// released and nothing changed on the node: not granted, though the
+	// budget and the rate have room; the back-off's end is the next wake.
+	in.Now, in.Memory = at(30*s), d.Memory
 	in.Grants = []Grant{freed("n", "x", -70*s, 0)}
-	if d = Decide(in); len(d.Grant) != 0 || !slices.Contains(d.Waiting, "n") {
-		t.Fatalf("2m later with no sign of life: grant %v waiting %v, want none granted, n waiting", d.Grant, d.Waiting)
+	if d = Decide(in); len(d.Grant) != 0 || !slices.Contains(d.Waiting, "n") || !d.Next.Equal(at(60*s)) {
+		t.Fatalf("30s later with no sign of life: grant %v waiting %v next %v, want none granted, n waiting, next at 60s", d.Grant, d.Waiting, d.Next)
 	}
-	// Its agent comes back: the stamp changes, it is granted again.
-	in.Now, in.Memory = at(3*time.Minute), d.Memory
-	in.Nodes = []Node{mk("n", "x", asks(-time.Hour), aliveSeen(3*time.Minute))}
+	// Its agent writes (the stamp changes): granted again at once.
+	mem = d.Memory
+	in.Nodes = []Node{mk("n", "x", asks(-time.Hour), aliveSeen(40*s))}
+	in.Now, in.Memory = at(40*s), mem
+	if d2 := Decide(in); !slices.Contains(d2.Grant, "n") {
+		t.Fatalf("after its agent showed life: grant %v, want n granted", d2.Grant)
+	}
+	// Or, with no sign of life, once the back-off has passed (a stalled
+	// agent that recovers must not be locked out for good).
+	in.Nodes = []Node{mk("n", "x", asks(-time.Hour), aliveSeen(-61*s))}
+	in.Now, in.Memory = at(60*s), mem
 	if d = Decide(in); !slices.Contains(d.Grant, "n") {
-		t.Fatalf("after its agent showed life: grant %v, want n granted", d.Grant)
+		t.Fatalf("after the back-off: grant %v, want n granted", d.Grant)
+	}
+}
+
+func TestNotAliveBackoffDoubles(t *testing.T) {
+	d := newDecider(Input{Config: Config{GrantTTL: time.Minute}, Now: t0})
+	for strikes, want := range map[int]time.Duration{1: time.Minute, 2: 2 * time.Minute, 3: 4 * time.Minute, 5: 16 * time.Minute, 9: 16 * time.Minute} {
+		if got := d.backoff(strikes); got != want {
+			t.Errorf("backoff(%d) = %v, want %v", strikes, got, want)
+		}
 	}
 }
 
@@ -952,5 +970,22 @@ func TestBudgetExhaustedTold(t *testing.T) {
 	in.Nodes = []Node{mk("w", "x", asks(-time.Minute))}
 	if d = Decide(in); len(told(d)) != 0 {
 		t.Errorf("told %v with room in the budget", told(d))
+	}
+}
+
+// TestNotAliveJoinsTheBackOfTheLine: once its back-off ends, a node that
+// lost its grant for no sign of life waits behind the nodes that asked
+// before the back-off ended, whatever its old request says.
+func TestNotAliveJoinsTheBackOfTheLine(t *testing.T) {
+	const s = time.Second
+	cfg := testConfig()
+	cfg.MaxNoExecute = intstr.FromInt32(1)
+	mem := testMemory()
+	mem.NotAlive = map[string]Strikes{"dead": {Count: 1, At: at(-60 * s)}}
+	d := Decide(Input{Config: cfg, Now: at(0), Memory: mem,
+		Nodes: []Node{mk("dead", "x", asks(-time.Hour)), mk("idle", "x", asks(-30*s))},
+	})
+	if !slices.Equal(d.Grant, []string{"idle"}) || !slices.Equal(d.Waiting, []string{"dead"}) {
+		t.Errorf("grant %v waiting %v, want idle granted (asked before dead's back-off ended), dead waiting", d.Grant, d.Waiting)
 	}
 }

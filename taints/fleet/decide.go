@@ -58,8 +58,9 @@ type Node struct {
 	// Request is its ask (nil: none, or unreadable, which the caller
 	// reports).
 	Request *Request
-	// AliveSeen is when the coordinator (its clock) last saw the
-	// request's Alive change; zero: not since this leader started.
+	// AliveSeen is when the coordinator (its clock) last saw the request
+	// change (its agent wrote it: a holder refreshes Alive every third of
+	// the TTL); zero: not since this leader started.
 	AliveSeen time.Time
 	// Reporting are the watched conditions the node reports (in a status
 	// listed in Config.Watched).
@@ -101,12 +102,14 @@ type Memory struct {
 	// no longer counts against the budget; its Event has been told). A new
 	// leader tells again, a TTL after it first sees the taint.
 	Abandoned map[string]time.Time
-	// NotAlive is when each node lost its grant because its agent showed
-	// no sign of life: it is not granted again until its liveness stamp
-	// changes after that (a restarted agent rewrites its request), so a
-	// dead agent's request, which never goes away, cannot take a slot and a
-	// rate token every TTL.
-	NotAlive map[string]time.Time
+	// NotAlive are the nodes that lost a grant because their agent showed
+	// no sign of life: such a node is not granted again until its request
+	// changes (its agent writes), or its back-off ends: a GrantTTL after
+	// the first such release, doubling with each one after (up to 16
+	// TTLs), so a dead agent's request, which never goes away, takes a
+	// slot and a rate token ever more rarely, and a stalled one that
+	// recovers is granted again.
+	NotAlive map[string]Strikes
 	// Exhausted are the waiting nodes told that the budget keeps them
 	// waiting (once per wait).
 	Exhausted map[string]bool
@@ -172,6 +175,13 @@ type Decision struct {
 	// bring the next one (the coordinator watches its grants), so what
 	// falls due by them is not repeated here.
 	Next time.Time
+}
+
+// Strikes are a node's consecutive grants lost for no sign of life, and
+// when the last was lost.
+type Strikes struct {
+	Count int
+	At    time.Time
 }
 
 // Event is something the coordinator tells, about a node ("" : the

@@ -432,8 +432,11 @@ func TestStormGuard(t *testing.T) {
 	if resetSeen.After(clearStart.Add(coolDown + 15*time.Second)) {
 		t.Errorf("the guard reset %s after the share went down, long after its cool-down %s", resetSeen.Sub(clearStart), coolDown)
 	}
-	if len(eventsWithReason(t, c, fleet.EventGuardReset)) == 0 {
-		t.Errorf("no %s Event", fleet.EventGuardReset)
+	// Events are recorded asynchronously, after the write that reset it.
+	if err := testcp.Poll(t.Context(), 10*time.Second, 200*time.Millisecond, func() (bool, error) {
+		return len(eventsWithReason(t, c, fleet.EventGuardReset)) > 0, nil
+	}); err != nil {
+		t.Errorf("no %s Event: %v", fleet.EventGuardReset, err)
 	}
 
 	// While tripped (as the agents saw it), no new taint of the condition

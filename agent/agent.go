@@ -260,7 +260,6 @@ func New(opts Options) (*Agent, error) {
 		log:         opts.Logger.With("node", opts.NodeName),
 		clock:       opts.Clock,
 		byProbe:     map[string]ProbeSpec{},
-		ruleFor:     map[taints.TaintID][]taints.Rule{},
 		dampers:     map[corev1.NodeConditionType]*taints.Damper{},
 		faultConds:  map[corev1.NodeConditionType]bool{},
 		faultProbes: map[string]corev1.NodeConditionType{},
@@ -279,25 +278,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.HardwarePeriod <= 0 {
 		a.opts.HardwarePeriod = DefaultHardwarePeriod
 	}
-	entries := make([]probes.Entry, 0, len(opts.Probes))
-	for _, p := range opts.Probes {
-		if p.Entry.Probe == nil {
-			return nil, errors.New("agent: probe spec without a probe")
-		}
-		if _, dup := a.dampers[p.Condition]; dup {
-			return nil, fmt.Errorf("agent: condition %s is fed by two probes", p.Condition)
-		}
-		a.byProbe[p.Entry.Probe.Name()] = p
-		a.dampers[p.Condition] = taints.NewDamper(p.Damping, p.HealthyStatus())
-		a.faultConds[p.Condition] = true
-		a.faultProbes[p.Entry.Probe.Name()] = p.Condition
-		switch h := p.HealthyStatus(); h {
-		case corev1.ConditionTrue, corev1.ConditionFalse:
-			a.healthy[p.Condition] = h
-		default:
-			return nil, fmt.Errorf("agent: condition %s: healthy status must be True or False, got %q", p.Condition, h)
-		}
-		entries = append(entries, p.Entry)
+	entries, err := a.addProbes(opts.Probes)
+	if err != nil {
+		return nil, err
 	}
 	if in := opts.Init; in != nil {
 		if in.Condition == "" {
@@ -318,16 +301,50 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.runner = runner
-	for _, r := range opts.Rules {
-		id := taints.IDOf(r.Taint)
-		a.ruleFor[id] = append(a.ruleFor[id], r)
-		if r.Fallback != "" {
-			fb := taints.TaintID{Key: r.Taint.Key, Effect: r.Fallback}
-			a.ruleFor[fb] = append(a.ruleFor[fb], r)
-		}
-	}
+	a.ruleFor = rulesByTaint(opts.Rules)
 	a.ownable = ownableFor(opts)
 	return a, nil
+}
+
+// addProbes gives each probe spec its damper, fault targets and healthy
+// status, and returns the runner's entries.
+func (a *Agent) addProbes(specs []ProbeSpec) ([]probes.Entry, error) {
+	entries := make([]probes.Entry, 0, len(specs))
+	for _, p := range specs {
+		if p.Entry.Probe == nil {
+			return nil, errors.New("agent: probe spec without a probe")
+		}
+		if _, dup := a.dampers[p.Condition]; dup {
+			return nil, fmt.Errorf("agent: condition %s is fed by two probes", p.Condition)
+		}
+		switch h := p.HealthyStatus(); h {
+		case corev1.ConditionTrue, corev1.ConditionFalse:
+			a.healthy[p.Condition] = h
+		default:
+			return nil, fmt.Errorf("agent: condition %s: healthy status must be True or False, got %q", p.Condition, h)
+		}
+		a.byProbe[p.Entry.Probe.Name()] = p
+		a.dampers[p.Condition] = taints.NewDamper(p.Damping, p.HealthyStatus())
+		a.faultConds[p.Condition] = true
+		a.faultProbes[p.Entry.Probe.Name()] = p.Condition
+		entries = append(entries, p.Entry)
+	}
+	return entries, nil
+}
+
+// rulesByTaint indexes rules by the taints they put on: their own, and a
+// NoExecute rule's fallback too.
+func rulesByTaint(rules []taints.Rule) map[taints.TaintID][]taints.Rule {
+	out := map[taints.TaintID][]taints.Rule{}
+	for _, r := range rules {
+		id := taints.IDOf(r.Taint)
+		out[id] = append(out[id], r)
+		if r.Fallback != "" {
+			fb := taints.TaintID{Key: r.Taint.Key, Effect: r.Fallback}
+			out[fb] = append(out[fb], r)
+		}
+	}
+	return out
 }
 
 // probeClock adapts a Kubernetes clock to the probe runner's.

@@ -209,9 +209,13 @@ func (a *Agent) enqueue() {
 // reportNoExecute tells, once per change, why a condition's NoExecute rule
 // is at its fallback, and when it is applied again.
 func (a *Agent) reportNoExecute(node *corev1.Node, verdicts []taints.NoExecuteVerdict) {
+	// Keyed by the message's first clause, not all of it: a tripped
+	// guard's counts change with every renewal, and an Event per renewal
+	// per node would be a storm of its own.
 	var b strings.Builder
 	for _, v := range verdicts {
-		fmt.Fprintf(&b, "%s=%v/%s;", v.Condition, v.NoExecute, v.Message)
+		cause, _, _ := strings.Cut(v.Message, ":")
+		fmt.Fprintf(&b, "%s=%v/%s/%s;", v.Condition, v.NoExecute, v.Reason, cause)
 	}
 	if !a.changedSince(&a.lastNoExecute, b.String()) {
 		return

@@ -166,6 +166,25 @@ func operatorRESTConfig(kubeconfig string) (*rest.Config, error) {
 	return rc, nil
 }
 
+// operatorClients are the core and coordination clients of an operator
+// command that reads the NoExecute standing.
+func operatorClients(kubeconfig, userAgent string) (typedcorev1.CoreV1Interface, typedcoordv1.LeasesGetter, error) {
+	rc, err := operatorRESTConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc.UserAgent = userAgent
+	core, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building API client: %w", err)
+	}
+	leases, err := typedcoordv1.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building API client: %w", err)
+	}
+	return core, leases, nil
+}
+
 // operatorClient is a core client for an operator command, credentials found
 // as operatorRESTConfig finds them.
 func operatorClient(kubeconfig, userAgent string) (*typedcorev1.CoreV1Client, error) {

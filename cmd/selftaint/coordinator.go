@@ -25,10 +25,6 @@ import (
 // /metrics, /healthz and /readyz: the port after the agent's.
 const defaultCoordinatorMetricsAddress = ":9747"
 
-// defaultCoordinatorNamespace is the coordinator's namespace when neither
-// the config nor $POD_NAMESPACE names one.
-const defaultCoordinatorNamespace = "kube-system"
-
 // coordinatorFlags are the coordinator subcommand's flags.
 type coordinatorFlags struct {
 	configPath     string
@@ -48,7 +44,7 @@ type coordinatorFlags struct {
 func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.configPath, "config", "", "config file (YAML), the agents' own; empty means the built-in defaults")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; empty means in-cluster config (default $KUBECONFIG)")
-	fs.StringVar(&f.namespace, "namespace", "", "namespace of the grant Leases, the guard ConfigMap and the leader Lease (default: the config's coordinator.namespace, else $POD_NAMESPACE, else "+defaultCoordinatorNamespace+")")
+	fs.StringVar(&f.namespace, "namespace", "", "namespace of the grant Leases, the guard ConfigMap and the leader Lease (default: the config's coordinator.namespace, else $POD_NAMESPACE, else "+config.DefaultCoordinatorNamespace+")")
 	fs.StringVar(&f.identity, "identity", os.Getenv("POD_NAME"), "this replica's leader-election identity (default $POD_NAME, else the host name with a unique suffix)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", defaultCoordinatorMetricsAddress, "host:port to serve /metrics, /healthz and /readyz on; empty disables them")
 	fs.DurationVar(&f.leaseDuration, "leader-elect-lease-duration", coordinator.DefaultLeaseDuration, "how long a standby waits after the leader's last renewal before taking over")
@@ -63,12 +59,10 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 // namespaceFor is the coordinator's namespace: the flag, else the
 // config's, else the pod's, else kube-system.
 func (f *coordinatorFlags) namespaceFor(cfg *config.Config) string {
-	for _, ns := range []string{f.namespace, cfg.Coordinator.Namespace, os.Getenv("POD_NAMESPACE")} {
-		if ns != "" {
-			return ns
-		}
+	if f.namespace != "" {
+		return f.namespace
 	}
-	return defaultCoordinatorNamespace
+	return cfg.Coordinator.NamespaceOr(os.Getenv("POD_NAMESPACE"))
 }
 
 // identityOrHost is the leader-election identity: the flag (default

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/selftaint/selftaint/agent/config"
@@ -53,23 +51,9 @@ Flags:
 	comparison := fs.Bool("comparison-operators", false, "let Lt and Gt tolerations compare values, as with the TaintTolerationComparisonOperators feature gate (alpha and off by default in Kubernetes 1.35)")
 
 	// NODE may come before, between or after the flags.
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return errUsage
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			positional = append(positional, rest...)
-			break
-		}
-		positional, args = append(positional, rest[0]), rest[1:]
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(positional) > 1 {
 		fmt.Fprintf(stderr, "selftaint explain: one NODE, not %q\n", positional)
@@ -100,18 +84,9 @@ Flags:
 	if err != nil {
 		return err
 	}
-	rc, err := operatorRESTConfig(*kubeconfig)
+	client, leases, err := operatorClients(*kubeconfig, "selftaint-explain")
 	if err != nil {
 		return err
-	}
-	rc.UserAgent = "selftaint-explain"
-	client, err := typedcorev1.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("building API client: %w", err)
-	}
-	leases, err := typedcoordv1.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("building API client: %w", err)
 	}
 	n, err := client.Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -136,15 +111,7 @@ Flags:
 	if ns == "" {
 		ns = cfg.Coordinator.NamespaceOr("")
 	}
-	st, err := readStanding(ctx, client, leases, cfg, ns, n, nil, now)
-	if err != nil {
-		return err
-	}
-	if lines := st.describe(); len(lines) > 0 {
-		fmt.Fprintln(stdout)
-		fmt.Fprintln(stdout, strings.Join(lines, "\n"))
-	}
-	return nil
+	return printStanding(ctx, stdout, client, leases, cfg, ns, n, nil, now)
 }
 
 // podsOnNode lists the pods bound to node in all namespaces, page by page.

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/selftaint/selftaint/agent/config"
@@ -155,7 +154,8 @@ func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // parseInterspersed parses flags that may come before or after the
 // positional arguments (`inject NODE --condition C`), which the flag
-// package alone stops at, and returns the positional arguments.
+// package alone stops at, and returns the positional arguments (all of
+// those after a "--").
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -165,11 +165,14 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 			}
 			return nil, errUsage
 		}
-		if fs.NArg() == 0 {
+		rest := fs.Args()
+		if len(rest) == 0 {
 			return pos, nil
 		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil // after "--", all positional
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
 }
 
@@ -287,24 +290,14 @@ func (e *faultEnv) tellNoExecute(ctx context.Context, w io.Writer, n *corev1.Nod
 	if !noExecute {
 		return nil
 	}
-	rc, err := operatorRESTConfig(e.kubeconfig)
+	core, leases, err := operatorClients(e.kubeconfig, "selftaint-fault")
 	if err != nil {
 		return err
 	}
-	rc.UserAgent = "selftaint-fault"
-	core, err := typedcorev1.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("building API client: %w", err)
+	overrides := map[corev1.NodeConditionType]corev1.ConditionStatus{c: st}
+	if err := printStanding(ctx, w, core, leases, e.cfg, e.cfg.Coordinator.NamespaceOr(""), n, overrides, now); err != nil {
+		return fmt.Errorf("the fault is written; %w", err)
 	}
-	leases, err := typedcoordv1.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("building API client: %w", err)
-	}
-	s, err := readStanding(ctx, core, leases, e.cfg, e.cfg.Coordinator.NamespaceOr(""), n, map[corev1.NodeConditionType]corev1.ConditionStatus{c: st}, now)
-	if err != nil {
-		return fmt.Errorf("the fault is written; reading the NoExecute budget: %w", err)
-	}
-	fmt.Fprintln(w, strings.Join(s.describe(), "\n"))
 	return nil
 }
 

@@ -221,45 +221,92 @@ func observeFleet(b *testing.B, c kubernetes.Interface) *fleetObservation {
 	o := &fleetObservation{fallback: map[string]time.Time{}, noExecute: map[string]time.Time{}, grants: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	nw, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lw, err := c.CoordinationV1().Leases("kube-system").Watch(ctx, metav1.ListOptions{LabelSelector: fleet.GrantLabel + "=true"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	first := func(m map[string]time.Time, k string) {
-		o.mu.Lock()
-		if _, ok := m[k]; !ok {
-			m[k] = time.Now()
+	// Watches start from a list's resourceVersion (one from none fails on
+	// an API server whose etcd has no progress notifications) and resume
+	// from the last version seen when the API server ends them.
+	go o.follow(ctx, b, func(rv string) (watch.Interface, error) {
+		return c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	}, func() (string, error) {
+		l, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return "", err
 		}
-		o.mu.Unlock()
-	}
-	go func() {
-		for ev := range nw.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok || ev.Type == watch.Deleted {
-				continue
+		return l.ResourceVersion, nil
+	}, func(obj any) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == "selftaint.io/memory-pressure" && t.Effect == corev1.TaintEffectNoSchedule {
+				o.first(o.fallback, n.Name)
 			}
-			for _, t := range n.Spec.Taints {
-				if t.Key == "selftaint.io/memory-pressure" && t.Effect == corev1.TaintEffectNoSchedule {
-					first(o.fallback, n.Name)
-				}
-				if t.Key == "selftaint.io/memory-pressure" && t.Effect == corev1.TaintEffectNoExecute {
-					first(o.noExecute, n.Name)
-				}
+			if t.Key == "selftaint.io/memory-pressure" && t.Effect == corev1.TaintEffectNoExecute {
+				o.first(o.noExecute, n.Name)
 			}
 		}
-	}()
-	go func() {
-		for ev := range lw.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-				first(o.grants, *l.Spec.HolderIdentity)
-			}
+	})
+	grantSel := metav1.ListOptions{LabelSelector: fleet.GrantLabel + "=true"}
+	go o.follow(ctx, b, func(rv string) (watch.Interface, error) {
+		sel := grantSel
+		sel.ResourceVersion = rv
+		return c.CoordinationV1().Leases("kube-system").Watch(ctx, sel)
+	}, func() (string, error) {
+		l, err := c.CoordinationV1().Leases("kube-system").List(ctx, grantSel)
+		if err != nil {
+			return "", err
 		}
-	}()
+		return l.ResourceVersion, nil
+	}, func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			o.first(o.grants, *l.Spec.HolderIdentity)
+		}
+	})
 	return o
+}
+
+// first records now for k in m unless it is there.
+func (o *fleetObservation) first(m map[string]time.Time, k string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := m[k]; !ok {
+		m[k] = time.Now()
+	}
+}
+
+// follow lists for a resourceVersion, watches from it, hands every object
+// to seen, and resumes from the last version seen when the watch ends,
+// until ctx ends.
+func (o *fleetObservation) follow(ctx context.Context, b *testing.B, watchFrom func(rv string) (watch.Interface, error), list func() (string, error), seen func(any)) {
+	rv, err := list()
+	for ctx.Err() == nil {
+		if err != nil {
+			b.Logf("fleet watch: %v; listing again", err)
+			time.Sleep(time.Second)
+			rv, err = list()
+			continue
+		}
+		w, werr := watchFrom(rv)
+		if werr != nil {
+			err = werr
+			continue
+		}
+		expired := false
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				expired = true // e.g. 410 Gone: start again from a list
+				break
+			}
+			seen(ev.Object)
+			if m, ok := ev.Object.(metav1.Object); ok {
+				rv = m.GetResourceVersion()
+			}
+		}
+		w.Stop()
+		if expired {
+			rv, err = list()
+		}
+	}
 }
 
 // latencies are the fault-to-fallback and grant-to-NoExecute times, in ms.

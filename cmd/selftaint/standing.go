@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -187,6 +188,20 @@ func ordinal(n int) string {
 		suffix = "rd"
 	}
 	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// printStanding prints node's NoExecute standing (readStanding, describe),
+// after a blank line; nothing when the config has no NoExecute rule.
+func printStanding(ctx context.Context, w io.Writer, core typedcorev1.CoreV1Interface, leases typedcoordv1.LeasesGetter, cfg *config.Config, namespace string, node *corev1.Node, overrides map[corev1.NodeConditionType]corev1.ConditionStatus, now time.Time) error {
+	st, err := readStanding(ctx, core, leases, cfg, namespace, node, overrides, now)
+	if err != nil {
+		return err
+	}
+	if lines := st.describe(); len(lines) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, strings.Join(lines, "\n"))
+	}
+	return nil
 }
 
 // readStanding reads what describe needs: the Nodes, the grant Leases and

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -273,7 +274,7 @@ func (c *Config) Fleet() fleet.Config {
 	watched := map[corev1.NodeConditionType][]corev1.ConditionStatus{}
 	for _, r := range c.TaintRules() {
 		for _, s := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown} {
-			if r.Applies(s) && !containsStatus(watched[r.Condition], s) {
+			if r.Applies(s) && !slices.Contains(watched[r.Condition], s) {
 				watched[r.Condition] = append(watched[r.Condition], s)
 			}
 		}
@@ -288,15 +289,6 @@ func (c *Config) Fleet() fleet.Config {
 		},
 		Watched: watched,
 	}
-}
-
-func containsStatus(list []corev1.ConditionStatus, s corev1.ConditionStatus) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Warnings are settings that are valid but risky, each naming its field:

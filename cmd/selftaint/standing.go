@@ -132,7 +132,7 @@ func (s standing) grantLine(in taints.NoExecuteInput) string {
 	req, asks := s.node.Annotations[fleet.RequestAnnotation]
 	var since string
 	if r, err := fleet.ParseRequest(req); asks && err == nil {
-		since = fmt.Sprintf("asked since %s for %s", r.Since.Local().Format(time.TimeOnly), joinConds(r.Conditions))
+		since = fmt.Sprintf("asked since %s for %s", r.Since.Local().Format(time.TimeOnly), fleet.JoinConditions(r.Conditions))
 	} else if asks {
 		since = fmt.Sprintf("its request cannot be read (%v)", err)
 	} else if len(taints.Wanted(s.rules, s.statuses, s.flapping)) > 0 {
@@ -166,14 +166,6 @@ func ruleLine(r taints.Rule, statuses map[corev1.NodeConditionType]corev1.Condit
 	default:
 		return fmt.Sprintf("%s is %s: %s applies; %s falls back to it (%s: %s)", r.Condition, st, fb, ne, g.Reason, g.Message)
 	}
-}
-
-func joinConds(cs []corev1.NodeConditionType) string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = string(c)
-	}
-	return strings.Join(out, ", ")
 }
 
 func ordinal(n int) string {

@@ -443,7 +443,7 @@ func (d *decider) exhausted(n *Node) {
 	}
 	d.event(n.Name, true, EventBudgetExhausted,
 		"node %q (zone %q) asks for NoExecute for %s since %s and waits: the fleet's NoExecute budget is full (%d of %d held, maxNoExecute %s of %d nodes); it has its rules' fallback taints meanwhile, and is granted in the order nodes asked as holders clear",
-		n.Name, n.Zone, joinConditions(n.Request.Conditions), stamp(n.Request.Since), len(d.occupied), d.out.Budget, d.in.Config.MaxNoExecute.String(), len(d.nodes))
+		n.Name, n.Zone, JoinConditions(n.Request.Conditions), stamp(n.Request.Since), len(d.occupied), d.out.Budget, d.in.Config.MaxNoExecute.String(), len(d.nodes))
 }
 
 // eligible: n's agent has shown life since it last lost a grant for not
@@ -557,7 +557,8 @@ func (d *decider) finish() {
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-func joinConditions(cs []corev1.NodeConditionType) string {
+// JoinConditions lists condition types for a message: "A, B".
+func JoinConditions(cs []corev1.NodeConditionType) string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
 		out[i] = string(c)

@@ -282,3 +282,50 @@ func readPCIDevice(dir string) (PCIDevice, error) {
 	}
 	return d, nil
 }
+
+// NVIDIAVendor is NVIDIA's PCI vendor ID.
+const NVIDIAVendor = 0x10de
+
+// NVIDIAGPUsOnPCI lists the PCI addresses of the NVIDIA GPUs on the host's
+// PCI bus: devices of vendor 0x10de whose class is a display controller
+// (VGA 0x0300 or 3D 0x0302), in address order. A device bound to a driver
+// other than nvidia (vfio-pci for a GPU passed to a virtual machine) is
+// handed to something else on purpose and is left out: NVML will not see
+// it. NVSwitches (class 0x0680) are not GPUs. It is the GPU probe's
+// baseline: a GPU listed here that NVML does not see is lost.
+func NVIDIAGPUsOnPCI(host probes.Host) ([]string, error) {
+	scan, err := ScanPCI(host, []PCIRule{
+		{Resource: "nvidia.com/vga", Vendor: "0x10de", Class: "0x0300"},
+		{Resource: "nvidia.com/3d", Vendor: "0x10de", Class: "0x0302"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range scan.Resources {
+		for _, d := range r.Devices {
+			driver, err := os.Readlink(host.Sys("bus", "pci", "devices", d.Address, "driver"))
+			if err == nil && filepath.Base(driver) != "nvidia" {
+				continue
+			}
+			out = append(out, d.Address)
+		}
+	}
+	slices.Sort(out)
+	// A device whose IDs are unreadable is left out (the inventory reports
+	// it): one odd device must not make the GPU probe blind.
+	return out, nil
+}
+
+// BootID reads the host's boot ID, which changes at every boot.
+func BootID(host probes.Host) (string, error) {
+	b, err := os.ReadFile(host.Proc("sys", "kernel", "random", "boot_id"))
+	if err != nil {
+		return "", fmt.Errorf("reading the boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("reading the boot ID: %s is empty", host.Proc("sys", "kernel", "random", "boot_id"))
+	}
+	return id, nil
+}

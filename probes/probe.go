@@ -61,3 +61,28 @@ type Probe interface {
 	// the Runner; a probe may leave them empty.
 	Probe(ctx context.Context) Result
 }
+
+// Stateful is a Probe whose findings must outlive the agent's process: a
+// GPU that raised an Xid needing a reset has failed until the reset is
+// seen, whether or not selftaint restarted in between. The agent keeps the
+// probe's state on its Node (an annotation it owns, see the agent package)
+// and hands it back with Restore before the probe's first run; until then
+// the probe does not run. The agent also relays an operator's request to
+// clear what the probe holds.
+type Stateful interface {
+	Probe
+	// State returns what the probe needs after a restart, in its own
+	// stable encoding; nil when it holds nothing. It must be cheap: the
+	// agent asks after every run and writes the value when it changed.
+	State() []byte
+	// Restore takes back what State returned before a restart (nil when
+	// nothing was kept). It is called once, before the first run. An
+	// error means the state could not be used; the probe then starts
+	// afresh and the error says what was wrong.
+	Restore(state []byte) error
+	// Clear drops what the probe holds for the targets an operator named
+	// (their meaning is the probe's, e.g. GPU UUIDs; "all" for every
+	// one) that it learned before requested. It returns what it cleared,
+	// in words, or an error naming a target it does not know.
+	Clear(targets []string, requested time.Time) (string, error)
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/probes/custom"
 )
 
@@ -151,14 +152,11 @@ func (c *Config) InitOptions() *agent.InitOptions {
 }
 
 // GPUProbeSpecs builds the probes that read NVML (the two GPU probes:
-// every registry section whose settings are an NVMLBuilder) over an
-// initialized NVML, or nothing when they are disabled or lib is nil (no
-// driver). The caller closes what is returned (nil when nothing is), then
-// shuts NVML down.
-func (c *Config) GPUProbeSpecs(lib nvml.Interface) ([]agent.ProbeSpec, io.Closer, error) {
-	if lib == nil {
-		return nil, nil, nil
-	}
+// every registry section whose settings are an NVMLBuilder) over NVML as
+// env reaches it, or nothing when they are disabled. The caller closes
+// what is returned (nil when nothing is); with env.Open set that shuts
+// NVML down too.
+func (c *Config) GPUProbeSpecs(env gpu.Env) ([]agent.ProbeSpec, io.Closer, error) {
 	var specs []agent.ProbeSpec
 	var closers closeAll
 	for _, s := range c.registry() {
@@ -167,7 +165,7 @@ func (c *Config) GPUProbeSpecs(lib nvml.Interface) ([]agent.ProbeSpec, io.Closer
 		if !ok || !set.Base().IsEnabled() {
 			continue
 		}
-		ps, closer, err := b.BuildNVML(lib)
+		ps, closer, err := b.BuildNVML(env)
 		if err != nil {
 			_ = closers.Close()
 			return nil, nil, fmt.Errorf("building the %s probe: %w", s.Key, err)
@@ -177,8 +175,11 @@ func (c *Config) GPUProbeSpecs(lib nvml.Interface) ([]agent.ProbeSpec, io.Closer
 			closers = append(closers, closer)
 		}
 	}
-	if len(closers) == 0 {
+	switch len(closers) {
+	case 0:
 		return specs, nil, nil
+	case 1:
+		return specs, closers[0], nil // the GPU monitor itself, for its Lib
 	}
 	return specs, closers, nil
 }
@@ -196,10 +197,11 @@ func (cs closeAll) Close() error {
 }
 
 // Inventory is the node's special hardware as the config asks to see it:
-// NVIDIA GPUs through lib (none when lib is nil) and PCI devices by the
-// rules, read under host. Devices whose sysfs files are unreadable are
+// NVIDIA GPUs through the NVML lib returns (none when lib is nil; an
+// error while it returns nil, so the last good inventory is kept) and PCI
+// devices by the rules, read under host. Devices whose sysfs files are unreadable are
 // logged (once per distinct problem) and left out; the rest still count.
-func (c *Config) Inventory(host probes.Host, lib nvml.Interface, log *slog.Logger) agent.Inventory {
+func (c *Config) Inventory(host probes.Host, lib func() nvml.Interface, log *slog.Logger) agent.Inventory {
 	h := c.Hardware
 	rules := make([]hardware.PCIRule, len(h.PCI))
 	actions := map[string]HardwareAction{}
@@ -214,7 +216,11 @@ func (c *Config) Inventory(host probes.Host, lib nvml.Interface, log *slog.Logge
 			return agent.Resource{Name: corev1.ResourceName(name), Count: int64(n), Advertise: *a.Advertise, Taint: *a.Taint, Label: *a.Label, Detail: detail}
 		}
 		if lib != nil {
-			gpus, err := hardware.GPUs(lib)
+			l := lib()
+			if l == nil {
+				return nil, errors.New("counting GPUs: NVML has not started")
+			}
+			gpus, err := hardware.GPUs(l)
 			if err != nil {
 				return nil, fmt.Errorf("counting GPUs: %w", err)
 			}

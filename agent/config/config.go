@@ -30,6 +30,7 @@ import (
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/custom"
+	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/probes/strict"
 	"github.com/selftaint/selftaint/taints"
 )
@@ -346,14 +347,46 @@ type GPUProbe struct {
 	// Degraded is the degraded condition's type and damping; its probe
 	// runs with the fatal one's interval and timeout.
 	Degraded GPUDegraded `json:"degraded"`
-	// SkipXids are Xid errors applications cause, which say nothing about
-	// the GPU. Default the NVIDIA device plugin's: 13, 31, 43, 45, 68, 109.
-	SkipXids []uint64 `json:"skipXids"`
+	// Xids override NVIDIA's Xid catalog (probes/gpu/xids.csv) per Xid:
+	// ignore, restart-app, reset-gpu, reboot or contact-support. They
+	// extend the catalog; Xids not named keep NVIDIA's action.
+	Xids map[uint64]gpu.Action `json:"xids,omitempty"`
+	// SkipXids are Xids to ignore, as if Xids said ignore for each; the
+	// older form, kept for existing configs. It extends the catalog.
+	SkipXids []uint64 `json:"skipXids,omitempty"`
 	// ECCUncorrectedAbove: fatal when a GPU's volatile uncorrectable ECC
 	// error count is above this. Default 0.
 	ECCUncorrectedAbove uint64 `json:"eccUncorrectedAbove"`
 	// IgnoreSlowdown turns off the hardware/thermal slowdown check.
 	IgnoreSlowdown bool `json:"ignoreSlowdown,omitempty"`
+	// ExpectedGPUs is how many GPUs the node has. 0 (default): the NVIDIA
+	// GPUs on its PCI bus (display and 3D controllers of vendor 0x10de not
+	// handed to another driver such as vfio-pci).
+	ExpectedGPUs int `json:"expectedGPUs"`
+	// Sustained are the limits of signals judged over a window.
+	Sustained GPUSustained `json:"sustained"`
+}
+
+// GPUSustained are the GPU signals judged over a sliding window, so one
+// sample never decides. A limit of 0 turns its check off.
+type GPUSustained struct {
+	// Window is what they are judged over. Default 10m.
+	Window Duration `json:"window"`
+	// SlowdownPercent: degraded when hardware held the clocks down for
+	// more than this share of the window. Default 25.
+	SlowdownPercent *float64 `json:"slowdownPercent"`
+	// ThermalViolationPercent: degraded when NVML's thermal violation time
+	// is above this share of the window. Default 10.
+	ThermalViolationPercent *float64 `json:"thermalViolationPercent"`
+	// PowerViolationPercent: likewise for power. Default 50 (a GPU at its
+	// power limit under load is normal).
+	PowerViolationPercent *float64 `json:"powerViolationPercent"`
+	// PCIeReplaysPerMinute: degraded when the PCIe replay counter rises
+	// faster. Default 8 (DCGM's limit).
+	PCIeReplaysPerMinute *float64 `json:"pcieReplaysPerMinute"`
+	// NVLinkErrorsPerMinute: degraded when a GPU's NVLink replay, recovery
+	// and CRC errors rise faster. Default 60.
+	NVLinkErrorsPerMinute *float64 `json:"nvlinkErrorsPerMinute"`
 }
 
 // GPUDegraded is the GPU probe's degraded condition.

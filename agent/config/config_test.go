@@ -142,6 +142,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"relative npd config", "checks:\n  npdConfigs: [npd.json]\n", []string{"checks.npdConfigs[0]", "absolute"}},
 		{"network target both", "probes:\n  network:\n    targets: [{tcp: \"a:1\", dns: b}]\n", []string{"probes.network.targets[0]", "exactly one"}},
 		{"network bad route", "probes:\n  network:\n    defaultRoute: sometimes\n", []string{"probes.network", "sometimes"}},
+		{"gpu unknown xid action", "probes:\n  gpu:\n    xids: {63: panic}\n", []string{"probes.gpu.xids[63]", "panic", "reset-gpu"}},
+		{"gpu xid not a number", "probes:\n  gpu:\n    xids: {sixty: ignore}\n", []string{"probes.gpu.xids"}},
+		{"gpu negative expected", "probes:\n  gpu:\n    expectedGPUs: -1\n", []string{"probes.gpu.expectedGPUs"}},
+		{"gpu percent over 100", "probes:\n  gpu:\n    sustained:\n      slowdownPercent: 120\n", []string{"probes.gpu.sustained.slowdownPercent"}},
+		{"gpu zero window", "probes:\n  gpu:\n    sustained:\n      window: 0s\n", []string{"probes.gpu.sustained.window"}},
+		{"gpu negative rate", "probes:\n  gpu:\n    sustained:\n      pcieReplaysPerMinute: -1\n", []string{"probes.gpu.sustained.pcieReplaysPerMinute"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,6 +161,20 @@ func TestParseErrorsNameTheField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestGPUConfig(t *testing.T) {
+	cfg, err := Parse([]byte("probes:\n  gpu:\n    xids: {63: reboot, 999: ignore}\n    skipXids: [79]\n    expectedGPUs: 8\n    sustained:\n      powerViolationPercent: 0\n"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	c := cfg.Probes.GPU.PackageConfig()
+	if c.Xids[63] != "reboot" || c.Xids[999] != "ignore" || len(c.SkipXids) != 1 || c.ExpectedGPUs != 8 {
+		t.Errorf("got xids %v, skip %v, expected %d; want {63: reboot, 999: ignore}, [79], 8", c.Xids, c.SkipXids, c.ExpectedGPUs)
+	}
+	if c.PowerViolationPercent != 0 || c.ThermalViolationPercent != 10 || c.Window != 10*time.Minute {
+		t.Errorf("got power %v, thermal %v, window %v; want 0 (off), 10 (default), 10m", c.PowerViolationPercent, c.ThermalViolationPercent, c.Window)
 	}
 }
 

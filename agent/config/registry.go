@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -104,9 +103,9 @@ type HostBuilder interface {
 // NVMLBuilder is ProbeSettings of probes that read NVML (the GPU's).
 type NVMLBuilder interface {
 	// BuildNVML builds the block's probes, in ProbeSection.Probes order,
-	// over an initialized NVML, and what to close (before NVML is shut
-	// down) when they are no longer run.
-	BuildNVML(lib nvml.Interface) ([]probes.Probe, io.Closer, error)
+	// over NVML as env reaches it, and what to close when they are no
+	// longer run.
+	BuildNVML(env gpu.Env) ([]probes.Probe, io.Closer, error)
 }
 
 // DefaultRegistry is selftaint's probe registry. A new probe goes here:

@@ -3,9 +3,10 @@ package config
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/selftaint/selftaint/probes"
@@ -118,24 +119,87 @@ func (g *GPUProbe) SetDefaults() {
 	}
 	defaultDuration(&g.Degraded.For, time.Minute)
 	defaultDuration(&g.Degraded.ClearAfter, 5*time.Minute)
-	if g.SkipXids == nil {
-		g.SkipXids = gpu.DefaultSkipXids()
+	d := gpu.DefaultConfig()
+	defaultDuration(&g.Sustained.Window, d.Window)
+	for _, f := range []struct {
+		p *(*float64)
+		v float64
+	}{
+		{&g.Sustained.SlowdownPercent, d.SlowdownPercent},
+		{&g.Sustained.ThermalViolationPercent, d.ThermalViolationPercent},
+		{&g.Sustained.PowerViolationPercent, d.PowerViolationPercent},
+		{&g.Sustained.PCIeReplaysPerMinute, d.PCIeReplaysPerMinute},
+		{&g.Sustained.NVLinkErrorsPerMinute, d.NVLinkErrorsPerMinute},
+	} {
+		if *f.p == nil {
+			v := f.v
+			*f.p = &v
+		}
 	}
 }
 
-func (g *GPUProbe) packageConfig() gpu.Config {
-	return gpu.Config{SkipXids: g.SkipXids, ECCUncorrectedAbove: g.ECCUncorrectedAbove, IgnoreSlowdown: g.IgnoreSlowdown}
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// PackageConfig is the probe's configuration for probes/gpu.
+func (g *GPUProbe) PackageConfig() gpu.Config {
+	c := gpu.DefaultConfig()
+	c.Xids, c.SkipXids = g.Xids, g.SkipXids
+	c.ECCUncorrectedAbove, c.IgnoreSlowdown, c.ExpectedGPUs = g.ECCUncorrectedAbove, g.IgnoreSlowdown, g.ExpectedGPUs
+	c.Window = g.Sustained.Window.D
+	c.SlowdownPercent, c.ThermalViolationPercent, c.PowerViolationPercent =
+		deref(g.Sustained.SlowdownPercent), deref(g.Sustained.ThermalViolationPercent), deref(g.Sustained.PowerViolationPercent)
+	c.PCIeReplaysPerMinute, c.NVLinkErrorsPerMinute = deref(g.Sustained.PCIeReplaysPerMinute), deref(g.Sustained.NVLinkErrorsPerMinute)
+	return c
 }
 
 // Validate implements ProbeSettings.
 func (g *GPUProbe) Validate(p *field.Path) field.ErrorList {
-	return packageErrors(p, g, g.packageConfig().Validate())
+	var errs field.ErrorList
+	for x, a := range g.Xids {
+		if _, err := gpu.ParseAction(string(a)); err != nil {
+			errs = append(errs, field.Invalid(p.Child("xids").Key(strconv.FormatUint(x, 10)), string(a), err.Error()))
+		}
+	}
+	if g.ExpectedGPUs < 0 {
+		errs = append(errs, field.Invalid(p.Child("expectedGPUs"), g.ExpectedGPUs, "must not be negative"))
+	}
+	sp := p.Child("sustained")
+	if g.Sustained.Window.D <= 0 {
+		errs = append(errs, field.Invalid(sp.Child("window"), g.Sustained.Window.D.String(), "must be positive"))
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+		max  float64
+	}{
+		{"slowdownPercent", deref(g.Sustained.SlowdownPercent), 100},
+		{"thermalViolationPercent", deref(g.Sustained.ThermalViolationPercent), 100},
+		{"powerViolationPercent", deref(g.Sustained.PowerViolationPercent), 100},
+		{"pcieReplaysPerMinute", deref(g.Sustained.PCIeReplaysPerMinute), math.MaxFloat64},
+		{"nvlinkErrorsPerMinute", deref(g.Sustained.NVLinkErrorsPerMinute), math.MaxFloat64},
+	} {
+		if f.v < 0 || f.v > f.max || math.IsNaN(f.v) {
+			errs = append(errs, field.Invalid(sp.Child(f.name), f.v, fmt.Sprintf("must be between 0 (off) and %v", f.max)))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	if err := g.PackageConfig().Validate(); err != nil {
+		return field.ErrorList{field.Invalid(p, field.OmitValueType{}, err.Error())}
+	}
+	return nil
 }
 
 // BuildNVML implements NVMLBuilder: a Monitor and its fatal and degraded
-// probes.
-func (g *GPUProbe) BuildNVML(lib nvml.Interface) ([]probes.Probe, io.Closer, error) {
-	m, err := gpu.New(g.packageConfig(), lib)
+// probes over env.
+func (g *GPUProbe) BuildNVML(env gpu.Env) ([]probes.Probe, io.Closer, error) {
+	m, err := gpu.New(g.PackageConfig(), env)
 	if err != nil {
 		return nil, nil, err
 	}

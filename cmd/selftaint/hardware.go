@@ -14,6 +14,7 @@ import (
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/gpu"
 )
 
 // apiServerFromEnv is the API server's service address inside a cluster
@@ -50,9 +51,12 @@ func conditionsOf(specs []agent.ProbeSpec) []corev1.NodeConditionType {
 }
 
 // openMachine builds the probes and inventory the config asks for. NVML is
-// opened only when the GPU probe or GPU inventory can use it; without the
-// driver library GPU support is off and that is said once, in gpuOff, and
-// logged by the caller: the agent runs normally.
+// opened when the GPU probe or GPU inventory can use it. Without the driver
+// library on a node with no NVIDIA GPU on its PCI bus GPU support is off
+// and that is said once, in gpuOff, and logged by the caller. Where the bus
+// has NVIDIA GPUs but NVML does not start (the GPU operator's driver
+// container often comes up after the DaemonSets), the GPU probe reports
+// GPUDriverUnavailable and retries with backoff; the agent runs normally.
 func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machine, error) {
 	specs, err := cfg.ProbeSpecs(host, apiServerFromEnv())
 	if err != nil {
@@ -64,17 +68,32 @@ func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machi
 	}
 	specs = append(specs, checks...)
 	m := &machine{specs: specs, ownership: cfg.Ownership(conditionsOf(checks)), close: func() {}}
-	lib, err := hardware.OpenNVML(cfg.Hardware.NVML.LibraryPath)
-	switch {
-	case err == nil:
-	case errors.Is(err, hardware.ErrNVMLNotFound), errors.Is(err, nvml.ERROR_DRIVER_NOT_LOADED):
-		m.gpuOff = fmt.Sprintf("no NVIDIA driver (%v): GPU probe and GPU inventory are off", err)
+	path := cfg.Hardware.NVML.LibraryPath
+	lib, openErr := hardware.OpenNVML(path)
+	onPCI, pciErr := hardware.NVIDIAGPUsOnPCI(host)
+	if err := openErr; err != nil {
 		lib = nil
-	default:
-		m.gpuOff = fmt.Sprintf("NVML failed to start (%v): GPU probe and GPU inventory are off", err)
-		lib = nil
+		if len(onPCI) == 0 {
+			why := "no NVIDIA driver"
+			if !errors.Is(err, hardware.ErrNVMLNotFound) && !errors.Is(err, nvml.ERROR_DRIVER_NOT_LOADED) {
+				why = "NVML failed to start"
+			}
+			m.gpuOff = fmt.Sprintf("%s (%v) and no NVIDIA GPU on the PCI bus: GPU probe and GPU inventory are off", why, err)
+			if pciErr != nil {
+				m.gpuOff += fmt.Sprintf(" (the PCI bus could not be listed: %v)", pciErr)
+			}
+			m.inventory = cfg.Inventory(host, nil, log)
+			return m, nil
+		}
+		log.Warn("NVML did not start on a node with NVIDIA GPUs on its PCI bus; the GPU probe reports it and retries", "err", err, "gpus", len(onPCI))
 	}
-	gpuSpecs, monitor, err := cfg.GPUProbeSpecs(lib)
+	env := gpu.Env{
+		Lib:       lib,
+		Open:      func() (nvml.Interface, error) { return hardware.OpenNVML(path) },
+		GPUsOnPCI: func() ([]string, error) { return hardware.NVIDIAGPUsOnPCI(host) },
+		BootID:    func() (string, error) { return hardware.BootID(host) },
+	}
+	gpuSpecs, closer, err := cfg.GPUProbeSpecs(env)
 	if err != nil {
 		if lib != nil {
 			_ = hardware.ShutdownNVML(lib)
@@ -82,18 +101,32 @@ func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machi
 		return nil, err
 	}
 	m.specs = append(m.specs, gpuSpecs...)
-	m.inventory = cfg.Inventory(host, lib, log)
-	if lib != nil {
+	monitor, _ := closer.(interface{ Lib() nvml.Interface })
+	switch {
+	case monitor != nil:
+		// The GPU monitor owns NVML (it reopens it after a driver
+		// upgrade); the inventory counts GPUs through it.
+		m.inventory = cfg.Inventory(host, monitor.Lib, log)
 		m.close = func() {
-			if monitor != nil {
-				if err := monitor.Close(); err != nil {
-					log.Warn("closing the GPU monitor", "err", err)
+			if err := closer.Close(); err != nil {
+				log.Warn("closing the GPU monitor", "err", err)
+			}
+		}
+	case lib != nil:
+		m.inventory = cfg.Inventory(host, func() nvml.Interface { return lib }, log)
+		m.close = func() {
+			if closer != nil {
+				if err := closer.Close(); err != nil {
+					log.Warn("closing the GPU probes", "err", err)
 				}
 			}
 			if err := hardware.ShutdownNVML(lib); err != nil {
 				log.Warn("shutting NVML down", "err", err)
 			}
 		}
+	default:
+		m.inventory = cfg.Inventory(host, nil, log)
+		m.gpuOff = fmt.Sprintf("NVML did not start (%v) and the GPU probe is disabled: GPU inventory is off", openErr)
 	}
 	return m, nil
 }

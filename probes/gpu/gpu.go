@@ -1,30 +1,61 @@
 // Package gpu is selftaint's NVIDIA GPU health probe. It exists so that a
-// node whose GPU has failed (a critical Xid, uncorrectable memory errors, a
-// row remapping failure, a GPU that fell off the bus) is tainted before more
-// GPU pods are scheduled onto it to crash, and a node whose GPU is merely
-// degraded (memory repairs pending a reset, hardware slowdown) can be
-// drained at leisure.
+// node whose GPU has failed (an Xid that needs a reset or a reboot,
+// uncorrectable memory errors, a row remapping failure, a GPU that fell off
+// the bus, an NVLink down, a driver that will not start) is tainted before
+// more GPU pods are scheduled onto it to crash, and a node whose GPU is
+// merely degraded (memory repairs pending a reset, clocks held down,
+// a PCIe or NVLink link losing bandwidth) can be drained at leisure.
 //
 // The product needs one condition for each, so a Monitor watches all GPUs
 // through NVML and offers two probes over the same state: FatalProbe
-// ("gpu") and DegradedProbe ("gpu-degraded"). Critical Xid events are
-// received through an NVML event set and drained on every probe run; they
-// are sticky, since a GPU that raised one needs a reset, which also restarts
-// selftaint's view of it. Error counters are polled on every run. Functions
-// that newer drivers added are looked up in the library before they are
-// called, because calling a symbol the driver lacks aborts the process; a
-// signal the driver or GPU does not offer is not checked, and not a problem.
+// ("gpu") and DegradedProbe ("gpu-degraded").
 //
-// The Monitor is written against nvml.Interface (go-nvml), already
-// initialized (hardware.OpenNVML), so tests use go-nvml's mocks.
+// It is written for the moments a GPU fleet is sick, when NVML itself is
+// at its worst:
+//   - A read failure is never a recovery. Each GPU is read by a worker of
+//     its own with its own deadline, so a GPU whose calls hang or crawl is
+//     Unknown for its own signals and hides nothing about the others; a
+//     problem a signal showed is kept while that signal cannot be read;
+//     only a successful read of a healthy GPU clears it. At most one NVML
+//     call is in flight per GPU, so a hung driver leaks nothing.
+//   - Failures outlive the agent. The Monitor is a probes.Stateful: what
+//     it holds (fatal Xids, the last problem of each signal, the GPUs the
+//     node should have) is kept on the Node and restored after a restart.
+//     A fatal Xid is held until a recovery is observed (see Recovery).
+//   - Xids are judged by NVIDIA's Xid catalog (catalog.go, xids.csv),
+//     which config extends. Xid events are drained continuously by a
+//     watcher goroutine, so a storm of harmless Xids cannot hide a
+//     critical one.
+//   - The node's expected GPUs come from config or its PCI bus, so a GPU
+//     NVML no longer sees is named, and a driver that does not start is a
+//     failure (retried with backoff), not silence.
+//
+// Functions that newer drivers added are looked up in the library before
+// they are called, because calling a symbol the driver lacks aborts the
+// process; a signal the driver or GPU does not offer is not checked and
+// the message says so.
+//
+// # Recovery
+//
+// A fatal Xid is cleared when the GPU is readable and healthy, its
+// driver-reported recovery action (where the driver has one) is none, and
+// one of these was observed after the Xid: the node rebooted (the host's
+// boot ID changed); the GPU was reset (it was lost, unreadable or missing
+// and came back, or its recovery action went from an action back to
+// none), which clears Xids whose action is a GPU reset but not those that
+// need a reboot or service; or an operator cleared it (Clear,
+// `selftaint gpu clear`).
+//
+// The Monitor is written against nvml.Interface (go-nvml), so tests use
+// go-nvml's mocks.
 package gpu
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,18 +78,35 @@ const (
 const (
 	// ReasonGPUsHealthy: the fatal probe found no failure.
 	ReasonGPUsHealthy = "GPUsHealthy"
-	// ReasonGPULost: an NVML call said a GPU is lost (fell off the bus),
-	// or NVML sees fewer GPUs than at start.
+	// ReasonDriverUnavailable: NVML does not start, or every call says
+	// the driver is not loaded or does not match the library, while the
+	// node has NVIDIA GPUs on its PCI bus.
+	ReasonDriverUnavailable = "GPUDriverUnavailable"
+	// ReasonGPULost: a GPU fell off the bus, or NVML sees fewer GPUs
+	// than the node has.
 	ReasonGPULost = "GPULost"
-	// ReasonGPUResetRequired: an NVML call said a GPU must be reset.
+	// ReasonGPURebootRequired: an Xid or the driver's recovery action
+	// says the node must be rebooted.
+	ReasonGPURebootRequired = "GPURebootRequired"
+	// ReasonGPUFailure: an Xid NVIDIA's catalog sends to support (the GPU
+	// may need service).
+	ReasonGPUFailure = "GPUFailure"
+	// ReasonGPUResetRequired: an NVML call, an Xid or the driver's
+	// recovery action says the GPU must be reset.
 	ReasonGPUResetRequired = "GPUResetRequired"
-	// ReasonXidError: a GPU raised a critical Xid not in Config.SkipXids.
-	ReasonXidError = "GPUXidError"
+	// ReasonGPUDrainP2P: the driver's recovery action asks to drain
+	// peer-to-peer traffic.
+	ReasonGPUDrainP2P = "GPUDrainP2PRequired"
 	// ReasonUncorrectableECC: a GPU's volatile uncorrectable ECC error
 	// count is above Config.ECCUncorrectedAbove.
 	ReasonUncorrectableECC = "GPUUncorrectableECC"
 	// ReasonRowRemapFailure: a GPU ran out of spare memory rows.
 	ReasonRowRemapFailure = "GPURowRemapFailure"
+	// ReasonNVLinkDown: an NVLink that was up is down.
+	ReasonNVLinkDown = "GPUNVLinkDown"
+	// ReasonFabricNotReady: the GPU's registration with the NVLink fabric
+	// (fabric manager, NVSwitch) is not complete or failed.
+	ReasonFabricNotReady = "GPUFabricNotReady"
 
 	// ReasonGPUsNotDegraded: the degraded probe found nothing.
 	ReasonGPUsNotDegraded = "GPUsNotDegraded"
@@ -68,330 +116,395 @@ const (
 	// ReasonRetiredPagesPending: a GPU has retired pages that take effect
 	// at its next reset.
 	ReasonRetiredPagesPending = "GPURetiredPagesPending"
-	// ReasonHardwareSlowdown: a GPU's clocks are held down by hardware
-	// (HW slowdown, HW thermal slowdown or HW power brake).
+	// ReasonFabricDegraded: the NVLink fabric reports degraded bandwidth.
+	ReasonFabricDegraded = "GPUFabricDegraded"
+	// ReasonNVLinkErrors: NVLink error counters rise faster than
+	// Config.NVLinkErrorsPerMinute.
+	ReasonNVLinkErrors = "GPUNVLinkErrors"
+	// ReasonPCIeDegraded: the PCIe link runs below its width or
+	// generation, or replays faster than Config.PCIeReplaysPerMinute.
+	ReasonPCIeDegraded = "GPUPCIeDegraded"
+	// ReasonECCDisabled: ECC was enabled and is not any more.
+	ReasonECCDisabled = "GPUECCDisabled"
+	// ReasonInfoROMCorrupted: the GPU's InfoROM failed validation.
+	ReasonInfoROMCorrupted = "GPUInfoROMCorrupted"
+	// ReasonHardwareSlowdown: a GPU's clocks were held down by hardware
+	// for more than Config.SlowdownPercent of the window.
 	ReasonHardwareSlowdown = "GPUHardwareSlowdown"
+	// ReasonThermalViolation: thermal violation time above
+	// Config.ThermalViolationPercent of the window.
+	ReasonThermalViolation = "GPUThermalViolation"
+	// ReasonPowerViolation: power violation time above
+	// Config.PowerViolationPercent of the window.
+	ReasonPowerViolation = "GPUPowerViolation"
 
-	// ReasonReadError: no GPU could be read, or NVML could not count them.
+	// ReasonReadError: the GPUs could not be read and nothing is known
+	// to be wrong with them.
 	ReasonReadError = probes.ReasonReadError
 )
 
-// DefaultEventWait is how long a probe run waits for the next Xid event
-// when Config.EventWait is 0.
-const DefaultEventWait = 10 * time.Millisecond
+// Defaults.
+const (
+	// DefaultEventWait is how long one wait for Xid events blocks.
+	DefaultEventWait = time.Second
+	// DefaultReadTimeout bounds one run's reads when its context has no
+	// deadline.
+	DefaultReadTimeout = 2 * time.Second
+	// DefaultWindow is the window sustained signals are judged over.
+	DefaultWindow = 10 * time.Minute
+)
 
-// maxEventsPerRun bounds the Xid events one run drains, so a storm of them
-// cannot keep a run from finishing; the rest wait for the next run.
-const maxEventsPerRun = 1000
+// DefaultSkipXids returns nothing: which Xids are harmless is NVIDIA's
+// catalog's call now (Catalog); Config.SkipXids only adds to it.
+//
+// Deprecated: kept for configs that name skipXids.
+func DefaultSkipXids() []uint64 { return nil }
 
-// DefaultSkipXids returns the Xids that applications cause rather than GPU
-// faults, as NVIDIA's device plugin skips them: 13 (graphics engine
-// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45
-// (preemptive cleanup), 68 (video processor exception) and 109 (context
-// switch timeout).
-func DefaultSkipXids() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
-
-// Config says what makes a GPU failed or degraded. The zero value checks
-// everything and skips no Xid; start from DefaultConfig.
+// Config says what makes a GPU failed or degraded. Start from
+// DefaultConfig.
 type Config struct {
-	// SkipXids are Xids that are not treated as GPU failures.
-	// DefaultConfig sets DefaultSkipXids.
+	// Xids set the action of Xids, over NVIDIA's catalog: an override
+	// extends the catalog, it never replaces it.
+	Xids map[uint64]Action
+	// SkipXids are Xids to ignore, as if Xids said ActionIgnore for
+	// each. Kept for older configs.
 	SkipXids []uint64
 	// ECCUncorrectedAbove: a GPU whose volatile (since the driver loaded)
 	// uncorrectable ECC error count is above it has failed. 0: any error.
 	ECCUncorrectedAbove uint64
 	// IgnoreSlowdown turns off the hardware slowdown check.
 	IgnoreSlowdown bool
-	// EventWait is how long a probe run waits for the next Xid event
-	// before it stops draining them: whole milliseconds, at most 1s. 0
-	// means DefaultEventWait.
+	// EventWait is how long one wait for Xid events blocks: whole
+	// milliseconds, 1ms to 5s. 0 means DefaultEventWait.
 	EventWait time.Duration
+	// ReadTimeout bounds one run's reads when the run has no deadline;
+	// with one, reads end at 80% of it. 0 means DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// ExpectedGPUs is how many GPUs the node has. 0: the NVIDIA GPUs on
+	// its PCI bus (Env.GPUsOnPCI), else the most NVML ever saw.
+	ExpectedGPUs int
+	// Window is what sustained signals are judged over. 0 means
+	// DefaultWindow.
+	Window time.Duration
+	// SlowdownPercent: degraded when hardware held the clocks down for
+	// more than this share of the window.
+	SlowdownPercent float64
+	// ThermalViolationPercent and PowerViolationPercent: degraded when
+	// NVML's thermal or power violation time is above this share of the
+	// window. 0 turns the check off.
+	ThermalViolationPercent, PowerViolationPercent float64
+	// PCIeReplaysPerMinute: degraded when the PCIe replay counter rises
+	// faster than this over the window. 0 turns the check off.
+	PCIeReplaysPerMinute float64
+	// NVLinkErrorsPerMinute: degraded when a GPU's NVLink replay,
+	// recovery and CRC error counters together rise faster than this over
+	// the window. 0 turns the check off.
+	NVLinkErrorsPerMinute float64
 }
 
-// DefaultConfig returns the defaults: Xids DefaultSkipXids skipped, any
-// uncorrectable ECC error fatal, hardware slowdown checked.
+// DefaultConfig returns the defaults: NVIDIA's catalog, any uncorrectable
+// ECC error fatal, slowdown checked (25% of 10 minutes), thermal violation
+// 10%, power violation 50%, PCIe replays 8 a minute (DCGM's limit), NVLink
+// errors 60 a minute.
 func DefaultConfig() Config {
-	return Config{SkipXids: DefaultSkipXids(), EventWait: DefaultEventWait}
+	return Config{
+		EventWait:               DefaultEventWait,
+		Window:                  DefaultWindow,
+		SlowdownPercent:         25,
+		ThermalViolationPercent: 10,
+		PowerViolationPercent:   50,
+		PCIeReplaysPerMinute:    8,
+		NVLinkErrorsPerMinute:   60,
+	}
 }
 
-// Validate checks EventWait.
+// Validate checks the durations, shares and overrides.
 func (c Config) Validate() error {
-	if c.EventWait < 0 || c.EventWait > time.Second || c.EventWait%time.Millisecond != 0 {
-		return fmt.Errorf("gpu probe config: EventWait %v must be whole milliseconds between 0 and 1s", c.EventWait)
+	var errs []error
+	if c.EventWait < 0 || c.EventWait > 5*time.Second || c.EventWait%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("EventWait %v must be whole milliseconds between 0 and 5s", c.EventWait))
+	}
+	if c.ReadTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ReadTimeout %v must not be negative", c.ReadTimeout))
+	}
+	if c.Window < 0 {
+		errs = append(errs, fmt.Errorf("Window %v must not be negative", c.Window))
+	}
+	if c.ExpectedGPUs < 0 {
+		errs = append(errs, fmt.Errorf("ExpectedGPUs %d must not be negative", c.ExpectedGPUs))
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"SlowdownPercent", c.SlowdownPercent}, {"ThermalViolationPercent", c.ThermalViolationPercent}, {"PowerViolationPercent", c.PowerViolationPercent}} {
+		if p.v < 0 || p.v > 100 {
+			errs = append(errs, fmt.Errorf("%s %v must be between 0 and 100", p.name, p.v))
+		}
+	}
+	if c.PCIeReplaysPerMinute < 0 || c.NVLinkErrorsPerMinute < 0 {
+		errs = append(errs, errors.New("PCIeReplaysPerMinute and NVLinkErrorsPerMinute must not be negative"))
+	}
+	for x, a := range c.Xids {
+		if _, err := ParseAction(string(a)); err != nil {
+			errs = append(errs, fmt.Errorf("Xids[%d]: %w", x, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gpu probe config: %w", err)
 	}
 	return nil
 }
 
-// eventWaitMillis is EventWait for nvml.EventSet.Wait.
-func (c Config) eventWaitMillis() uint32 {
+func (c Config) eventWait() time.Duration {
 	if c.EventWait == 0 {
-		return uint32(DefaultEventWait / time.Millisecond)
+		return DefaultEventWait
 	}
-	return uint32(c.EventWait / time.Millisecond)
+	return c.EventWait
 }
 
-// Library symbols looked up before the functions are called.
-const (
-	symTotalEccErrors      = "nvmlDeviceGetTotalEccErrors"
-	symRetiredPagesPending = "nvmlDeviceGetRetiredPagesPendingStatus"
-	symRemappedRows        = "nvmlDeviceGetRemappedRows"
-	symClocksEventReasons  = "nvmlDeviceGetCurrentClocksEventReasons"    // R535+
-	symClocksThrottle      = "nvmlDeviceGetCurrentClocksThrottleReasons" // before R535, deprecated
-	symEventSetCreate      = "nvmlEventSetCreate"
-	symSupportedEventTypes = "nvmlDeviceGetSupportedEventTypes"
-	symRegisterEvents      = "nvmlDeviceRegisterEvents"
-	symEventSetWait        = "nvmlEventSetWait"
-	symEventSetWaitV2      = "nvmlEventSetWait_v2"
-	symEventSetFree        = "nvmlEventSetFree"
-)
-
-// slowdownReason is a clock event reason that means hardware holds the
-// clocks down, with its name for messages.
-type slowdownReason struct {
-	bit  uint64
-	name string
+func (c Config) window() time.Duration {
+	if c.Window == 0 {
+		return DefaultWindow
+	}
+	return c.Window
 }
 
-// slowdownReasons lists them. It is a function so that no package-level
-// table can be modified.
-func slowdownReasons() []slowdownReason {
-	return []slowdownReason{
-		{nvml.ClocksThrottleReasonHwSlowdown, "HW slowdown"},
-		{nvml.ClocksThrottleReasonHwThermalSlowdown, "HW thermal slowdown"},
-		{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "HW power brake slowdown"},
+// catalog is NVIDIA's catalog with the config's overrides.
+func (c Config) catalog() *Catalog {
+	over := make(map[uint64]Action, len(c.Xids)+len(c.SkipXids))
+	for _, x := range c.SkipXids {
+		over[x] = ActionIgnore
 	}
+	for x, a := range c.Xids {
+		over[x] = a
+	}
+	return DefaultCatalog().With(over)
+}
+
+// Env is how a Monitor reaches NVML and the host.
+type Env struct {
+	// Lib is an initialized NVML, or nil when it is not (yet) available.
+	Lib nvml.Interface
+	// Open loads and initializes NVML. With Lib nil it is called, with
+	// backoff, until it succeeds; with Lib set it is called again after
+	// Lib's calls say the driver went away (unloaded, upgraded). With Open
+	// set the Monitor owns NVML: it shuts Lib (and what Open returned)
+	// down on Close. nil: never (and Lib is the caller's to shut down).
+	Open func() (nvml.Interface, error)
+	// GPUsOnPCI lists the PCI addresses of the NVIDIA GPUs on the host's
+	// PCI bus ("0000:07:00.0"). nil: no PCI baseline.
+	GPUsOnPCI func() ([]string, error)
+	// BootID returns the host's boot ID. nil: reboots are not observed.
+	BootID func() (string, error)
+	// Now is the clock for what the Monitor records and judges over
+	// windows. nil: time.Now. Deadlines of NVML calls use real time.
+	Now func() time.Time
 }
 
 // Monitor watches the GPUs NVML sees and backs the two GPU probes. It is
-// safe for concurrent use: probe runs are serialized.
+// safe for concurrent use.
 type Monitor struct {
-	cfg  Config
-	lib  nvml.Interface
-	skip map[uint64]bool
-	now  func() time.Time
+	cfg     Config
+	catalog *Catalog
+	env     Env
+	now     func() time.Time
 
-	// What the driver offers; set by New, then read-only.
-	hasECC, hasRetired, hasRemap, hasEvents bool
-	clockReasons                            func(nvml.Device) (uint64, nvml.Return) // nil: driver has neither symbol
+	flightMu sync.Mutex // guards flight
+	flight   *refreshCall
 
-	mu         sync.Mutex // guards the fields below, and serializes NVML calls of runs
-	startCount int
-	gpus       []*gpuState
-	events     nvml.EventSet // nil: Xid events are not watched
-	eventsErr  error         // why events is nil, when that is an error
-	strayXids  xidLog        // critical Xids from devices that are none of gpus
-	closed     bool
+	lw *worker // NVML-wide calls: Init, DeviceGetCount, event set creation
+
+	mu sync.Mutex // guards the fields below
+	nv nvmlState
+	// gpus are the GPUs by NVML index.
+	gpus []*gpuState
+	// records are kept records of GPUs not (yet) matched to a GPU this
+	// run has opened, by key.
+	records map[string]*gpuRecord
+	// expected are the PCI addresses of the GPUs the node should have.
+	expected []string
+	maxCount int
+	stray    []xidRecord
+	boot     string
+	restored bool
+	// rebooted: the state restored was written in an earlier boot.
+	rebooted bool
+	closed   bool
+	w        *watcher
+	// eventsErr is why no event set could be created.
+	eventsErr error
 }
 
-// gpuState is what the Monitor keeps about one GPU across runs.
-type gpuState struct {
-	index   int
-	uuid    string      // "" until read
-	handle  nvml.Device // nil until DeviceGetHandleByIndex succeeds
-	watched bool        // registered for Xid events
-	// watchNA says why Xid events are not available on this GPU; watchErr
-	// why registering failed. Both empty while watched.
-	watchNA  string
-	watchErr error
-	xids     xidLog // critical Xids seen, sticky
-	skipped  xidLog // skipped Xids seen, for readings
+// nvmlState is how far NVML got.
+type nvmlState struct {
+	lib      nvml.Interface
+	owned    bool      // opened by env.Open: shut down on Close or reopen
+	err      error     // why NVML is not usable, nil when it is
+	failures int       // consecutive failures to open
+	retryAt  time.Time // next open attempt
+	has      symbols
 }
 
-// xidLog counts Xids in the order first seen.
-type xidLog []xidRecord
-
-type xidRecord struct {
-	xid         uint64
-	count       int
-	first, last time.Time
+// symbols says which functions the driver has.
+type symbols struct {
+	ecc, retired, remap, fields, fabric, fabricV, nvlink, inforom, eccMode,
+	pcie, replay, violation, mig, events bool
+	clockReasons func(nvml.Device) (uint64, nvml.Return) // nil: driver has neither symbol
 }
 
-func (l *xidLog) add(xid uint64, at time.Time) {
-	for i := range *l {
-		if r := &(*l)[i]; r.xid == xid {
-			r.count++
-			r.last = at
-			return
-		}
-	}
-	*l = append(*l, xidRecord{xid: xid, count: 1, first: at, last: at})
-}
-
-// New returns a Monitor of the GPUs lib sees. lib must be initialized and
-// stay so until Close. New fails when cfg is invalid or NVML cannot count
-// the GPUs; a GPU that cannot be read is reported by the probes instead.
-func New(cfg Config, lib nvml.Interface) (*Monitor, error) {
+// New returns a Monitor. It fails only when cfg is invalid; NVML that
+// cannot be used yet is reported by the probes and retried.
+func New(cfg Config, env Env) (*Monitor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if lib == nil {
-		return nil, errors.New("gpu probe: no NVML library")
+	if env.Lib == nil && env.Open == nil {
+		return nil, errors.New("gpu probe: neither an NVML library nor a way to open one")
 	}
-	n, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("gpu probe: counting GPUs: %w", ret)
+	m := &Monitor{cfg: cfg, catalog: cfg.catalog(), env: env, now: env.Now, records: map[string]*gpuRecord{}, lw: startWorker("NVML")}
+	if m.now == nil {
+		m.now = time.Now
 	}
-	m := &Monitor{
-		cfg:        cfg,
-		lib:        lib,
-		skip:       make(map[uint64]bool, len(cfg.SkipXids)),
-		now:        time.Now,
-		startCount: n,
+	if env.Lib != nil {
+		m.nv = nvmlState{lib: env.Lib, owned: env.Open != nil, has: lookupSymbols(env.Lib)}
 	}
-	for _, x := range cfg.SkipXids {
-		m.skip[x] = true
-	}
-	has := func(sym string) bool { return lib.Extensions().LookupSymbol(sym) == nil }
-	m.hasECC = has(symTotalEccErrors)
-	m.hasRetired = has(symRetiredPagesPending)
-	m.hasRemap = has(symRemappedRows)
-	switch {
-	case has(symClocksEventReasons):
-		m.clockReasons = nvml.Device.GetCurrentClocksEventReasons
-	case has(symClocksThrottle):
-		m.clockReasons = nvml.Device.GetCurrentClocksThrottleReasons
-	}
-	m.hasEvents = has(symEventSetCreate) && has(symSupportedEventTypes) && has(symRegisterEvents) &&
-		has(symEventSetFree) && (has(symEventSetWaitV2) || has(symEventSetWait))
-
-	if m.hasEvents {
-		set, ret := lib.EventSetCreate()
-		if ret == nvml.SUCCESS {
-			m.events = set
-		} else {
-			m.eventsErr = fmt.Errorf("creating NVML event set: %w", ret)
+	if env.BootID != nil {
+		if id, err := env.BootID(); err == nil {
+			m.boot = strings.TrimSpace(id)
 		}
-	}
-	for i := range n {
-		g := &gpuState{index: i}
-		m.gpus = append(m.gpus, g)
-		m.open(g) // errors are reported by the probes
 	}
 	return m, nil
 }
 
-// open gets g's handle and UUID, and registers it for Xid events, where
-// that has not been done yet. It returns the error of getting the handle.
-func (m *Monitor) open(g *gpuState) nvml.Return {
-	if g.handle == nil {
-		h, ret := m.lib.DeviceGetHandleByIndex(g.index)
-		if ret != nvml.SUCCESS {
-			return ret
-		}
-		g.handle = h
-	}
-	if g.uuid == "" {
-		if uuid, ret := g.handle.GetUUID(); ret == nvml.SUCCESS {
-			g.uuid = uuid
-		}
-	}
-	if !g.watched && g.watchNA == "" {
-		m.watch(g)
-	}
-	return nvml.SUCCESS
-}
-
-// watch registers g for critical Xid events.
-func (m *Monitor) watch(g *gpuState) {
-	switch {
-	case !m.hasEvents:
-		g.watchNA = "driver lacks NVML event functions"
-		return
-	case m.events == nil:
-		g.watchErr = m.eventsErr
-		return
-	}
-	types, ret := g.handle.GetSupportedEventTypes()
-	switch {
-	case ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.SUCCESS && types&nvml.EventTypeXidCriticalError == 0:
-		g.watchNA = "not supported"
-		return
-	case ret != nvml.SUCCESS:
-		g.watchErr = fmt.Errorf("getting supported event types: %w", ret)
-		return
-	}
-	switch ret := g.handle.RegisterEvents(nvml.EventTypeXidCriticalError, m.events); ret {
-	case nvml.SUCCESS:
-		g.watched, g.watchErr = true, nil
-	case nvml.ERROR_NOT_SUPPORTED:
-		g.watchNA = "not supported"
-	default:
-		g.watchErr = fmt.Errorf("registering for Xid events: %w", ret)
-	}
-}
-
-// Close frees the Monitor's NVML event set. Call it before shutting NVML
-// down; the probes report Unknown afterwards.
-func (m *Monitor) Close() error {
+// Lib returns the NVML library once it is initialized, nil before (for the
+// hardware inventory, which shares it).
+func (m *Monitor) Lib() nvml.Interface {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.nv.err != nil {
+		return nil
+	}
+	return m.nv.lib
+}
+
+// Close stops the Monitor: its Xid watcher, its workers, its event set,
+// and NVML where the Monitor opened it. The probes report Unknown
+// afterwards.
+func (m *Monitor) Close() error {
+	m.mu.Lock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil
 	}
 	m.closed = true
-	if m.events == nil {
-		return nil
+	w := m.w
+	m.w = nil
+	gpus := slices.Clone(m.gpus)
+	nv := m.nv
+	m.mu.Unlock()
+	var errs []error
+	if w != nil {
+		errs = append(errs, w.stop())
 	}
-	ret := m.events.Free()
-	m.events = nil
-	if ret != nvml.SUCCESS {
-		return fmt.Errorf("gpu probe: freeing NVML event set: %w", ret)
+	for _, g := range gpus {
+		g.w.stop()
+	}
+	if nv.owned && nv.lib != nil {
+		if ret := nv.lib.Shutdown(); ret != nvml.SUCCESS {
+			errs = append(errs, fmt.Errorf("shutting NVML down: %w", ret))
+		}
+	}
+	m.lw.stop()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gpu probe: %w", err)
 	}
 	return nil
 }
 
-// FatalProbe returns the probe of GPU failures, named NameFatal.
-func (m *Monitor) FatalProbe() probes.Probe { return &probe{m: m, name: NameFatal, judge: judgeFatal} }
+// FatalProbe returns the probe of GPU failures, named NameFatal. It is
+// the Monitor's probes.Stateful: its state is the Monitor's.
+func (m *Monitor) FatalProbe() probes.Probe { return &statefulProbe{probe{m: m, name: NameFatal}} }
 
 // DegradedProbe returns the probe of degraded GPUs, named NameDegraded.
-func (m *Monitor) DegradedProbe() probes.Probe {
-	return &probe{m: m, name: NameDegraded, judge: judgeDegraded}
-}
+func (m *Monitor) DegradedProbe() probes.Probe { return &probe{m: m, name: NameDegraded} }
 
 // Probes returns FatalProbe and DegradedProbe.
 func (m *Monitor) Probes() []probes.Probe { return []probes.Probe{m.FatalProbe(), m.DegradedProbe()} }
 
 type probe struct {
-	m     *Monitor
-	name  string
-	judge func(*snapshot) probes.Result
+	m    *Monitor
+	name string
 }
 
 func (p *probe) Name() string { return p.name }
 
-// Probe drains pending Xid events, reads every GPU once and judges them.
+// Probe reads every GPU (sharing a read already under way) and judges
+// what this probe is about.
 func (p *probe) Probe(ctx context.Context) probes.Result {
 	s, err := p.m.refresh(ctx)
 	if err != nil {
 		return probes.Result{Status: probes.StatusUnknown, Reason: ReasonReadError, Message: err.Error()}
 	}
-	return p.judge(s)
+	return judge(s, p.name)
 }
 
-// sameDevice reports whether a and b are the same NVML handle, without
-// panicking on handle types that cannot be compared.
-func sameDevice(a, b nvml.Device) bool {
-	if a == nil || b == nil {
-		return false
-	}
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
+// statefulProbe is the fatal probe, which carries the Monitor's state.
+type statefulProbe struct{ probe }
+
+var _ probes.Stateful = (*statefulProbe)(nil)
+
+// State implements probes.Stateful.
+func (p *statefulProbe) State() []byte { return p.m.State() }
+
+// Restore implements probes.Stateful.
+func (p *statefulProbe) Restore(state []byte) error { return p.m.Restore(state) }
+
+// Clear implements probes.Stateful.
+func (p *statefulProbe) Clear(targets []string, requested time.Time) (string, error) {
+	return p.m.Clear(targets, requested)
 }
 
-// gpuFor returns the GPU dev is, nil if none.
-func (m *Monitor) gpuFor(dev nvml.Device) *gpuState {
-	if dev == nil {
-		return nil
+// refreshCall is one read of all GPUs that concurrent probe runs share.
+type refreshCall struct {
+	done chan struct{}
+	snap *snapshot
+	err  error
+}
+
+// refresh reads all GPUs once, or waits for the read already under way
+// and shares it, so the fatal and degraded probes never queue behind one
+// another on a hung GPU.
+func (m *Monitor) refresh(ctx context.Context) (*snapshot, error) {
+	m.flightMu.Lock()
+	if c := m.flight; c != nil {
+		m.flightMu.Unlock()
+		select {
+		case <-c.done:
+			return c.snap, c.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the GPUs to be read: %w", ctx.Err())
+		}
 	}
-	if i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return sameDevice(g.handle, dev) }); i >= 0 {
-		return m.gpus[i]
+	c := &refreshCall{done: make(chan struct{})}
+	m.flight = c
+	m.flightMu.Unlock()
+	c.snap, c.err = m.read(ctx)
+	m.flightMu.Lock()
+	m.flight = nil
+	m.flightMu.Unlock()
+	close(c.done)
+	return c.snap, c.err
+}
+
+// readContext bounds one run's reads: 80% of the run's time, so the
+// verdict is in before the runner's timeout, or ReadTimeout.
+func (m *Monitor) readContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithTimeout(ctx, time.Until(dl)*8/10)
 	}
-	uuid, ret := dev.GetUUID()
-	if ret != nvml.SUCCESS || uuid == "" {
-		return nil
+	d := m.cfg.ReadTimeout
+	if d == 0 {
+		d = DefaultReadTimeout
 	}
-	if i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return g.uuid == uuid }); i >= 0 {
-		return m.gpus[i]
-	}
-	return nil
+	return context.WithTimeout(ctx, d)
 }

@@ -1,0 +1,577 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Backoff of NVML start-up attempts: from openBackoffMin, doubling to
+// openBackoffMax.
+const (
+	openBackoffMin = 5 * time.Second
+	openBackoffMax = 5 * time.Minute
+)
+
+// gpuState is what the Monitor keeps about one GPU (by NVML index) across
+// runs; rec is the part kept across restarts.
+type gpuState struct {
+	index  int
+	w      *worker
+	handle nvml.Device // nil until got
+	uuid   string
+	pci    string
+	mig    bool
+	// watched: registered for Xid events; else watch says why not.
+	watched bool
+	watch   sigRead
+	rec     *gpuRecord
+	// minor are the Xids seen that need no action on the GPU.
+	minor []xidRecord
+	hist  map[string]history
+	// downSince is when the GPU was first seen lost or missing in its
+	// current spell, zero while it is not.
+	downSince time.Time
+	// actionSeen: the driver's recovery action was not none.
+	actionSeen bool
+}
+
+// read reads every GPU once and returns what the probes judge.
+func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, errors.New("the GPU monitor is closed")
+	}
+	rctx, cancel := m.readContext(ctx)
+	defer cancel()
+	now := m.now()
+
+	run := runInput{at: now}
+	run.pci, run.pciErr = m.scanPCI()
+	run.driverErr = m.ensureNVML(rctx, now)
+	if run.driverErr == nil {
+		run.count, run.countErr = m.count(rctx, now)
+		if errors.Is(run.countErr, errDriverGone) {
+			run.driverErr, run.countErr = run.countErr, nil
+		}
+	}
+	specs := m.prepare(run)
+	run.reads = make([]gpuRead, len(specs))
+	if run.driverErr == nil {
+		var wg sync.WaitGroup
+		for i, sp := range specs {
+			wg.Go(func() { run.reads[i] = readGPU(rctx, m.gpuWorker(i), sp) })
+		}
+		wg.Wait()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.integrate(run), nil
+}
+
+// runInput is what one run read before it is integrated.
+type runInput struct {
+	at        time.Time
+	pci       []string
+	pciErr    error
+	driverErr error
+	count     int
+	countErr  error
+	reads     []gpuRead
+}
+
+var errDriverGone = errors.New("the NVIDIA driver is not usable")
+
+// scanPCI lists the NVIDIA GPUs on the host's PCI bus.
+func (m *Monitor) scanPCI() ([]string, error) {
+	if m.env.GPUsOnPCI == nil {
+		return nil, nil
+	}
+	addrs, err := m.env.GPUsOnPCI()
+	if err != nil {
+		return nil, fmt.Errorf("listing NVIDIA GPUs on the PCI bus: %w", err)
+	}
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = normalizePCI(a)
+	}
+	return out, nil
+}
+
+// ensureNVML opens NVML when it is not open and an attempt is due, and
+// returns why it is not usable (nil when it is).
+func (m *Monitor) ensureNVML(ctx context.Context, now time.Time) error {
+	m.mu.Lock()
+	nv := m.nv
+	if nv.lib != nil && nv.err == nil {
+		m.mu.Unlock()
+		return nil
+	}
+	if m.env.Open == nil || now.Before(nv.retryAt) {
+		m.mu.Unlock()
+		return nv.err
+	}
+	w := m.w
+	m.w = nil
+	gpus := slices.Clone(m.gpus)
+	m.mu.Unlock()
+	// The old library's event set and handles go with it.
+	if w != nil {
+		_ = w.stop()
+	}
+	var lib nvml.Interface
+	var err error
+	werr := m.lw.do(ctx, func(step func(string)) {
+		if nv.lib != nil && nv.owned {
+			step("nvmlShutdown")
+			_ = nv.lib.Shutdown()
+		}
+		step("nvmlInit")
+		lib, err = m.env.Open()
+	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if werr != nil {
+		err = werr
+	}
+	if err != nil {
+		m.nv.lib, m.nv.owned = nil, false
+		m.nv.failures++
+		m.nv.err = fmt.Errorf("%w: NVML did not start: %w", errDriverGone, err)
+		m.nv.retryAt = now.Add(backoff(m.nv.failures))
+		return m.nv.err
+	}
+	m.nv = nvmlState{lib: lib, owned: true, has: lookupSymbols(lib)}
+	for _, g := range gpus {
+		g.handle, g.watched, g.watch = nil, false, sigRead{}
+	}
+	return nil
+}
+
+func backoff(failures int) time.Duration {
+	d := openBackoffMin
+	for i := 1; i < failures && d < openBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, openBackoffMax)
+}
+
+// count asks NVML how many GPUs it sees, and starts the Xid watcher when
+// it is not running. A count that says the driver went away schedules a
+// reopen.
+func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
+	m.mu.Lock()
+	lib, has, needWatch := m.nv.lib, m.nv.has, m.w == nil && m.nv.has.events
+	m.mu.Unlock()
+	var n int
+	var ret nvml.Return
+	var set nvml.EventSet
+	setRet := nvml.SUCCESS
+	err := m.lw.do(ctx, func(step func(string)) {
+		step("nvmlDeviceGetCount")
+		n, ret = lib.DeviceGetCount()
+		if needWatch && ret == nvml.SUCCESS {
+			step("nvmlEventSetCreate")
+			set, setRet = lib.EventSetCreate()
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("counting GPUs: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if needWatch && has.events && ret == nvml.SUCCESS {
+		if setRet == nvml.SUCCESS {
+			m.w = startWatcher(set, m.cfg.eventWait(), m.recordEvent)
+			m.nv.err = nil
+		} else {
+			m.eventsErr = fmt.Errorf("creating the NVML event set: %w", setRet)
+		}
+	}
+	switch {
+	case ret == nvml.SUCCESS:
+		m.nv.failures = 0
+		return n, nil
+	case driverGone(ret):
+		if m.env.Open != nil {
+			m.nv.err = fmt.Errorf("%w: counting GPUs: %w", errDriverGone, ret)
+			m.nv.failures++
+			m.nv.retryAt = now.Add(backoff(m.nv.failures))
+		}
+		return 0, fmt.Errorf("%w: counting GPUs: %w", errDriverGone, ret)
+	}
+	return 0, fmt.Errorf("counting GPUs: %w", ret)
+}
+
+// prepare adds GPUs NVML sees for the first time and returns what each
+// GPU's read needs.
+func (m *Monitor) prepare(run runInput) []readSpec {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := len(m.gpus); i < run.count; i++ {
+		m.gpus = append(m.gpus, &gpuState{index: i, w: startWorker(fmt.Sprintf("GPU %d", i)), hist: map[string]history{}})
+	}
+	var set nvml.EventSet
+	if m.w != nil {
+		set = m.w.set
+	}
+	specs := make([]readSpec, len(m.gpus))
+	for i, g := range m.gpus {
+		specs[i] = readSpec{index: i, handle: g.handle, has: m.nv.has, lib: m.nv.lib, events: set,
+			watched: g.watched || g.watch.na != "", cfg: m.cfg, fabricH: fabricHealthV2}
+	}
+	return specs
+}
+
+func (m *Monitor) gpuWorker(i int) *worker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gpus[i].w
+}
+
+// sameDevice reports whether a and b are the same NVML handle, without
+// panicking on handle types that cannot be compared.
+func sameDevice(a, b nvml.Device) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// recordEvent is the watcher's sink: it files a critical Xid under its
+// GPU. Its GPU is found by handle, else by UUID (one NVML call, made
+// without the lock).
+func (m *Monitor) recordEvent(ev nvml.EventData) {
+	if ev.EventType&nvml.EventTypeXidCriticalError == 0 {
+		return
+	}
+	at := m.now()
+	m.mu.Lock()
+	g := m.gpuByHandle(ev.Device)
+	m.mu.Unlock()
+	uuid := ""
+	if g == nil && ev.Device != nil {
+		if u, ret := ev.Device.GetUUID(); ret == nvml.SUCCESS {
+			uuid = u
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g == nil && uuid != "" {
+		if i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return g.uuid == uuid }); i >= 0 {
+			g = m.gpus[i]
+		}
+	}
+	info := m.catalog.Lookup(ev.EventData)
+	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name}
+	if g != nil && g.mig && ev.GpuInstanceId != 0xFFFFFFFF {
+		gi, ci := ev.GpuInstanceId, ev.ComputeInstanceId
+		x.GI = &gi
+		if ci != 0xFFFFFFFF {
+			x.CI = &ci
+		}
+	}
+	switch {
+	case !info.Action.Fatal() && g != nil:
+		g.minor = addXid(g.minor, x, at)
+	case !info.Action.Fatal():
+	case g == nil:
+		m.stray = addXid(m.stray, x, at)
+	default:
+		g.record().Xids = addXid(g.record().Xids, x, at)
+	}
+}
+
+func (m *Monitor) gpuByHandle(dev nvml.Device) *gpuState {
+	if i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return sameDevice(g.handle, dev) }); i >= 0 {
+		return m.gpus[i]
+	}
+	return nil
+}
+
+// record returns the GPU's kept record, making one (adopting a restored
+// one for its UUID or PCI address) when it has none.
+func (g *gpuState) record() *gpuRecord {
+	if g.rec == nil {
+		g.rec = &gpuRecord{UUID: g.uuid, PCI: g.pci, Index: g.index}
+	}
+	return g.rec
+}
+
+// adopt matches the GPU to a record kept from before a restart once its
+// identity is known, merging what it gathered since.
+func (m *Monitor) adopt(g *gpuState) {
+	key := g.uuid
+	if key == "" && g.pci != "" {
+		key = "pci:" + g.pci
+	}
+	if key == "" {
+		return
+	}
+	kept, ok := m.records[key]
+	if !ok {
+		if g.rec != nil {
+			g.rec.UUID, g.rec.PCI, g.rec.Index = g.uuid, g.pci, g.index
+		}
+		return
+	}
+	delete(m.records, key)
+	if g.rec != nil {
+		for _, x := range g.rec.Xids {
+			for range x.Count {
+				kept.Xids = addXid(kept.Xids, x, x.Last)
+			}
+		}
+	}
+	kept.UUID, kept.PCI, kept.Index = g.uuid, g.pci, g.index
+	g.rec = kept
+	if len(kept.Findings[sigRecovery]) > 0 {
+		g.actionSeen = true
+	}
+}
+
+// integrate folds one run's reads into the Monitor's state and returns
+// the snapshot the probes judge. m.mu is held.
+func (m *Monitor) integrate(run runInput) *snapshot {
+	s := &snapshot{cfg: m.cfg, at: run.at, driverErr: run.driverErr, countErr: run.countErr, count: run.count, pciErr: run.pciErr}
+	if m.w != nil {
+		s.watchErr = m.w.health()
+	} else if m.nv.lib != nil && m.nv.has.events {
+		s.watchErr = m.eventsErr
+	}
+	seenPCI := map[string]bool{}
+	for i, r := range run.reads {
+		g := m.gpus[i]
+		v := m.integrateGPU(g, r, run, s.watchErr)
+		if g.pci != "" {
+			seenPCI[g.pci] = true
+		}
+		s.gpus = append(s.gpus, v)
+	}
+	if run.driverErr == nil && run.countErr == nil {
+		m.maxCount = max(m.maxCount, run.count)
+		for _, a := range run.pci {
+			if !slices.Contains(m.expected, a) {
+				m.expected = append(m.expected, a)
+			}
+		}
+		for a := range seenPCI {
+			if !slices.Contains(m.expected, a) {
+				m.expected = append(m.expected, a)
+			}
+		}
+	}
+	s.pciGPUs = len(run.pci)
+	s.expected = m.expectedCount()
+	for _, a := range m.expected {
+		if !seenPCI[a] && (run.driverErr == nil && run.countErr == nil) {
+			s.missing = append(s.missing, missingGPU{pci: a, onBus: slices.Contains(run.pci, a)})
+		}
+	}
+	slices.SortFunc(s.missing, func(a, b missingGPU) int { return strings.Compare(a.pci, b.pci) })
+	// After a reboot, a kept record whose GPU is not among a complete set
+	// of identified GPUs belongs to hardware that is gone.
+	if m.rebooted && len(m.records) > 0 && run.driverErr == nil && run.countErr == nil && len(s.missing) == 0 &&
+		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.uuid == "" }) {
+		clear(m.records)
+	}
+	s.stray = slices.Clone(m.stray)
+	for _, rec := range m.records {
+		s.orphans = append(s.orphans, *rec)
+	}
+	slices.SortFunc(s.orphans, func(a, b gpuRecord) int { return strings.Compare(a.key(), b.key()) })
+	return s
+}
+
+// expectedCount is how many GPUs the node should have: config, else the
+// PCI baseline, else the most NVML ever saw.
+func (m *Monitor) expectedCount() int {
+	if m.cfg.ExpectedGPUs > 0 {
+		return m.cfg.ExpectedGPUs
+	}
+	return max(len(m.expected), m.maxCount)
+}
+
+// integrateGPU folds one GPU's read into its state and returns its view.
+func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr error) gpuView {
+	now := run.at
+	if r.handle != nil {
+		g.handle = r.handle
+	}
+	if r.uuid != "" {
+		g.uuid = r.uuid
+	}
+	if r.pci != "" {
+		g.pci = r.pci
+	}
+	g.mig = r.mig
+	if r.regTried {
+		g.watched, g.watch = r.reg.ok(), r.reg
+	}
+	m.adopt(g)
+	rec := g.record()
+	if run.driverErr != nil {
+		return m.view(g, rec, gpuView{unreadable: run.driverErr})
+	}
+	view := gpuView{sigs: r.sigs, v: r.v}
+	errs := []error{r.openErr, r.hung}
+	for _, sr := range r.sigs {
+		errs = append(errs, sr.err)
+	}
+	view.lost = errLostOf(errs...)
+	missing := run.countErr == nil && g.index >= run.count
+	switch {
+	case r.openErr != nil:
+		view.unreadable = r.openErr
+	case r.hung != nil && len(r.sigs) == 0:
+		view.unreadable = r.hung
+	case missing:
+		view.unreadable = fmt.Errorf("NVML no longer counts GPU %d", g.index)
+	}
+	view.hung = r.hung
+	view.xid = xidHealth(g, watchErr, view.unreadable)
+
+	// A reset is observed when a GPU that was lost or missing is back.
+	down := view.lost != nil || missing
+	back := !down && view.unreadable == nil && r.hung == nil
+	switch {
+	case down && g.downSince.IsZero():
+		g.downSince = now
+	case back && !g.downSince.IsZero():
+		g.downSince = time.Time{}
+		rec.Recovered = now
+	}
+	if view.lost != nil {
+		setFindings(rec, "lost", []finding{{Probe: NameFatal, Reason: lostReason(view.lost), Text: lostText(view.lost), Since: now}})
+	} else if back {
+		setFindings(rec, "lost", nil)
+	}
+	for sig, sr := range r.sigs {
+		if !sr.ok() {
+			continue
+		}
+		setFindings(rec, sig, m.judgeSignal(g, sig, r.v, now))
+	}
+	if sr, ok := r.sigs[sigRecovery]; ok && sr.ok() {
+		switch {
+		case r.v.recovery != recoveryNone:
+			g.actionSeen = true
+		case g.actionSeen:
+			g.actionSeen = false
+			rec.Recovered = now
+		}
+	}
+	view.healthy = back && healthyRead(r, rec)
+	m.recover(g, rec, view.healthy)
+	return m.view(g, rec, view)
+}
+
+// xidHealth says whether the GPU's Xid events can be trusted this run.
+func xidHealth(g *gpuState, watchErr, unreadable error) sigRead {
+	switch {
+	case g.watch.na != "":
+		return g.watch
+	case g.watch.err != nil:
+		return g.watch
+	case !g.watched && unreadable != nil:
+		return sigRead{err: unreadable}
+	case !g.watched:
+		return sigRead{err: errors.New("not registered for Xid events yet")}
+	case watchErr != nil:
+		return sigRead{err: watchErr}
+	}
+	return sigRead{}
+}
+
+// healthyRead reports whether the GPU read completely (no signal failed)
+// and no fatal problem is on record but its Xids.
+func healthyRead(r gpuRead, rec *gpuRecord) bool {
+	for _, sr := range r.sigs {
+		if sr.err != nil {
+			return false
+		}
+	}
+	for _, fs := range rec.Findings {
+		for _, f := range fs {
+			if f.Probe == NameFatal {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// recover drops the fatal Xids a recovery covers, once the GPU is healthy:
+// a reboot covers all, a reset those that need a reset, an operator's
+// clear those before it.
+func (m *Monitor) recover(g *gpuState, rec *gpuRecord, healthy bool) {
+	if !healthy || len(rec.Xids) == 0 {
+		return
+	}
+	if !rec.Cleared.IsZero() {
+		rec.Xids, _ = clearXids(rec.Xids, rec.Cleared, true)
+		rec.Cleared = time.Time{}
+	}
+	if !rec.Recovered.IsZero() {
+		rec.Xids, _ = clearXids(rec.Xids, rec.Recovered, rec.Rebooted)
+		if len(rec.Xids) == 0 {
+			rec.Recovered, rec.Rebooted = time.Time{}, false
+		}
+	}
+}
+
+// setFindings replaces what sig found on rec, keeping the time a finding
+// with the same reason has held since.
+func setFindings(rec *gpuRecord, sig string, fs []finding) {
+	if len(fs) == 0 {
+		delete(rec.Findings, sig)
+		return
+	}
+	for i := range fs {
+		for _, old := range rec.Findings[sig] {
+			if old.Reason == fs[i].Reason && old.Probe == fs[i].Probe {
+				fs[i].Since = old.Since
+			}
+		}
+	}
+	if rec.Findings == nil {
+		rec.Findings = map[string][]finding{}
+	}
+	rec.Findings[sig] = fs
+}
+
+func lostReason(err error) string {
+	if errors.Is(err, nvml.ERROR_RESET_REQUIRED) {
+		return ReasonGPUResetRequired
+	}
+	return ReasonGPULost
+}
+
+func lostText(err error) string {
+	if errors.Is(err, nvml.ERROR_RESET_REQUIRED) {
+		return "requires a reset: " + err.Error()
+	}
+	return "is lost (fell off the bus): " + err.Error()
+}
+
+// view completes v with what the GPU's state says.
+func (m *Monitor) view(g *gpuState, rec *gpuRecord, v gpuView) gpuView {
+	v.index, v.uuid, v.pci, v.mig = g.index, g.uuid, g.pci, g.mig
+	v.xids = slices.Clone(rec.Xids)
+	v.minor = slices.Clone(g.minor)
+	v.findings = map[string][]finding{}
+	for sig, fs := range rec.Findings {
+		v.findings[sig] = slices.Clone(fs)
+	}
+	return v
+}

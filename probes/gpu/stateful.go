@@ -1,0 +1,198 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// State returns what the Monitor keeps across restarts of the agent
+// (probes.Stateful): fatal Xids, the last problem of each signal, the
+// GPUs the node should have, the boot they were seen in.
+func (m *Monitor) State() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := savedState{Boot: m.boot, Expected: slices.Clone(m.expected), Stray: slices.Clone(m.stray)}
+	for _, g := range m.gpus {
+		if g.rec == nil || g.rec.key() == "pci:" || g.rec.empty() {
+			continue
+		}
+		s.GPUs = append(s.GPUs, cloneRecord(*g.rec))
+	}
+	for _, r := range m.records {
+		s.GPUs = append(s.GPUs, cloneRecord(*r))
+	}
+	return encodeState(s)
+}
+
+func cloneRecord(r gpuRecord) gpuRecord {
+	r.Xids = slices.Clone(r.Xids)
+	r.NVLinkUp = slices.Clone(r.NVLinkUp)
+	if r.Findings != nil {
+		fs := make(map[string][]finding, len(r.Findings))
+		for k, v := range r.Findings {
+			fs[k] = slices.Clone(v)
+		}
+		r.Findings = fs
+	}
+	return r
+}
+
+// Restore takes back what State returned before a restart. A different
+// boot ID means the node rebooted since: that is a recovery for every
+// kept Xid (applied once the GPU reads healthy), the stray Xids go, and
+// the expected GPUs are seen afresh.
+func (m *Monitor) Restore(data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.restored = true
+	if len(data) == 0 {
+		return nil
+	}
+	s, err := decodeState(data)
+	if err != nil {
+		return err
+	}
+	now := m.now()
+	rebooted := s.Boot != "" && m.boot != "" && s.Boot != m.boot
+	m.rebooted = rebooted
+	if !rebooted {
+		for _, a := range s.Expected {
+			if a = normalizePCI(a); !slices.Contains(m.expected, a) {
+				m.expected = append(m.expected, a)
+			}
+		}
+		for _, x := range s.Stray {
+			for range x.Count {
+				m.stray = addXid(m.stray, x, x.Last)
+			}
+		}
+	}
+	for _, r := range s.GPUs {
+		rec := cloneRecord(r)
+		if rebooted && len(rec.Xids) > 0 {
+			rec.Recovered, rec.Rebooted = now, true
+		}
+		m.records[rec.key()] = &rec
+	}
+	for _, g := range m.gpus {
+		m.adopt(g)
+	}
+	return nil
+}
+
+// ClearAll is the target of Clear that means every GPU.
+const ClearAll = "all"
+
+// Clear drops, for each target GPU (a UUID, a PCI address, or ClearAll),
+// the fatal Xids it raised before requested, once it reads healthy, and
+// the problems held for signals it cannot read. A kept record of a GPU not
+// seen since the agent restarted is dropped. It returns what it cleared.
+func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
+	if len(targets) == 0 {
+		return "", errors.New("no GPU named: give GPU UUIDs, PCI addresses or \"all\"")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := slices.Contains(targets, ClearAll)
+	var words []string
+	var unknown []string
+	for _, t := range targets {
+		if t == ClearAll {
+			continue
+		}
+		if !m.knows(t) {
+			unknown = append(unknown, t)
+		}
+	}
+	if len(unknown) > 0 {
+		return "", fmt.Errorf("no GPU %s on this node (known: %s)", strings.Join(unknown, ", "), strings.Join(m.knownGPUs(), ", "))
+	}
+	named := func(uuid, pci string) bool {
+		return all || uuid != "" && slices.Contains(targets, uuid) || pci != "" && slices.Contains(targets, normalizePCI(pci)) || pci != "" && slices.Contains(targets, pci)
+	}
+	for _, g := range m.gpus {
+		if !named(g.uuid, g.pci) || g.rec == nil {
+			continue
+		}
+		if w := clearRecord(g.rec, requested); w != "" {
+			words = append(words, gpuLabel(g.index, g.uuid)+": "+w)
+		}
+	}
+	for k, r := range m.records {
+		if named(r.UUID, r.PCI) {
+			delete(m.records, k)
+			words = append(words, fmt.Sprintf("GPU %s (not seen since the agent restarted): its kept record", r.key()))
+		}
+	}
+	if all && len(m.stray) > 0 {
+		var kept []xidRecord
+		kept, dropped := clearXids(m.stray, requested, true)
+		m.stray = kept
+		if len(dropped) > 0 {
+			words = append(words, "unidentified GPU: "+shortXids(dropped))
+		}
+	}
+	if len(words) == 0 {
+		return "nothing was held for " + strings.Join(targets, ", "), nil
+	}
+	slices.Sort(words)
+	return "cleared " + strings.Join(words, "; ") + " (Xids go once the GPU reads healthy; a problem still there is found again)", nil
+}
+
+// clearRecord marks rec's Xids before requested cleared and drops its
+// held findings from before requested; it says what.
+func clearRecord(rec *gpuRecord, requested time.Time) string {
+	var parts []string
+	if len(rec.Xids) > 0 {
+		rec.Cleared = requested
+		parts = append(parts, "Xid "+shortXids(rec.Xids))
+	}
+	for sig, fs := range rec.Findings {
+		kept := slices.DeleteFunc(slices.Clone(fs), func(f finding) bool { return !f.Since.After(requested) })
+		if len(kept) < len(fs) {
+			parts = append(parts, sig)
+		}
+		if len(kept) == 0 {
+			delete(rec.Findings, sig)
+		} else {
+			rec.Findings[sig] = kept
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+// knows reports whether t names a GPU the Monitor knows.
+func (m *Monitor) knows(t string) bool {
+	for _, g := range m.gpus {
+		if g.uuid == t || g.pci != "" && (g.pci == normalizePCI(t)) {
+			return true
+		}
+	}
+	for _, r := range m.records {
+		if r.UUID == t || r.PCI != "" && r.PCI == normalizePCI(t) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Monitor) knownGPUs() []string {
+	var out []string
+	for _, g := range m.gpus {
+		if g.uuid != "" {
+			out = append(out, g.uuid)
+		}
+	}
+	for _, r := range m.records {
+		out = append(out, r.key())
+	}
+	if len(out) == 0 {
+		return []string{"none"}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -154,12 +154,6 @@ const (
 	DefaultWindow = 10 * time.Minute
 )
 
-// DefaultSkipXids returns nothing: which Xids are harmless is NVIDIA's
-// catalog's call now (Catalog); Config.SkipXids only adds to it.
-//
-// Deprecated: kept for configs that name skipXids.
-func DefaultSkipXids() []uint64 { return nil }
-
 // Config says what makes a GPU failed or degraded. Start from
 // DefaultConfig.
 type Config struct {

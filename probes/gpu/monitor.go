@@ -286,6 +286,7 @@ func (m *Monitor) recordEvent(ev nvml.EventData) {
 		g.minor = addXid(g.minor, x, at)
 	case !info.Action.Fatal():
 	case g == nil:
+		x.UUID = uuid // filed under its GPU once that is identified
 		m.stray = addXid(m.stray, x, at)
 	default:
 		g.record().Xids = addXid(g.record().Xids, x, at)
@@ -327,11 +328,7 @@ func (m *Monitor) adopt(g *gpuState) {
 	}
 	delete(m.records, key)
 	if g.rec != nil {
-		for _, x := range g.rec.Xids {
-			for range x.Count {
-				kept.Xids = addXid(kept.Xids, x, x.Last)
-			}
-		}
+		kept.Xids = mergeXids(kept.Xids, g.rec.Xids)
 	}
 	kept.UUID, kept.PCI, kept.Index = g.uuid, g.pci, g.index
 	g.rec = kept
@@ -385,12 +382,32 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.uuid == "" }) {
 		clear(m.records)
 	}
+	m.attributeStray()
 	s.stray = slices.Clone(m.stray)
 	for _, rec := range m.records {
 		s.orphans = append(s.orphans, *rec)
 	}
 	slices.SortFunc(s.orphans, func(a, b gpuRecord) int { return strings.Compare(a.key(), b.key()) })
 	return s
+}
+
+// attributeStray files stray Xids whose device said its UUID under the
+// GPU now identified by it (an Xid can arrive between a GPU's registration
+// for events and the end of the run that learnt its handle).
+func (m *Monitor) attributeStray() {
+	m.stray = slices.DeleteFunc(m.stray, func(x xidRecord) bool {
+		if x.UUID == "" {
+			return false
+		}
+		i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return g.uuid == x.UUID })
+		if i < 0 {
+			return false
+		}
+		rec := m.gpus[i].record()
+		x.UUID = ""
+		rec.Xids = mergeXids(rec.Xids, []xidRecord{x})
+		return true
+	})
 }
 
 // expectedCount is how many GPUs the node should have: config, else the

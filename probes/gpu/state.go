@@ -72,6 +72,9 @@ type xidRecord struct {
 	// is not from one.
 	GI *uint32 `json:"gi,omitempty"`
 	CI *uint32 `json:"ci,omitempty"`
+	// UUID is the device's UUID on a stray record, when the event's
+	// device could say it: the GPU it belongs to may be identified later.
+	UUID string `json:"uuid,omitempty"`
 }
 
 // finding is one problem a signal showed.
@@ -148,8 +151,13 @@ func addXid(l []xidRecord, x xidRecord, at time.Time) []xidRecord {
 		}
 	}
 	x.Count, x.First, x.Last = 1, at, at
-	l = append(l, x)
-	if len(l) > maxXidRecords {
+	return capXids(append(l, x))
+}
+
+// capXids drops the mildest, then the oldest, records beyond
+// maxXidRecords.
+func capXids(l []xidRecord) []xidRecord {
+	for len(l) > maxXidRecords {
 		drop := 0
 		for i, r := range l {
 			d := l[drop]
@@ -160,6 +168,29 @@ func addXid(l []xidRecord, x xidRecord, at time.Time) []xidRecord {
 		l = slices.Delete(l, drop, drop+1)
 	}
 	return l
+}
+
+// mergeXids adds the records of src to dst: counts add up, the first and
+// last times widen.
+func mergeXids(dst, src []xidRecord) []xidRecord {
+	for _, x := range src {
+		i := slices.IndexFunc(dst, func(r xidRecord) bool {
+			return r.Xid == x.Xid && eqInstance(r.GI, x.GI) && eqInstance(r.CI, x.CI)
+		})
+		if i < 0 {
+			dst = capXids(append(dst, x))
+			continue
+		}
+		r := &dst[i]
+		r.Count += x.Count
+		if x.First.Before(r.First) {
+			r.First = x.First
+		}
+		if x.Last.After(r.Last) {
+			r.Last = x.Last
+		}
+	}
+	return dst
 }
 
 func eqInstance(a, b *uint32) bool {

@@ -64,11 +64,7 @@ func (m *Monitor) Restore(data []byte) error {
 				m.expected = append(m.expected, a)
 			}
 		}
-		for _, x := range s.Stray {
-			for range x.Count {
-				m.stray = addXid(m.stray, x, x.Last)
-			}
-		}
+		m.stray = mergeXids(m.stray, s.Stray)
 	}
 	for _, r := range s.GPUs {
 		rec := cloneRecord(r)

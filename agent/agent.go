@@ -14,7 +14,9 @@
 // expiry, anyone else editing the Node — just enqueues the key.
 //
 // Faults injected through Node annotations (see faults.go) override a
-// condition's damped state while they last.
+// condition's damped state while they last. Probes whose findings must
+// outlive the agent (probes.Stateful) keep their state in an annotation on
+// the Node, restored before their first run (see state.go).
 package agent
 
 import (
@@ -179,6 +181,9 @@ type Agent struct {
 	// healthy is each condition's status when all is well. Read-only after
 	// New.
 	healthy map[corev1.NodeConditionType]corev1.ConditionStatus
+	// stateful is the Stateful probes by name (state.go). The map is
+	// read-only after New; the records' fields are guarded by mu.
+	stateful map[string]*statefulProbe
 
 	mu          sync.Mutex // guards the fields below
 	dampers     map[corev1.NodeConditionType]*taints.Damper
@@ -224,6 +229,9 @@ type Agent struct {
 	// lastNoExecute and lastHeld are the NoExecute verdicts and held
 	// taints last reported.
 	lastNoExecute, lastHeld string
+	// clearSeen is each clear annotation's value already handled (state.go),
+	// so a request is acted on once, not at every retry of its removal.
+	clearSeen map[string]string
 }
 
 // New checks the options and builds an Agent; Run starts it.
@@ -269,6 +277,8 @@ func New(opts Options) (*Agent, error) {
 		advertised:  map[corev1.ResourceName]bool{},
 		reported:    map[string]bool{},
 		limits:      map[corev1.NodeConditionType]taints.LimitState{},
+		stateful:    map[string]*statefulProbe{},
+		clearSeen:   map[string]string{},
 	}
 	if opts.NoExecute != nil {
 		if err := opts.NoExecute.validate(); err != nil {
@@ -327,7 +337,7 @@ func (a *Agent) addProbes(specs []ProbeSpec) ([]probes.Entry, error) {
 		a.dampers[p.Condition] = taints.NewDamper(p.Damping, p.HealthyStatus())
 		a.faultConds[p.Condition] = true
 		a.faultProbes[p.Entry.Probe.Name()] = p.Condition
-		entries = append(entries, p.Entry)
+		entries = append(entries, a.addStateful(p.Entry))
 	}
 	return entries, nil
 }
@@ -483,8 +493,9 @@ func ConditionStatus(s probes.Status, healthy corev1.ConditionStatus) corev1.Con
 }
 
 // Observe feeds one probe result to its condition's damper and enqueues a
-// reconcile when the condition's status or reason changed, or schedules one
-// for when a pending flip is due. It is the probe runner's sink.
+// reconcile when the condition's status or reason changed, or a Stateful
+// probe's state differs from the one on the Node, or schedules one for when
+// a pending flip is due. It is the probe runner's sink.
 func (a *Agent) Observe(r probes.Result) {
 	spec, ok := a.byProbe[r.Probe]
 	if !ok {
@@ -500,13 +511,14 @@ func (a *Agent) Observe(r probes.Result) {
 	d.Observe(Verdict(r.Status), r.Reason, r.Message, now)
 	after, hasAfter := d.State()
 	next, pending := d.NextChange()
+	stateChanged := a.stateChangedLocked(r.Probe)
 	a.mu.Unlock()
 	a.noteVerdict(spec.Condition, r)
 
 	if a.queue == nil {
 		return // not running yet; the first sync picks the state up
 	}
-	if firstVerdict || hadBefore != hasAfter || before.Status != after.Status || before.Reason != after.Reason {
+	if firstVerdict || stateChanged || hadBefore != hasAfter || before.Status != after.Status || before.Reason != after.Reason {
 		a.queue.Add(a.opts.NodeName)
 	}
 	if pending {
@@ -544,8 +556,16 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	}
 	a.mu.Lock()
 	snap := a.snapshotLocked(newer(cached, a.lastWritten), a.clock.Now())
+	states := a.statePassLocked(snap.Node)
 	a.mu.Unlock()
+	a.reportStatePass(snap.Node, states)
+	if len(states.cleared) > 0 {
+		// The probe's next run publishes what was cleared; look again then
+		// too, whatever this sync's fate.
+		a.queue.Add(a.opts.NodeName)
+	}
 	plan := taints.PlanNode(snap)
+	plan.Metadata.Annotations, plan.Metadata.Consumed = states.wanted, states.consumed
 
 	node, err := a.write(ctx, snap, plan)
 	if err != nil {
@@ -553,6 +573,7 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	}
 	a.mu.Lock()
 	final := newer(node, a.lastWritten)
+	a.noteStatesSyncedLocked(states.current)
 	a.mu.Unlock()
 	a.observeSync(syncOutcome{
 		node: final, states: plan.Conditions.States, fromFault: plan.Conditions.FromFault, faults: snap.Faults, resources: plan.Status.Resources,
@@ -690,6 +711,9 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 		d.Adopt(s, now)
 		a.log.Info("adopted condition from node", "condition", t, "status", c.Status, "reason", c.Reason)
 	}
+	// Last: a restored probe may run at once, and its results find the
+	// dampers adopted.
+	a.restoreLocked(node)
 	a.adopted = true
 }
 

@@ -68,6 +68,10 @@ type Entry struct {
 	// Timeout bounds one run. It must be positive and below Interval, so
 	// runs of one probe never overlap.
 	Timeout time.Duration
+	// Start, if set, gates the probe's first run: it waits until Start is
+	// closed (the agent closes it once a Stateful probe's state has been
+	// restored), then for its start jitter. nil means start at once.
+	Start <-chan struct{}
 }
 
 // RunnerOptions tune a Runner. The zero value is ready to use.
@@ -235,10 +239,11 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 }
 
 // Run runs every probe in its own goroutine until ctx is done, and returns
-// once all of them have stopped. A probe first runs after a random delay in
-// [0, Jitter*Interval), then every Interval measured from the start of its
-// previous run; if a run (with the sink) took longer than Interval, the next
-// starts right away. Runs of one probe never overlap.
+// once all of them have stopped. A probe first runs once its Start gate is
+// closed (if it has one) and after a random delay in [0, Jitter*Interval),
+// then every Interval measured from the start of its previous run; if a run
+// (with the sink) took longer than Interval, the next starts right away.
+// Runs of one probe never overlap.
 //
 // sink receives every result. Calls to sink are serialized, so it need not
 // be safe for concurrent use, but it should return promptly: a slow sink
@@ -269,10 +274,11 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 	wg.Wait()
 }
 
-// loop runs entry i, first after delay, until ctx is done.
+// loop runs entry i, first once its Start gate is open and then after
+// delay, until ctx is done.
 func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func(Result)) {
 	e := r.entries[i]
-	if !r.sleep(ctx, delay) {
+	if !gateOpen(ctx, e.Start) || !r.sleep(ctx, delay) {
 		return
 	}
 	for {
@@ -286,6 +292,20 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		if !r.sleep(ctx, start.Add(e.Interval).Sub(r.clock.Now())) {
 			return
 		}
+	}
+}
+
+// gateOpen waits until start is closed (at once for a nil start) and
+// reports whether ctx is still live.
+func gateOpen(ctx context.Context, start <-chan struct{}) bool {
+	if start == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-start:
+		return ctx.Err() == nil
 	}
 }
 

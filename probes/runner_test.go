@@ -370,17 +370,17 @@ func TestNewRunnerValidation(t *testing.T) {
 		opts     probes.RunnerOptions
 		wantErrs []string // empty: valid
 	}{
-		{"valid", []probes.Entry{{ok("a"), 10 * s, s}, {ok("b"), 2 * s, s}}, probes.RunnerOptions{}, nil},
-		{"nil probe", []probes.Entry{{nil, 10 * s, s}}, probes.RunnerOptions{}, []string{"probe entry 0: probe is nil"}},
-		{"empty name", []probes.Entry{{ok(""), 10 * s, s}}, probes.RunnerOptions{}, []string{"probe entry 0 (probestest.StaticProbe): name is empty"}},
-		{"duplicate name", []probes.Entry{{ok("a"), 10 * s, s}, {ok("a"), 10 * s, s}}, probes.RunnerOptions{}, []string{`probe "a": name is used by entries 0 and 1`}},
-		{"zero interval", []probes.Entry{{ok("a"), 0, s}}, probes.RunnerOptions{}, []string{`probe "a": interval 0s must be positive`}},
-		{"negative interval", []probes.Entry{{ok("a"), -s, s}}, probes.RunnerOptions{}, []string{`probe "a": interval -1s must be positive`}},
-		{"zero timeout", []probes.Entry{{ok("a"), 10 * s, 0}}, probes.RunnerOptions{}, []string{`probe "a": timeout 0s must be positive`}},
-		{"timeout equals interval", []probes.Entry{{ok("a"), 10 * s, 10 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 10s must be less than interval 10s`}},
-		{"timeout above interval", []probes.Entry{{ok("a"), s, 2 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 2s must be less than interval 1s`}},
-		{"jitter above 1", []probes.Entry{{ok("a"), 10 * s, s}}, probes.RunnerOptions{Jitter: 1.5}, []string{"jitter 1.5 must be at most 1"}},
-		{"all reported", []probes.Entry{{ok("a"), 0, 0}, {nil, s, s}}, probes.RunnerOptions{}, []string{
+		{"valid", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: s}, {Probe: ok("b"), Interval: 2 * s, Timeout: s}}, probes.RunnerOptions{}, nil},
+		{"nil probe", []probes.Entry{{Probe: nil, Interval: 10 * s, Timeout: s}}, probes.RunnerOptions{}, []string{"probe entry 0: probe is nil"}},
+		{"empty name", []probes.Entry{{Probe: ok(""), Interval: 10 * s, Timeout: s}}, probes.RunnerOptions{}, []string{"probe entry 0 (probestest.StaticProbe): name is empty"}},
+		{"duplicate name", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: s}, {Probe: ok("a"), Interval: 10 * s, Timeout: s}}, probes.RunnerOptions{}, []string{`probe "a": name is used by entries 0 and 1`}},
+		{"zero interval", []probes.Entry{{Probe: ok("a"), Interval: 0, Timeout: s}}, probes.RunnerOptions{}, []string{`probe "a": interval 0s must be positive`}},
+		{"negative interval", []probes.Entry{{Probe: ok("a"), Interval: -s, Timeout: s}}, probes.RunnerOptions{}, []string{`probe "a": interval -1s must be positive`}},
+		{"zero timeout", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: 0}}, probes.RunnerOptions{}, []string{`probe "a": timeout 0s must be positive`}},
+		{"timeout equals interval", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: 10 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 10s must be less than interval 10s`}},
+		{"timeout above interval", []probes.Entry{{Probe: ok("a"), Interval: s, Timeout: 2 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 2s must be less than interval 1s`}},
+		{"jitter above 1", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: s}}, probes.RunnerOptions{Jitter: 1.5}, []string{"jitter 1.5 must be at most 1"}},
+		{"all reported", []probes.Entry{{Probe: ok("a"), Interval: 0, Timeout: 0}, {Probe: nil, Interval: s, Timeout: s}}, probes.RunnerOptions{}, []string{
 			`probe "a": interval 0s must be positive`, `probe "a": timeout 0s must be positive`, "probe entry 1: probe is nil",
 		}},
 	}
@@ -500,5 +500,104 @@ func TestRunOnceRealClockDeadline(t *testing.T) {
 		}
 	case <-time.After(failAfter):
 		t.Fatal("probe never ran")
+	}
+}
+
+// TestRunnerStartGate checks a gated probe never runs before its gate is
+// closed, however much time passes, while an ungated probe beside it keeps
+// its schedule; once the gate closes the probe runs after its start jitter,
+// counted from the opening.
+func TestRunnerStartGate(t *testing.T) {
+	const interval = 10 * time.Second
+	tests := []struct {
+		name   string
+		open   bool          // the gate is closed before Run starts
+		jitter float64       // with Rand 0.5
+		delay  time.Duration // the start delay that jitter gives
+	}{
+		{"open before Run, no jitter", true, -1, 0},
+		{"open before Run, jitter after the gate", true, 0.1, 500 * time.Millisecond},
+		{"opened later, no jitter", false, -1, 0},
+		{"opened later, jitter counted from the opening", false, 0.1, 500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gate := make(chan struct{})
+			if tt.open {
+				close(gate)
+			}
+			h := start(t, []probes.Entry{
+				{Probe: ok("gated"), Interval: interval, Timeout: time.Second, Start: gate},
+				{Probe: ok("free"), Interval: interval, Timeout: time.Second},
+			}, probes.RunnerOptions{Jitter: tt.jitter, Rand: func() float64 { return 0.5 }}, nil)
+
+			if tt.open {
+				if tt.delay > 0 {
+					h.waiters(2)
+					h.clock.Step(tt.delay)
+				}
+				got := map[string]time.Time{}
+				for range 2 {
+					res := h.recv()
+					got[res.Probe] = res.Time
+				}
+				for _, name := range []string{"gated", "free"} {
+					if want := t0.Add(tt.delay); !got[name].Equal(want) {
+						t.Errorf("%s first ran at %v, want %v", name, got[name], want)
+					}
+				}
+				return
+			}
+
+			// Only the free probe runs, however long the gate stays shut.
+			if tt.delay > 0 {
+				h.waiters(1)
+				h.clock.Step(tt.delay)
+			}
+			now := t0.Add(tt.delay)
+			for i := range 5 {
+				if res := h.recv(); res.Probe != "free" || !res.Time.Equal(now) {
+					t.Fatalf("run %d: %s at %v, want only free at %v while the gate is shut", i, res.Probe, res.Time, now)
+				}
+				h.waiters(1) // free waits for its next interval; gated for its gate
+				h.clock.Step(interval)
+				now = now.Add(interval)
+			}
+			if got := h.recv(); got.Probe != "free" {
+				t.Fatalf("got %s, want free", got.Probe)
+			}
+
+			// Open the gate: gated starts its jitter now.
+			opened := now
+			close(gate)
+			if tt.delay > 0 {
+				h.waiters(2) // free's interval, gated's start delay
+				h.clock.Step(tt.delay)
+			}
+			res := h.recv()
+			if got, want := res.Probe, "gated"; got != want {
+				t.Fatalf("after opening the gate got %s, want %s", got, want)
+			}
+			if got, want := res.Time, opened.Add(tt.delay); !got.Equal(want) {
+				t.Errorf("gated first ran at %v, want %v (the opening plus its jitter)", got, want)
+			}
+			if got := h.runner.Stats()[0].Runs; got != 1 {
+				t.Errorf("gated runs = %d, want 1", got)
+			}
+		})
+	}
+}
+
+// TestRunnerStartGateCancel checks Run returns while a probe still waits on
+// its gate, without running it.
+func TestRunnerStartGateCancel(t *testing.T) {
+	gate := make(chan struct{})
+	h := start(t, []probes.Entry{{Probe: ok("gated"), Interval: time.Second, Timeout: time.Millisecond, Start: gate}},
+		probes.RunnerOptions{Jitter: -1}, nil)
+	h.clock.Step(time.Hour)
+	h.stop()
+	h.quiet()
+	if got := h.runner.Stats()[0].Runs; got != 0 {
+		t.Errorf("runs = %d, want 0: the gate was never opened", got)
 	}
 }

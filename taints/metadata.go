@@ -39,6 +39,16 @@ type MetadataInput struct {
 	Gates map[corev1.NodeConditionType]Gate
 	// Request decides the NoExecute request annotation (PlanRequest).
 	Request RequestInput
+	// Annotations are annotations the agent keeps on the Node besides the
+	// ones above (each Stateful probe's state): key -> the value wanted,
+	// "" meaning absent. One is set or removed only when the Node's value
+	// differs; keys not named here are left alone.
+	Annotations map[string]string
+	// Consumed are request annotations the agent has handled (an
+	// operator's request to clear a probe's state): key -> the value
+	// handled. One is removed only while the Node still holds that value,
+	// so a newer request written meanwhile stays, for the next sync.
+	Consumed map[string]string
 }
 
 // InitTaint is the uninitialized taint and this sync's verdict on it.
@@ -52,7 +62,8 @@ type MetadataPlan struct {
 	Taints Plan
 	Labels LabelPlan
 	// Annotations to set besides the ownership records (initialized-at,
-	// the NoExecute request), and to remove.
+	// the NoExecute request, the Input's Annotations), and to remove (also
+	// the requests Consumed).
 	Annotations       map[string]string
 	RemoveAnnotations []string
 	// Held are taints the rules ask for that the disruption guard holds
@@ -111,6 +122,7 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 			p.Annotations[InitializedAnnotation] = in.Now.UTC().Format(time.RFC3339)
 		}
 	}
+	planAnnotations(&p, node.Annotations, in.Annotations, in.Consumed)
 	p.Taints = PlanTaints(node.Spec.Taints, owned, desired, in.Now)
 	p.Labels = PlanLabels(node.Labels, ownedLabels, desiredLabels(node, ownedLabels, in))
 	if len(p.UntrustedTaints)+len(p.UntrustedLabels) > 0 {
@@ -119,6 +131,29 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 	}
 	p.Changed = p.Taints.Changed || p.Labels.Changed || len(p.Annotations)+len(p.RemoveAnnotations) > 0
 	return p
+}
+
+// planAnnotations adds to p the annotations of wanted that differ from
+// have (set, or removed for "") and the consumed requests have still holds
+// unchanged (removed), sorted by key.
+func planAnnotations(p *MetadataPlan, have, wanted, consumed map[string]string) {
+	var remove []string
+	for k, v := range wanted {
+		cur, ok := have[k]
+		switch {
+		case v == "" && ok:
+			remove = append(remove, k)
+		case v != "" && (!ok || cur != v):
+			p.Annotations[k] = v
+		}
+	}
+	for k, v := range consumed {
+		if cur, ok := have[k]; ok && cur == v && !slices.Contains(remove, k) {
+			remove = append(remove, k)
+		}
+	}
+	slices.Sort(remove)
+	p.RemoveAnnotations = append(p.RemoveAnnotations, remove...)
 }
 
 // desiredTaints is what the rules and the hardware ask for, plus the owned

@@ -241,3 +241,68 @@ func mapsEqual(a, b map[string]string) bool {
 	}
 	return true
 }
+
+// TestPlanMetadataAnnotations checks the agent's kept annotations (a
+// Stateful probe's state) and consumed requests: written or removed only
+// when the Node differs, a consumed request removed only while it still
+// holds the value handled, and nothing else touched.
+func TestPlanMetadataAnnotations(t *testing.T) {
+	const (
+		state = "selftaint.io/state-gpu"
+		clear = "selftaint.io/clear-gpu"
+		other = "example.com/owner"
+	)
+	node := func(ann map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: ann}}
+	}
+	tests := []struct {
+		name        string
+		have        map[string]string
+		wanted      map[string]string
+		consumed    map[string]string
+		wantSet     map[string]string
+		wantRemove  []string
+		wantChanged bool
+	}{
+		{name: "nothing asked", have: map[string]string{other: "a", state: "x"}},
+		{name: "new state written", have: map[string]string{other: "a"}, wanted: map[string]string{state: `{"a":1}`},
+			wantSet: map[string]string{state: `{"a":1}`}, wantChanged: true},
+		{name: "changed state written", have: map[string]string{state: "old"}, wanted: map[string]string{state: "new"},
+			wantSet: map[string]string{state: "new"}, wantChanged: true},
+		{name: "same state: no write", have: map[string]string{state: "same"}, wanted: map[string]string{state: "same"}},
+		{name: "empty state removes it", have: map[string]string{state: "old", other: "a"}, wanted: map[string]string{state: ""},
+			wantRemove: []string{state}, wantChanged: true},
+		{name: "empty state, none on the Node: no write", have: map[string]string{other: "a"}, wanted: map[string]string{state: ""}},
+		{name: "an empty annotation is removed too", have: map[string]string{state: ""}, wanted: map[string]string{state: ""},
+			wantRemove: []string{state}, wantChanged: true},
+		{name: "consumed request removed", have: map[string]string{clear: "v1", other: "a"}, consumed: map[string]string{clear: "v1"},
+			wantRemove: []string{clear}, wantChanged: true},
+		{name: "a newer request stays", have: map[string]string{clear: "v2"}, consumed: map[string]string{clear: "v1"}},
+		{name: "a request already gone: no write", have: map[string]string{other: "a"}, consumed: map[string]string{clear: "v1"}},
+		{name: "both, sorted", have: map[string]string{clear: "v1", state: "old"}, wanted: map[string]string{state: ""}, consumed: map[string]string{clear: "v1"},
+			wantRemove: []string{clear, state}, wantChanged: true},
+		{name: "a state set and a request removed in one write", have: map[string]string{clear: "v1", state: "old"},
+			wanted: map[string]string{state: "new"}, consumed: map[string]string{clear: "v1"},
+			wantSet: map[string]string{state: "new"}, wantRemove: []string{clear}, wantChanged: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := PlanMetadata(MetadataInput{
+				Node: node(tt.have), Now: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC), HardwareKnown: true,
+				Annotations: tt.wanted, Consumed: tt.consumed,
+			})
+			if got := p.Annotations; !mapsEqual(got, tt.wantSet) {
+				t.Errorf("set %v, want %v", got, tt.wantSet)
+			}
+			if got := p.RemoveAnnotations; !slices.Equal(got, tt.wantRemove) {
+				t.Errorf("remove %v, want %v", got, tt.wantRemove)
+			}
+			if p.Changed != tt.wantChanged {
+				t.Errorf("changed %v, want %v", p.Changed, tt.wantChanged)
+			}
+			if slices.Contains(p.RemoveAnnotations, other) || p.Annotations[other] != "" {
+				t.Errorf("touched %s: set %v remove %v", other, p.Annotations, p.RemoveAnnotations)
+			}
+		})
+	}
+}

@@ -16,8 +16,8 @@ import (
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
-	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/probes/custom"
+	"github.com/selftaint/selftaint/probes/gpu"
 )
 
 // ProbeSpecs builds the enabled probes that read the host (memory, disk,

@@ -35,6 +35,9 @@ Usage:
   selftaint fault inject|clear|list ...
                             inject, clear or list faults: Node annotations that
                             make a node's agent publish a condition until they expire
+  selftaint gpu clear NODE (--gpu UUID ... | --all) [--wait]
+                            ask the agent on NODE to forget the GPU failures it
+                            keeps across restarts (once the GPU is reset or repaired)
   selftaint policy-params [--config FILE]
                             what the config lets the agent own, as the admission
                             policy's parameters (its agent.selftaint.io/owned-* annotations)
@@ -73,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runExplain(ctx, args[1:], stdout, stderr)
 	case "fault":
 		err = runFault(ctx, args[1:], stdout, stderr)
+	case "gpu":
+		err = runGPU(ctx, args[1:], stdout, stderr)
 	case "version":
 		err = runVersion(args[1:], stdout, stderr)
 	case "policy-params":

@@ -57,6 +57,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -302,6 +303,12 @@ type Monitor struct {
 	catalog *Catalog
 	env     Env
 	now     func() time.Time
+	// fabricHealth reads a GPU's fabric health mask (fabricHealthV2; a
+	// test replaces it, as the versioned call only works on real NVML).
+	fabricHealth func(nvml.Device) (uint32, nvml.Return)
+
+	// uuidLookup: the watcher has a UUID lookup out (uuidOf).
+	uuidLookup atomic.Bool
 
 	flightMu sync.Mutex // guards flight
 	flight   *refreshCall
@@ -355,7 +362,7 @@ func New(cfg Config, env Env) (*Monitor, error) {
 	if env.Lib == nil && env.Open == nil {
 		return nil, errors.New("gpu probe: neither an NVML library nor a way to open one")
 	}
-	m := &Monitor{cfg: cfg, catalog: cfg.catalog(), env: env, now: env.Now, records: map[string]*gpuRecord{}, lw: startWorker("NVML")}
+	m := &Monitor{cfg: cfg, catalog: cfg.catalog(), env: env, now: env.Now, fabricHealth: fabricHealthV2, records: map[string]*gpuRecord{}, lw: startWorker("NVML")}
 	if m.now == nil {
 		m.now = time.Now
 	}

@@ -99,6 +99,7 @@ type verdict struct {
 	read     int      // GPUs whose signals of this probe were all read or not available
 	checked  map[string]int
 	na       map[string]string
+	naGPUs   map[string][]string // the GPUs a signal is not available on
 	readings []probes.Reading
 }
 
@@ -108,12 +109,15 @@ func (v *verdict) problem(reason, format string, args ...any) {
 
 // judge turns a snapshot into the probe's Result.
 func judge(s *snapshot, probe string) probes.Result {
-	v := &verdict{probe: probe, checked: map[string]int{}, na: map[string]string{}}
+	v := &verdict{probe: probe, checked: map[string]int{}, na: map[string]string{}, naGPUs: map[string][]string{}}
 	v.readings = countReadings(s)
-	if probe == NameFatal {
+	switch {
+	case probe == NameFatal:
 		v.nodeLevel(s)
-	} else if s.driverErr != nil {
+	case s.driverErr != nil:
 		v.unknown = append(v.unknown, s.driverErr.Error())
+	case s.countErr != nil:
+		v.unknown = append(v.unknown, s.countErr.Error())
 	}
 	for _, g := range s.gpus {
 		v.gpu(s, g)
@@ -183,6 +187,7 @@ func (v *verdict) gpu(s *snapshot, g gpuView) {
 				complete = false
 			case sr.na != "":
 				v.na[sig] = sr.na
+				v.naGPUs[sig] = append(v.naGPUs[sig], g.label())
 			default:
 				v.checked[sig]++
 			}
@@ -217,9 +222,9 @@ func (v *verdict) findings(label string, fs map[string][]finding, sigs map[strin
 }
 
 // orphan judges a kept record whose GPU has not been seen since the
-// agent started.
+// agent started or the driver was reloaded.
 func (v *verdict) orphan(o gpuRecord) {
-	label := fmt.Sprintf("GPU %s (index %d before the agent restarted; not seen since)", o.key(), o.Index)
+	label := fmt.Sprintf("GPU %s (last seen as index %d, before the agent restarted or the driver reloaded; not seen since)", o.key(), o.Index)
 	if v.probe == NameFatal && len(o.Xids) > 0 {
 		a := worstAction(o.Xids)
 		v.problem(a.Reason(), "%s: %s; %s", label, describeXids(o.Xids), a.Advice())
@@ -248,7 +253,7 @@ func (v *verdict) result(s *snapshot) probes.Result {
 			texts = append(texts, p.text)
 		}
 		res.Message = strings.Join(append(texts, v.unreadNotes(s)...), "; ")
-	case len(v.unknown) > 0 || s.watchErr != nil && len(s.gpus) > 0:
+	case len(v.unknown) > 0 || v.probe == NameFatal && s.watchErr != nil && len(s.gpus) > 0:
 		res.Status, res.Reason = probes.StatusUnknown, ReasonReadError
 		res.Message = fmt.Sprintf("no problem found, but %d of %d GPUs could not be read completely: %s",
 			len(s.gpus)-v.read, len(s.gpus), strings.Join(v.unreadNotes(s), "; "))
@@ -286,6 +291,9 @@ func (v *verdict) okMessage(s *snapshot) string {
 		switch {
 		case v.checked[sig] > 0:
 			checked = append(checked, v.describeCheck(s, sig))
+			if gpus := v.naGPUs[sig]; len(gpus) > 0 { // checked on the others only
+				na = append(na, fmt.Sprintf("%s on %s (%s)", sig, strings.Join(gpus, ", "), v.na[sig]))
+			}
 		case v.na[sig] != "":
 			na = append(na, sig+" ("+v.na[sig]+")")
 		}

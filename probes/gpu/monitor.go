@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -49,7 +50,7 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 	closed := m.closed
 	m.mu.Unlock()
 	if closed {
-		return nil, errors.New("the GPU monitor is closed")
+		return nil, errClosed
 	}
 	rctx, cancel := m.readContext(ctx)
 	defer cancel()
@@ -64,7 +65,13 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 			run.driverErr, run.countErr = run.countErr, nil
 		}
 	}
-	specs := m.prepare(run)
+	if errors.Is(run.driverErr, errClosed) || errors.Is(run.countErr, errClosed) {
+		return nil, errClosed
+	}
+	specs, err := m.prepare(run)
+	if err != nil {
+		return nil, err
+	}
 	run.reads = make([]gpuRead, len(specs))
 	if run.driverErr == nil {
 		var wg sync.WaitGroup
@@ -75,6 +82,9 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errClosed
+	}
 	return m.integrate(run), nil
 }
 
@@ -89,7 +99,11 @@ type runInput struct {
 	reads     []gpuRead
 }
 
-var errDriverGone = errors.New("the NVIDIA driver is not usable")
+var (
+	errDriverGone = errors.New("the NVIDIA driver is not usable")
+	// errClosed: Close was called, maybe while the run was under way.
+	errClosed = errors.New("the GPU monitor is closed")
+)
 
 // scanPCI lists the NVIDIA GPUs on the host's PCI bus.
 func (m *Monitor) scanPCI() ([]string, error) {
@@ -139,6 +153,13 @@ func (m *Monitor) ensureNVML(ctx context.Context, now time.Time) error {
 		lib, err = m.env.Open()
 	})
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		if werr == nil && err == nil && lib != nil {
+			_ = lib.Shutdown()
+		}
+		return errClosed
+	}
 	defer m.mu.Unlock()
 	if werr != nil {
 		err = werr
@@ -188,6 +209,13 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 		return 0, fmt.Errorf("counting GPUs: %w", err)
 	}
 	m.mu.Lock()
+	if m.closed { // while counting: the event set would outlive the Monitor
+		m.mu.Unlock()
+		if set != nil && setRet == nvml.SUCCESS {
+			_ = set.Free()
+		}
+		return 0, errClosed
+	}
 	defer m.mu.Unlock()
 	if needWatch && has.events && ret == nvml.SUCCESS {
 		if setRet == nvml.SUCCESS {
@@ -214,9 +242,12 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 
 // prepare adds GPUs NVML sees for the first time and returns what each
 // GPU's read needs.
-func (m *Monitor) prepare(run runInput) []readSpec {
+func (m *Monitor) prepare(run runInput) ([]readSpec, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed { // new workers would outlive the Monitor
+		return nil, errClosed
+	}
 	for i := len(m.gpus); i < run.count; i++ {
 		m.gpus = append(m.gpus, &gpuState{index: i, w: startWorker(fmt.Sprintf("GPU %d", i)), hist: map[string]history{}})
 	}
@@ -227,9 +258,56 @@ func (m *Monitor) prepare(run runInput) []readSpec {
 	specs := make([]readSpec, len(m.gpus))
 	for i, g := range m.gpus {
 		specs[i] = readSpec{index: i, handle: g.handle, has: m.nv.has, lib: m.nv.lib, events: set,
-			watched: g.watched || g.watch.na != "", cfg: m.cfg, fabricH: fabricHealthV2}
+			watched: g.watched || g.watch.na != "", cfg: m.cfg, fabricH: m.fabricHealth,
+			identified: func(h nvml.Device, uuid, pci string, mig, migRead bool) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.identify(g, h, uuid, pci, mig, migRead)
+			}}
 	}
-	return specs
+	return specs, nil
+}
+
+// identify records who GPU g is, as its read found: its handle, UUID, PCI
+// address and MIG mode (where read). A kept record follows its UUID: when
+// NVML's index g now names another GPU (the driver was reloaded without
+// one), g's record is kept for its own GPU and g takes the record of the
+// GPU it is now. m.mu is held.
+func (m *Monitor) identify(g *gpuState, h nvml.Device, uuid, pci string, mig, migRead bool) {
+	if uuid != "" && uuid != g.uuid {
+		if g.uuid != "" {
+			m.park(g)
+		}
+		for _, o := range m.gpus {
+			if o != g && o.uuid == uuid {
+				m.park(o)
+			}
+		}
+	}
+	if h != nil {
+		g.handle = h
+	}
+	if uuid != "" {
+		g.uuid = uuid
+	}
+	if pci != "" {
+		g.pci = pci
+	}
+	if migRead {
+		g.mig = mig
+	}
+	m.adopt(g)
+}
+
+// park keeps g's record among the records of GPUs not matched to an index,
+// and forgets what g knew of its GPU. m.mu is held.
+func (m *Monitor) park(g *gpuState) {
+	if g.rec != nil && g.rec.key() != "pci:" && !g.rec.empty() {
+		m.records[g.rec.key()] = g.rec
+	}
+	g.rec, g.uuid, g.pci, g.minor = nil, "", "", nil
+	g.hist = map[string]history{}
+	g.downSince, g.actionSeen = time.Time{}, false
 }
 
 func (m *Monitor) gpuWorker(i int) *worker {
@@ -261,9 +339,7 @@ func (m *Monitor) recordEvent(ev nvml.EventData) {
 	m.mu.Unlock()
 	uuid := ""
 	if g == nil && ev.Device != nil {
-		if u, ret := ev.Device.GetUUID(); ret == nvml.SUCCESS {
-			uuid = u
-		}
+		uuid = m.uuidOf(ev.Device)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -290,6 +366,34 @@ func (m *Monitor) recordEvent(ev nvml.EventData) {
 		m.stray = addXid(m.stray, x, at)
 	default:
 		g.record().Xids = addXid(g.record().Xids, x, at)
+	}
+}
+
+// uuidLookupTimeout bounds the watcher's wait for the UUID of an event's
+// unknown device.
+const uuidLookupTimeout = time.Second
+
+// uuidOf asks dev its UUID for the watcher, which must not hang on one
+// GPU: the call runs on a goroutine of its own and is given up after
+// uuidLookupTimeout; while one is still out, no other is made ("" then).
+func (m *Monitor) uuidOf(dev nvml.Device) string {
+	if !m.uuidLookup.CompareAndSwap(false, true) {
+		return ""
+	}
+	ch := make(chan string, 1)
+	go func() {
+		defer m.uuidLookup.Store(false)
+		u, ret := dev.GetUUID()
+		if ret != nvml.SUCCESS {
+			u = ""
+		}
+		ch <- u
+	}()
+	select {
+	case u := <-ch:
+		return u
+	case <-time.After(uuidLookupTimeout):
+		return ""
 	}
 }
 
@@ -355,25 +459,15 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 		}
 		s.gpus = append(s.gpus, v)
 	}
-	if run.driverErr == nil && run.countErr == nil {
+	counted := run.driverErr == nil && run.countErr == nil
+	if counted {
 		m.maxCount = max(m.maxCount, run.count)
-		for _, a := range run.pci {
-			if !slices.Contains(m.expected, a) {
-				m.expected = append(m.expected, a)
-			}
-		}
-		for a := range seenPCI {
-			if !slices.Contains(m.expected, a) {
-				m.expected = append(m.expected, a)
-			}
-		}
+		m.expect(run.pci, seenPCI)
 	}
 	s.pciGPUs = len(run.pci)
 	s.expected = m.expectedCount()
-	for _, a := range m.expected {
-		if !seenPCI[a] && (run.driverErr == nil && run.countErr == nil) {
-			s.missing = append(s.missing, missingGPU{pci: a, onBus: slices.Contains(run.pci, a)})
-		}
+	if counted {
+		s.missing = m.missing(run, seenPCI)
 	}
 	slices.SortFunc(s.missing, func(a, b missingGPU) int { return strings.Compare(a.pci, b.pci) })
 	// After a reboot, a kept record whose GPU is not among a complete set
@@ -410,6 +504,38 @@ func (m *Monitor) attributeStray() {
 	})
 }
 
+// expect adds the GPUs on the PCI bus and those NVML identified to the
+// expected ones.
+func (m *Monitor) expect(pci []string, seen map[string]bool) {
+	for _, a := range slices.Concat(pci, slices.Collect(maps.Keys(seen))) {
+		if !slices.Contains(m.expected, a) {
+			m.expected = append(m.expected, a)
+		}
+	}
+}
+
+// missing lists the expected GPUs NVML did not identify this run, unless
+// GPUs NVML counts but could not identify may be them: those are Unknown,
+// not lost.
+func (m *Monitor) missing(run runInput, seen map[string]bool) []missingGPU {
+	var out []missingGPU
+	for _, a := range m.expected {
+		if !seen[a] {
+			out = append(out, missingGPU{pci: a, onBus: slices.Contains(run.pci, a)})
+		}
+	}
+	unidentified := 0
+	for _, g := range m.gpus {
+		if g.index < run.count && g.pci == "" {
+			unidentified++
+		}
+	}
+	if len(out) <= unidentified {
+		return nil
+	}
+	return out
+}
+
 // expectedCount is how many GPUs the node should have: config, else the
 // PCI baseline, else the most NVML ever saw.
 func (m *Monitor) expectedCount() int {
@@ -422,20 +548,10 @@ func (m *Monitor) expectedCount() int {
 // integrateGPU folds one GPU's read into its state and returns its view.
 func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr error) gpuView {
 	now := run.at
-	if r.handle != nil {
-		g.handle = r.handle
-	}
-	if r.uuid != "" {
-		g.uuid = r.uuid
-	}
-	if r.pci != "" {
-		g.pci = r.pci
-	}
-	g.mig = r.mig
+	m.identify(g, r.handle, r.uuid, r.pci, r.mig, r.migRead)
 	if r.regTried {
 		g.watched, g.watch = r.reg.ok(), r.reg
 	}
-	m.adopt(g)
 	rec := g.record()
 	if run.driverErr != nil {
 		return m.view(g, rec, gpuView{unreadable: run.driverErr})
@@ -456,9 +572,24 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 		view.unreadable = fmt.Errorf("NVML no longer counts GPU %d", g.index)
 	}
 	view.hung = r.hung
-	view.xid = xidHealth(g, watchErr, view.unreadable)
+	view.xid = xidHealth(g, m.nv.has.events, watchErr, view.unreadable)
+	back := m.noteResets(g, rec, r, view, missing, now)
+	for sig, sr := range r.sigs {
+		if !sr.ok() {
+			continue
+		}
+		setFindings(rec, sig, m.judgeSignal(g, sig, r.v, now))
+	}
+	view.healthy = back && healthyRead(r, rec)
+	m.recover(g, rec, view.healthy)
+	return m.view(g, rec, view)
+}
 
-	// A reset is observed when a GPU that was lost or missing is back.
+// noteResets records what this read says about the GPU being reset: a
+// GPU that was lost or missing is back, or the driver's recovery action
+// went back to none. It keeps the "lost" finding and reports whether the
+// GPU is back (read without being lost, missing, unreadable or hung).
+func (m *Monitor) noteResets(g *gpuState, rec *gpuRecord, r gpuRead, view gpuView, missing bool, now time.Time) bool {
 	down := view.lost != nil || missing
 	back := !down && view.unreadable == nil && r.hung == nil
 	switch {
@@ -473,12 +604,6 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 	} else if back {
 		setFindings(rec, "lost", nil)
 	}
-	for sig, sr := range r.sigs {
-		if !sr.ok() {
-			continue
-		}
-		setFindings(rec, sig, m.judgeSignal(g, sig, r.v, now))
-	}
 	if sr, ok := r.sigs[sigRecovery]; ok && sr.ok() {
 		switch {
 		case r.v.recovery != recoveryNone:
@@ -488,14 +613,14 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 			rec.Recovered = now
 		}
 	}
-	view.healthy = back && healthyRead(r, rec)
-	m.recover(g, rec, view.healthy)
-	return m.view(g, rec, view)
+	return back
 }
 
 // xidHealth says whether the GPU's Xid events can be trusted this run.
-func xidHealth(g *gpuState, watchErr, unreadable error) sigRead {
+func xidHealth(g *gpuState, events bool, watchErr, unreadable error) sigRead {
 	switch {
+	case !events:
+		return sigRead{na: "driver lacks NVML event functions"}
 	case g.watch.na != "":
 		return g.watch
 	case g.watch.err != nil:

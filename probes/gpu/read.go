@@ -133,6 +133,7 @@ type gpuRead struct {
 	handle    nvml.Device
 	uuid, pci string
 	mig       bool
+	migRead   bool  // mig was read
 	openErr   error // getting the handle failed
 	// reg is the outcome of registering for Xid events, when tried.
 	regTried bool
@@ -172,6 +173,9 @@ type readSpec struct {
 	watched bool
 	cfg     Config
 	fabricH func(nvml.Device) (uint32, nvml.Return)
+	// identified tells the Monitor who the GPU is before it is registered
+	// for events, so that an Xid raised at once is filed under it.
+	identified func(h nvml.Device, uuid, pci string, mig, migRead bool)
 }
 
 // readGPU reads one GPU on its worker until ctx ends.
@@ -200,8 +204,11 @@ func (spec readSpec) run(j *readJob, step func(string)) {
 		j.r.handle = h
 		j.mu.Unlock()
 	}
+	var uuid, pci string
+	var mig, migRead bool
 	step("nvmlDeviceGetUUID")
-	if uuid, ret := h.GetUUID(); ret == nvml.SUCCESS {
+	if u, ret := h.GetUUID(); ret == nvml.SUCCESS {
+		uuid = u
 		j.mu.Lock()
 		j.r.uuid = uuid
 		j.mu.Unlock()
@@ -212,18 +219,23 @@ func (spec readSpec) run(j *readJob, step func(string)) {
 		return
 	}
 	step("nvmlDeviceGetPciInfo")
-	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+	if info, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+		pci = pciAddress(info)
 		j.mu.Lock()
-		j.r.pci = pciAddress(pci)
+		j.r.pci = pci
 		j.mu.Unlock()
 	}
 	if spec.has.mig {
 		step("nvmlDeviceGetMigMode")
 		if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
+			mig, migRead = cur == nvml.DEVICE_MIG_ENABLE, true
 			j.mu.Lock()
-			j.r.mig = cur == nvml.DEVICE_MIG_ENABLE
+			j.r.mig, j.r.migRead = mig, migRead
 			j.mu.Unlock()
 		}
+	}
+	if spec.identified != nil {
+		spec.identified(h, uuid, pci, mig, migRead)
 	}
 	if spec.events != nil && !spec.watched {
 		step("nvmlDeviceRegisterEvents")
@@ -421,7 +433,12 @@ func fieldValue(h nvml.Device, id uint32) (uint64, nvml.Return) {
 	if ret := h.GetFieldValues(fv); ret != nvml.SUCCESS {
 		return 0, ret
 	}
-	if ret := nvml.Return(fv[0].NvmlReturn); ret != nvml.SUCCESS {
+	switch ret := nvml.Return(fv[0].NvmlReturn); ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_INVALID_ARGUMENT:
+		// A driver older than the field answers so: not offered.
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	default:
 		return 0, ret
 	}
 	switch nvml.ValueType(fv[0].ValueType) {

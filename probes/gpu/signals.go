@@ -37,35 +37,62 @@ func slowdownNames(reasons uint64) []string {
 	return names
 }
 
+// mk makes findings of one probe at one time.
+type mk func(reason, format string, args ...any) finding
+
+func maker(probe string, now time.Time) mk {
+	return func(reason, format string, args ...any) finding {
+		return finding{Probe: probe, Reason: reason, Text: fmt.Sprintf(format, args...), Since: now}
+	}
+}
+
 // judgeSignal returns what a successful read of sig shows about g, and
 // keeps the signal's history and baselines. m.mu is held.
 func (m *Monitor) judgeSignal(g *gpuState, sig string, v values, now time.Time) []finding {
-	cfg, rec, win := m.cfg, g.record(), m.cfg.window()
-	fatal := func(reason, format string, args ...any) finding {
-		return finding{Probe: NameFatal, Reason: reason, Text: fmt.Sprintf(format, args...), Since: now}
-	}
-	degraded := func(reason, format string, args ...any) finding {
-		return finding{Probe: NameDegraded, Reason: reason, Text: fmt.Sprintf(format, args...), Since: now}
-	}
-	var out []finding
+	fatal, degraded := maker(NameFatal, now), maker(NameDegraded, now)
 	switch sig {
 	case sigRecovery:
-		switch v.recovery {
-		case recoveryNone:
-		case recoveryReset:
-			out = append(out, fatal(ReasonGPUResetRequired, "the driver's recovery action is GPU reset"))
-		case recoveryReboot:
-			out = append(out, fatal(ReasonGPURebootRequired, "the driver's recovery action is node reboot"))
-		case recoveryDrainP2P:
-			out = append(out, fatal(ReasonGPUDrainP2P, "the driver's recovery action is drain peer-to-peer traffic"))
-		case recoveryDrainReset:
-			out = append(out, fatal(ReasonGPUResetRequired, "the driver's recovery action is drain the GPU's work, then reset it"))
-		default:
-			out = append(out, fatal(ReasonGPUResetRequired, "the driver's recovery action is %d, unknown to this selftaint", v.recovery))
-		}
+		return recoveryFindings(v.recovery, fatal)
+	case sigECC, sigRemap, sigRetired:
+		return memoryFindings(sig, v, m.cfg.ECCUncorrectedAbove, fatal, degraded)
+	case sigFabric:
+		return fabricFindings(v, fatal, degraded)
+	case sigNVLink:
+		return m.nvlinkFindings(g, g.record(), v, now, fatal, degraded)
+	case sigPCIe:
+		return m.pcieFindings(g, v, now, degraded)
+	case sigECCMode, sigInfoROM:
+		return deviceFindings(sig, v, g.record(), degraded)
+	case sigClocks, sigThermal, sigPower:
+		return m.sustainedFindings(g, sig, v, now, degraded)
+	}
+	return nil
+}
+
+// recoveryFindings judges the driver's recovery action.
+func recoveryFindings(action uint64, fatal mk) []finding {
+	switch action {
+	case recoveryNone:
+		return nil
+	case recoveryReset:
+		return []finding{fatal(ReasonGPUResetRequired, "the driver's recovery action is GPU reset")}
+	case recoveryReboot:
+		return []finding{fatal(ReasonGPURebootRequired, "the driver's recovery action is node reboot")}
+	case recoveryDrainP2P:
+		return []finding{fatal(ReasonGPUDrainP2P, "the driver's recovery action is drain peer-to-peer traffic")}
+	case recoveryDrainReset:
+		return []finding{fatal(ReasonGPUResetRequired, "the driver's recovery action is drain the GPU's work, then reset it")}
+	}
+	return []finding{fatal(ReasonGPUResetRequired, "the driver's recovery action is %d, unknown to this selftaint", action)}
+}
+
+// memoryFindings judges the GPU memory's error counters and repairs.
+func memoryFindings(sig string, v values, eccAbove uint64, fatal, degraded mk) []finding {
+	var out []finding
+	switch sig {
 	case sigECC:
-		if v.ecc > cfg.ECCUncorrectedAbove {
-			out = append(out, fatal(ReasonUncorrectableECC, "%d volatile uncorrectable ECC errors, above %d", v.ecc, cfg.ECCUncorrectedAbove))
+		if v.ecc > eccAbove {
+			out = append(out, fatal(ReasonUncorrectableECC, "%d volatile uncorrectable ECC errors, above %d", v.ecc, eccAbove))
 		}
 	case sigRemap:
 		if v.remapFailed {
@@ -74,58 +101,63 @@ func (m *Monitor) judgeSignal(g *gpuState, sig string, v values, now time.Time) 
 		if v.remapPending {
 			out = append(out, degraded(ReasonRowRemapPending, "row remapping pending (%d rows remapped for uncorrectable, %d for correctable errors); it takes effect at the next GPU reset", v.remapUnc, v.remapCorr))
 		}
-	case sigFabric:
-		out = append(out, fabricFindings(v, fatal, degraded)...)
-	case sigNVLink:
-		out = append(out, m.nvlinkFindings(g, rec, v, now, fatal, degraded)...)
 	case sigRetired:
 		if v.retiredPending {
 			out = append(out, degraded(ReasonRetiredPagesPending, "retired memory pages pending; they take effect at the next GPU reset"))
-		}
-	case sigPCIe:
-		out = append(out, m.pcieFindings(g, v, now, degraded)...)
-	case sigECCMode:
-		if v.eccCurrent {
-			rec.ECCEnabled = true
-		} else if rec.ECCEnabled {
-			after := ""
-			if v.eccPending {
-				after = " (enabled again after the next reset)"
-			}
-			out = append(out, degraded(ReasonECCDisabled, "ECC is disabled%s; it was enabled", after))
-		}
-	case sigInfoROM:
-		if v.inforomBad {
-			out = append(out, degraded(ReasonInfoROMCorrupted, "the InfoROM failed validation (corrupted)"))
-		}
-	case sigClocks:
-		names := slowdownNames(v.clockReasons)
-		g.hist[sig] = g.hist[sig].add(point{at: now, on: len(names) > 0}, win)
-		share := 100 * g.hist[sig].onFraction(now, win)
-		if share > cfg.SlowdownPercent {
-			current := "none now"
-			if len(names) > 0 {
-				current = "now " + strings.Join(names, ", ")
-			}
-			out = append(out, degraded(ReasonHardwareSlowdown, "clocks held down by hardware %.0f%% of the last %v, above %v%% (%s)", share, win, cfg.SlowdownPercent, current))
-		}
-	case sigThermal, sigPower:
-		n := v.thermal
-		reason, limit, what := ReasonThermalViolation, cfg.ThermalViolationPercent, "thermal"
-		if sig == sigPower {
-			n, reason, limit, what = v.power, ReasonPowerViolation, cfg.PowerViolationPercent, "power"
-		}
-		g.hist[sig] = g.hist[sig].add(point{at: now, n: n}, win)
-		share := 100 * float64(g.hist[sig].rise(now, win)) / float64(win)
-		if share > limit {
-			out = append(out, degraded(reason, "%s violation %.0f%% of the last %v, above %v%%", what, share, win, limit))
 		}
 	}
 	return out
 }
 
+// deviceFindings judges ECC mode against the baseline and the InfoROM.
+func deviceFindings(sig string, v values, rec *gpuRecord, degraded mk) []finding {
+	switch {
+	case sig == sigECCMode && v.eccCurrent:
+		rec.ECCEnabled = true
+	case sig == sigECCMode && rec.ECCEnabled:
+		after := ""
+		if v.eccPending {
+			after = " (enabled again after the next reset)"
+		}
+		return []finding{degraded(ReasonECCDisabled, "ECC is disabled%s; it was enabled", after)}
+	case sig == sigInfoROM && v.inforomBad:
+		return []finding{degraded(ReasonInfoROMCorrupted, "the InfoROM failed validation (corrupted)")}
+	}
+	return nil
+}
+
+// sustainedFindings judges the signals held over the window: hardware
+// slowdown by time, thermal and power violation by NVML's counters.
+func (m *Monitor) sustainedFindings(g *gpuState, sig string, v values, now time.Time, degraded mk) []finding {
+	cfg, win := m.cfg, m.cfg.window()
+	if sig == sigClocks {
+		names := slowdownNames(v.clockReasons)
+		g.hist[sig] = g.hist[sig].add(point{at: now, on: len(names) > 0}, win)
+		share := 100 * g.hist[sig].onFraction(now, win)
+		if share <= cfg.SlowdownPercent {
+			return nil
+		}
+		current := "none now"
+		if len(names) > 0 {
+			current = "now " + strings.Join(names, ", ")
+		}
+		return []finding{degraded(ReasonHardwareSlowdown, "clocks held down by hardware %.0f%% of the last %v, above %v%% (%s)", share, win, cfg.SlowdownPercent, current)}
+	}
+	n := v.thermal
+	reason, limit, what := ReasonThermalViolation, cfg.ThermalViolationPercent, "thermal"
+	if sig == sigPower {
+		n, reason, limit, what = v.power, ReasonPowerViolation, cfg.PowerViolationPercent, "power"
+	}
+	g.hist[sig] = g.hist[sig].add(point{at: now, n: n}, win)
+	share := 100 * float64(g.hist[sig].rise(now, win)) / float64(win)
+	if share <= limit {
+		return nil
+	}
+	return []finding{degraded(reason, "%s violation %.0f%% of the last %v, above %v%%", what, share, win, limit)}
+}
+
 // fabricFindings judges the GPU's registration with the NVLink fabric.
-func fabricFindings(v values, fatal, degraded func(string, string, ...any) finding) []finding {
+func fabricFindings(v values, fatal, degraded mk) []finding {
 	var out []finding
 	switch v.fabricState {
 	case nvml.GPU_FABRIC_STATE_NOT_STARTED:
@@ -151,7 +183,7 @@ func fabricFindings(v values, fatal, degraded func(string, string, ...any) findi
 
 // nvlinkFindings: a link seen up before that is down now is fatal; error
 // counters rising faster than the limit degrade.
-func (m *Monitor) nvlinkFindings(g *gpuState, rec *gpuRecord, v values, now time.Time, fatal, degraded func(string, string, ...any) finding) []finding {
+func (m *Monitor) nvlinkFindings(g *gpuState, rec *gpuRecord, v values, now time.Time, fatal, degraded mk) []finding {
 	var down []string
 	var errs uint64
 	for _, l := range v.links {
@@ -183,7 +215,7 @@ func (m *Monitor) nvlinkFindings(g *gpuState, rec *gpuRecord, v values, now time
 // maximum while the GPU is busy for half the window (an idle GPU lowers
 // its generation to save power; without clock reasons busy is not known
 // and the generation is not judged), or replays faster than the limit.
-func (m *Monitor) pcieFindings(g *gpuState, v values, now time.Time, degraded func(string, string, ...any) finding) []finding {
+func (m *Monitor) pcieFindings(g *gpuState, v values, now time.Time, degraded mk) []finding {
 	var out []finding
 	win := m.cfg.window()
 	if v.pcieMaxWidth > 0 && v.pcieWidth < v.pcieMaxWidth {

@@ -116,13 +116,28 @@ func decodeState(data []byte) (savedState, error) {
 		if g.UUID == "" && g.PCI == "" {
 			return savedState{}, fmt.Errorf("GPU state: gpus[%d] has neither uuid nor pci", i)
 		}
-		for j, x := range g.Xids {
-			if _, err := ParseAction(string(x.Action)); err != nil {
-				return savedState{}, fmt.Errorf("GPU state: gpus[%d].xids[%d]: %w", i, j, err)
-			}
+		if err := checkXids(g.Xids); err != nil {
+			return savedState{}, fmt.Errorf("GPU state: gpus[%d].xids%w", i, err)
 		}
 	}
+	if err := checkXids(s.Stray); err != nil {
+		return savedState{}, fmt.Errorf("GPU state: stray%w", err)
+	}
 	return s, nil
+}
+
+// checkXids checks what a record can only hold garbage in: its action and
+// its count. The error starts with the record's index, "[2]: ...".
+func checkXids(l []xidRecord) error {
+	for j, x := range l {
+		if _, err := ParseAction(string(x.Action)); err != nil {
+			return fmt.Errorf("[%d]: %w", j, err)
+		}
+		if x.Count < 1 {
+			return fmt.Errorf("[%d]: count %d, want at least 1", j, x.Count)
+		}
+	}
+	return nil
 }
 
 // key identifies the record: its UUID, else its PCI address.
@@ -143,7 +158,7 @@ func (g gpuRecord) empty() bool {
 func addXid(l []xidRecord, x xidRecord, at time.Time) []xidRecord {
 	for i := range l {
 		r := &l[i]
-		if r.Xid == x.Xid && eqInstance(r.GI, x.GI) && eqInstance(r.CI, x.CI) {
+		if sameXid(*r, x) {
 			r.Count++
 			r.Last = at
 			r.Action, r.Name = x.Action, x.Name
@@ -174,9 +189,7 @@ func capXids(l []xidRecord) []xidRecord {
 // last times widen.
 func mergeXids(dst, src []xidRecord) []xidRecord {
 	for _, x := range src {
-		i := slices.IndexFunc(dst, func(r xidRecord) bool {
-			return r.Xid == x.Xid && eqInstance(r.GI, x.GI) && eqInstance(r.CI, x.CI)
-		})
+		i := slices.IndexFunc(dst, func(r xidRecord) bool { return sameXid(r, x) })
 		if i < 0 {
 			dst = capXids(append(dst, x))
 			continue
@@ -191,6 +204,12 @@ func mergeXids(dst, src []xidRecord) []xidRecord {
 		}
 	}
 	return dst
+}
+
+// sameXid reports whether a and b count the same Xid: of the same MIG
+// instance and, on stray records, the same device.
+func sameXid(a, b xidRecord) bool {
+	return a.Xid == b.Xid && eqInstance(a.GI, b.GI) && eqInstance(a.CI, b.CI) && a.UUID == b.UUID
 }
 
 func eqInstance(a, b *uint32) bool {

@@ -93,22 +93,15 @@ func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	all := slices.Contains(targets, ClearAll)
-	var words []string
-	var unknown []string
-	for _, t := range targets {
-		if t == ClearAll {
-			continue
-		}
-		if !m.knows(t) {
-			unknown = append(unknown, t)
-		}
-	}
-	if len(unknown) > 0 {
+	if unknown := m.unknownTargets(targets); len(unknown) > 0 {
 		return "", fmt.Errorf("no GPU %s on this node (known: %s)", strings.Join(unknown, ", "), strings.Join(m.knownGPUs(), ", "))
 	}
 	named := func(uuid, pci string) bool {
-		return all || uuid != "" && slices.Contains(targets, uuid) || pci != "" && slices.Contains(targets, normalizePCI(pci)) || pci != "" && slices.Contains(targets, pci)
+		return all || slices.ContainsFunc(targets, func(t string) bool {
+			return uuid != "" && t == uuid || pci != "" && normalizePCI(t) == pci
+		})
 	}
+	var words []string
 	for _, g := range m.gpus {
 		if !named(g.uuid, g.pci) || g.rec == nil {
 			continue
@@ -136,6 +129,17 @@ func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 	}
 	slices.Sort(words)
 	return "cleared " + strings.Join(words, "; ") + " (Xids go once the GPU reads healthy; a problem still there is found again)", nil
+}
+
+// unknownTargets are the targets that name no GPU the Monitor knows.
+func (m *Monitor) unknownTargets(targets []string) []string {
+	var unknown []string
+	for _, t := range targets {
+		if t != ClearAll && !m.knows(t) {
+			unknown = append(unknown, t)
+		}
+	}
+	return unknown
 }
 
 // clearRecord marks rec's Xids before requested cleared and drops its

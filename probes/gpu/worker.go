@@ -33,9 +33,8 @@ func startWorker(name string) *worker {
 
 func (w *worker) loop() {
 	for job := range w.jobs {
-		job(w.setStep)
+		job(w.setStep) // frees the worker (busy false) when it returns
 		w.mu.Lock()
-		w.busy, w.step = false, ""
 		done := w.done
 		w.mu.Unlock()
 		if done {
@@ -92,13 +91,17 @@ func (w *worker) do(ctx context.Context, job func(step func(string))) error {
 	finished := make(chan struct{})
 	var panicked error
 	w.jobs <- func(step func(string)) {
-		defer close(finished)
 		defer func() {
-			if p := recover(); p != nil {
-				w.mu.Lock()
+			p := recover()
+			// The worker is free before do returns, so that a run right
+			// after this one does not find it busy.
+			w.mu.Lock()
+			if p != nil {
 				panicked = fmt.Errorf("%s: NVML call %s panicked: %v", w.name, w.step, p)
-				w.mu.Unlock()
 			}
+			w.busy, w.step = false, ""
+			w.mu.Unlock()
+			close(finished)
 		}()
 		job(step)
 	}

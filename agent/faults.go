@@ -69,31 +69,44 @@ func (a *Agent) faultJudge() faults.Judge {
 
 // adoptFaultsLocked recognises, at start-up, the faults a previous run was
 // applying: their condition on the Node shows exactly their status, reason
-// and message. They count as seen valid, so one that expired while the agent
-// was down is removed rather than rejected. It returns their conditions.
+// and message. It returns their conditions, which show a fault, not the
+// probe. It also notes when each fault annotation was written (the Node's
+// managed fields), so that faults are judged from then, not from this
+// run's first sight: a fault rejected for lasting too long stays rejected
+// across restarts. A fault being applied is re-judged the same way; it
+// counts as seen valid unless it lasts too long, so one that expired while
+// the agent was down is removed rather than rejected.
 func (a *Agent) adoptFaultsLocked(node *corev1.Node) map[corev1.NodeConditionType]bool {
 	faulted := map[corev1.NodeConditionType]bool{}
 	if a.opts.Faults.Disabled {
 		return faulted
 	}
-	for k, v := range node.Annotations {
-		if !faults.IsAnnotation(k) {
-			continue
-		}
+	a.faultMem.Written = faults.WrittenAt(node)
+	now := a.clock.Now()
+	for _, k := range faults.Keys(node.Annotations) {
+		v := node.Annotations[k]
 		f, err := faults.Parse(k, v, a.faultConds, a.faultProbes)
-		if err != nil {
+		if err != nil || !showsFault(node, f) {
 			continue
 		}
-		c := taints.FindCondition(node, f.Condition)
-		if c == nil || c.Status != f.Status || c.Reason != f.Reason || c.Message != taints.Truncate(f.Message, maxMessageLen) {
+		faulted[f.Condition] = true
+		if problem, expired := faults.CheckTime(f, a.faultMem.WrittenTime(k, v), now, a.opts.Faults.MaxDuration); problem != "" && !expired {
+			// Evaluate rejects it, with an Event; the probe decides.
+			a.log.Warn("not adopting the fault on the node", "annotation", k, "condition", f.Condition, "problem", problem)
 			continue
 		}
 		a.faultMem.Seen[k] = faults.Verdict{Value: v, Fault: f}
 		a.faultMem.Applied[k] = v
-		faulted[f.Condition] = true
 		a.log.Info("adopted fault from node", "annotation", k, "condition", f.Condition, "status", f.Status, "expiresAt", f.ExpiresAt)
 	}
 	return faulted
+}
+
+// showsFault reports whether f's condition on node shows exactly its
+// status, reason and message.
+func showsFault(node *corev1.Node, f faults.Fault) bool {
+	c := taints.FindCondition(node, f.Condition)
+	return c != nil && c.Status == f.Status && c.Reason == f.Reason && c.Message == taints.Truncate(f.Message, maxMessageLen)
 }
 
 // reportFaults logs and records Events for rejected faults and faults that

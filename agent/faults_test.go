@@ -423,3 +423,134 @@ func TestFaultSurvivesRestartAndExpiresWhileDown(t *testing.T) {
 		t.Errorf("the restarted agent rejected the fault it had applied: %s", evs[0].Message)
 	}
 }
+
+// TestRejectedFaultStaysRejectedAfterRestart injects two faults longer than
+// the maximum duration (2 s, so 7 s with the slack): one as the CLI writes
+// it (with injectedAt), one in the older form without (as kubectl annotate
+// writes it by hand). The agent rejects both; it is restarted once less
+// than the maximum is left before they expire, which a restarted agent
+// counting from its own first sight would accept; it rejects both again,
+// from injectedAt and from the annotation's managed-fields time, and no
+// watched version of the Node shows either condition faulted or our taint.
+func TestRejectedFaultStaysRejectedAfterRestart(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "rejected-restart"
+	cp.CreateNode(t, node, withForeignAnnotation)
+	const maxDur = 2 * time.Second
+	main, other := newSwitchProbe(probes.StatusOK), newSwitchProbe(probes.StatusOK)
+	damping := taints.Damping{For: time.Minute, ClearAfter: time.Minute}
+	opts := agent.Options{
+		NodeName: node,
+		Client:   c.CoreV1(),
+		Probes:   []agent.ProbeSpec{probeSpec(main, cond, damping), probeSpec(namedProbe{other, otherProbe}, otherCond, damping)},
+		Rules:    rules,
+		Faults:   agent.FaultOptions{MaxDuration: maxDur},
+	}
+	healthy := func(n *corev1.Node) bool {
+		for _, ct := range []corev1.NodeConditionType{cond, otherCond} {
+			if cc := condition(n, ct); cc == nil || cc.Status != corev1.ConditionFalse || cc.Reason != "Fine" {
+				return false
+			}
+		}
+		return !hasTaint(n, ourTaint)
+	}
+	_, stop := startAgent(t, opts)
+	w := startWatch(t, c, node, waitNode(t, c, node, 20*time.Second, "conditions False", healthy).ResourceVersion)
+
+	const lasts = 16 * time.Second
+	cliKey, oldKey := faults.AnnotationKey(probeName), faults.AnnotationKey(otherProbe)
+	injected := time.Now()
+	cliValue := faultValue(t, faults.Spec{Message: "too long", InjectedBy: "TestRejectedFaultStaysRejectedAfterRestart"}.Lasting(injected, lasts))
+	expiry := injected.Add(lasts).Truncate(time.Second)
+	oldValue := faultValue(t, faults.Spec{Message: "too long, old form", ExpiresAt: expiry.UTC().Format(time.RFC3339)})
+	setAnnotations(t, c, node, map[string]any{cliKey: cliValue, oldKey: oldValue})
+	waitEvent(t, c, node, "FaultRejected", 5*time.Second, cliKey+":", "from injectedAt", "beyond the maximum fault duration 2s")
+	waitEvent(t, c, node, "FaultRejected", 5*time.Second, oldKey+":", "away, beyond the maximum fault duration 2s")
+	stop()
+
+	// Restart once a fault judged from first sight would be within the
+	// maximum (plus the slack), with time left to see it rejected.
+	restartAt := expiry.Add(-(maxDur + faults.ExpirySlack - 2*time.Second))
+	time.Sleep(time.Until(restartAt))
+	restarted := time.Now()
+	startAgent(t, opts)
+	waitEvent(t, c, node, "FaultRejected", 3*time.Second, oldKey+":", "from when its annotation was written")
+	// The CLI fault's rejection reads as before; the restarted agent
+	// reports it again.
+	err := testcp.Poll(context.Background(), 3*time.Second, 100*time.Millisecond, func() (bool, error) {
+		var n int32
+		for _, e := range nodeEvents(t, c, node, "FaultRejected") {
+			if strings.Contains(e.Message, cliKey+":") {
+				n += max(e.Count, 1)
+			}
+		}
+		return n >= 2, nil
+	})
+	if err != nil {
+		t.Errorf("the restarted agent did not report the CLI fault rejected: %v", err)
+	}
+	time.Sleep(time.Until(restarted.Add(2 * time.Second)))
+	if left := time.Until(expiry); left < 0 {
+		t.Fatalf("the faults expired %s before the checks ended; the test proves nothing", -left)
+	}
+	n := getNode(t, c, node)
+	if !healthy(n) {
+		t.Errorf("after the restart: %s, want both conditions False (Fine) and no taint", describe(n))
+	}
+	if n.Annotations[cliKey] != cliValue || n.Annotations[oldKey] != oldValue {
+		t.Errorf("rejected annotations = %q, %q, want them left in place", n.Annotations[cliKey], n.Annotations[oldKey])
+	}
+	for i, n := range w.seen() {
+		if !healthy(n) {
+			t.Errorf("update %d (rv %s) shows a fault: %s", i, n.ResourceVersion, describe(n))
+		}
+	}
+	if evs := nodeEvents(t, c, node, "FaultActive"); len(evs) != 0 {
+		t.Errorf("FaultActive event for a rejected fault: %s", evs[0].Message)
+	}
+}
+
+// TestAppliedFaultRejudgedAfterRestart applies a fault, then restarts the
+// agent with a maximum duration the fault exceeds (counted from its
+// injectedAt): the restarted agent does not adopt it, rejects it with an
+// Event, leaves the annotation, and the condition follows the probe again.
+func TestAppliedFaultRejudgedAfterRestart(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "rejudged"
+	cp.CreateNode(t, node, withForeignAnnotation)
+	p := newSwitchProbe(probes.StatusOK)
+	opts := func(max time.Duration) agent.Options {
+		return agent.Options{
+			NodeName: node,
+			Client:   c.CoreV1(),
+			Probes:   []agent.ProbeSpec{probeSpec(p, cond, taints.Damping{For: time.Minute, ClearAfter: time.Minute})},
+			Rules:    rules,
+			Faults:   agent.FaultOptions{MaxDuration: max},
+		}
+	}
+	_, stop := startAgent(t, opts(time.Hour))
+	waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+	key := faults.AnnotationKey(string(cond))
+	value := faultValue(t, faults.Spec{Reason: "Drill", Message: "ten minutes"}.Lasting(time.Now(), 10*time.Minute))
+	setAnnotations(t, c, node, map[string]any{key: value})
+	waitNode(t, c, node, 5*time.Second, "the fault applied", func(n *corev1.Node) bool {
+		cc := condition(n, cond)
+		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Reason == "Drill" && hasTaint(n, ourTaint)
+	})
+	stop()
+
+	startAgent(t, opts(time.Minute))
+	waitEvent(t, c, node, "FaultRejected", 10*time.Second, key+":", "the fault lasts 10m", "from injectedAt", "beyond the maximum fault duration 1m0s")
+	n := waitNode(t, c, node, 10*time.Second, "condition False (Fine) and no taint", func(n *corev1.Node) bool {
+		cc := condition(n, cond)
+		return cc != nil && cc.Status == corev1.ConditionFalse && cc.Reason == "Fine" && !hasTaint(n, ourTaint)
+	})
+	if n.Annotations[key] != value {
+		t.Errorf("annotation = %q, want the rejected fault left in place", n.Annotations[key])
+	}
+	if !hasTaint(n, foreignTaint) || n.Annotations[foreignAnnotation] != "team-a" {
+		t.Errorf("foreign taint or annotation lost: %s %v", describe(n), n.Annotations)
+	}
+}

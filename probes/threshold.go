@@ -33,8 +33,18 @@ func (t Threshold) IsZero() bool {
 	return t.Value == 0
 }
 
-// Validate reports whether t could have come from ParseThreshold: Value is
-// finite and not negative, and a percentage is at most 100.
+// maxAmount bounds absolute thresholds: every byte count and count the
+// kernel reports is 64-bit, so an amount of 2^64 or more could never be
+// reached (nor compared exactly).
+const maxAmount float64 = 1 << 64
+
+// errTooLarge says an amount is not below maxAmount.
+var errTooLarge = errors.New("too large: an amount must be below 16384Pi (2^64)")
+
+// Validate reports whether t is in range: Value is finite and not
+// negative, a percentage is at most 100, and an amount is below 2^64.
+// ParseThreshold checks the syntax (and what no range could hold); the
+// range is Validate's, or ValidateCount's, so that a count gets its own.
 func (t Threshold) Validate() error {
 	switch {
 	case math.IsNaN(t.Value) || math.IsInf(t.Value, 0):
@@ -43,13 +53,33 @@ func (t Threshold) Validate() error {
 		return fmt.Errorf("threshold %s must not be negative", t)
 	case t.Percent && t.Value > 100:
 		return fmt.Errorf("threshold %s must not be above 100%%", t)
+	case !t.Percent && t.Value >= maxAmount:
+		return fmt.Errorf("threshold %s is %w", t, errTooLarge)
+	}
+	return nil
+}
+
+// ValidateCount is Validate for a threshold on a count of things (threads,
+// inodes): an absolute one must also be a whole number from 0 to max. why,
+// when not empty, says where max comes from.
+func (t Threshold) ValidateCount(max uint64, why string) error {
+	switch {
+	case t.Percent || math.IsNaN(t.Value) || math.IsInf(t.Value, 0) || t.Value < 0:
+		return t.Validate()
+	// float64(max)+1 rounds to 2^64 for the largest max: a count is then
+	// below 2^64, as it must be.
+	case t.Value != math.Trunc(t.Value) || t.Value >= float64(max)+1:
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		return fmt.Errorf("threshold %s is out of range: a count must be a whole number from 0 to %d%s", t, max, why)
 	}
 	return nil
 }
 
 // String formats t so that ParseThreshold reads it back: "5%", "12.5%",
 // "512Mi", "2G", "1234" style, using the largest suffix that divides the
-// value exactly.
+// value exactly. An amount beyond any range (2^64) reads "1e+23".
 func (t Threshold) String() string {
 	if t.Percent {
 		return strconv.FormatFloat(t.Value, 'f', -1, 64) + "%"
@@ -61,6 +91,15 @@ func (t Threshold) String() string {
 				best = u
 			}
 		}
+	}
+	switch {
+	case best.mult == 1 && v == math.Trunc(v) && math.Abs(v) <= maxAmount:
+		// A whole number in full, not its shortest form: 2^64 reads
+		// 18446744073709551616, as written, not 18446744073709552000.
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case math.Abs(v) > maxAmount:
+		// Out of any range: "1e+23", not 23 digits no one wrote.
+		return strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	return strconv.FormatFloat(v/best.mult, 'f', -1, 64) + best.suffix
 }
@@ -128,7 +167,7 @@ func parseThreshold(s string) (Threshold, error) {
 	}
 	v *= mult
 	if math.IsInf(v, 0) {
-		return Threshold{}, errors.New("too large")
+		return Threshold{}, errTooLarge
 	}
 	return Threshold{Value: v}, nil
 }

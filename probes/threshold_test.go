@@ -88,6 +88,29 @@ func TestParseThresholdErrors(t *testing.T) {
 	}
 }
 
+// TestParseThresholdLeavesRangeToValidate: a large amount parses, and
+// Validate (or ValidateCount, with the count's own range) rejects it.
+func TestParseThresholdLeavesRangeToValidate(t *testing.T) {
+	tests := []struct {
+		in, want string
+	}{
+		{"18446744073709551616", "threshold 18446744073709551616 is too large: an amount must be below 16384Pi (2^64)"},
+		{"16384Pi", "threshold 18446744073709551616 is too large"},
+		{"99999999999999999999999Pi", "threshold 1.125899906842624e+38 is too large"},
+		{"99999999999999999999999", "threshold 1e+23 is too large"},
+	}
+	for _, tt := range tests {
+		th, err := ParseThreshold(tt.in)
+		if err != nil {
+			t.Errorf("ParseThreshold(%q): %v, want it parsed", tt.in, err)
+			continue
+		}
+		if err := th.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseThreshold(%q).Validate() = %v, want %q", tt.in, err, tt.want)
+		}
+	}
+}
+
 func TestThresholdString(t *testing.T) {
 	tests := []struct {
 		in   Threshold
@@ -153,6 +176,8 @@ func TestThresholdIsZeroAndValidate(t *testing.T) {
 		{Threshold{Value: 101, Percent: true}, false, "above 100%"},
 		{Threshold{Value: math.NaN()}, false, "finite"},
 		{Threshold{Value: math.Inf(1)}, false, "finite"},
+		{Threshold{Value: 1 << 63}, false, ""},
+		{Threshold{Value: 1 << 64}, false, "threshold 18446744073709551616 is too large: an amount must be below 16384Pi (2^64)"},
 	}
 	for _, tt := range tests {
 		if got := tt.th.IsZero(); got != tt.wantZero {
@@ -208,6 +233,37 @@ func TestFormatThreshold(t *testing.T) {
 	for _, tt := range tests {
 		if got := FormatThreshold(tt.in); got != tt.want {
 			t.Errorf("FormatThreshold(%+v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestThresholdValidateCount(t *testing.T) {
+	tests := []struct {
+		th      Threshold
+		max     uint64
+		why     string
+		wantErr string // empty: valid
+	}{
+		{Threshold{}, 100, "", ""},
+		{Threshold{Value: 100}, 100, "", ""},
+		{Threshold{Value: 90, Percent: true}, 10, "", ""},
+		{Threshold{Value: 4 << 20}, 4 << 20, "", ""},
+		{Threshold{Value: 101}, 100, "", "threshold 101 is out of range: a count must be a whole number from 0 to 100"},
+		{Threshold{Value: 1.5}, 100, "", "threshold 1.5 is out of range: a count must be a whole number from 0 to 100"},
+		{Threshold{Value: 1 << 64}, 4 << 20, "the largest pid_max", "threshold 18446744073709551616 is out of range: a count must be a whole number from 0 to 4194304 (the largest pid_max)"},
+		{Threshold{Value: 1 << 64}, math.MaxUint64, "", "from 0 to 18446744073709551615"},
+		{Threshold{Value: 1 << 63}, math.MaxUint64, "", ""},
+		{Threshold{Value: -1}, 100, "", "must not be negative"},
+		{Threshold{Value: 120, Percent: true}, 100, "", "must not be above 100%"},
+		{Threshold{Value: math.NaN()}, 100, "", "finite"},
+	}
+	for _, tt := range tests {
+		err := tt.th.ValidateCount(tt.max, tt.why)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%+v.ValidateCount(%d) = %v, want nil", tt.th, tt.max, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%+v.ValidateCount(%d) = %v, want error containing %q", tt.th, tt.max, err, tt.wantErr)
 		}
 	}
 }

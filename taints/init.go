@@ -67,9 +67,9 @@ type InitVerdict struct {
 // until the first full round (so a restart never taints).
 func DecideInit(in InitInput) InitVerdict {
 	var pending []string
-	if len(in.WaitingProbes) > 0 {
+	if n := len(in.WaitingProbes); n > 0 {
 		waiting := slices.Sorted(slices.Values(in.WaitingProbes))
-		pending = append(pending, "waiting for the first verdict of probes "+strings.Join(waiting, ", "))
+		pending = append(pending, "waiting for the first verdict of the "+plural(n, "probe", "probes")+" "+joinList(waiting))
 	}
 	if in.HasInventory && !in.InventoryTaken {
 		pending = append(pending, "waiting for the hardware inventory")
@@ -77,7 +77,7 @@ func DecideInit(in InitInput) InitVerdict {
 	firstRound := len(pending) == 0
 	failing := failingRequired(in)
 	if len(failing) > 0 {
-		pending = append(pending, "required: "+strings.Join(failing, "; "))
+		pending = append(pending, "required: "+joinList(failing))
 	}
 	ready := len(pending) == 0
 	cloud := ""
@@ -136,10 +136,27 @@ func initializedMessage(in InitInput, ready bool, pending []string) string {
 	}
 	msg := "selftaint has a verdict from every probe"
 	if in.HasInventory {
-		msg += ", the hardware inventory"
+		msg += " and the hardware inventory"
 	}
 	if len(in.Required) > 0 {
-		msg += " and every required condition is healthy"
+		msg += ", and every required condition is healthy"
 	}
 	return msg
+}
+
+// joinList joins items as a sentence lists them: "a", "a and b",
+// "a, b and c".
+func joinList(items []string) string {
+	if n := len(items); n > 1 {
+		return strings.Join(items[:n-1], ", ") + " and " + items[n-1]
+	}
+	return strings.Join(items, "")
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

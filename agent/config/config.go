@@ -19,7 +19,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,8 +126,13 @@ type Checks struct {
 	// Custom are checks given here.
 	Custom []CustomCheck `json:"custom,omitempty"`
 	// NPDConfigs are node-problem-detector custom-plugin-monitor JSON
-	// files, read unchanged: their permanent rules become conditions.
+	// files, read unchanged: their permanent rules become conditions,
+	// their temporary rules Events on the Node.
 	NPDConfigs []string `json:"npdConfigs,omitempty"`
+	// NPDPluginRoot, if set, is where the host's file system is mounted:
+	// the NPD files' absolute plugin paths are run from under it. Empty
+	// means as written.
+	NPDPluginRoot string `json:"npdPluginRoot,omitempty"`
 }
 
 // CustomCheck is one executable: exit 0 OK, 1 a problem, anything else
@@ -235,8 +243,10 @@ type Faults struct {
 	// DefaultDuration is how long `selftaint fault inject` makes a fault
 	// last when --for is not given. Default 10m.
 	DefaultDuration Duration `json:"defaultDuration"`
-	// MaxDuration is the longest a fault may last; the agent rejects one
-	// expiring later. Default 1h.
+	// MaxDuration is the longest a fault may last, counted from its start
+	// (its injectedAt, or when its annotation was written; see
+	// taints/faults); the agent rejects one expiring later. Default 1h, at
+	// most MaxFaultDuration.
 	MaxDuration Duration `json:"maxDuration"`
 }
 
@@ -449,11 +459,26 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	d.raw = s
-	d.D, d.err = time.ParseDuration(s)
-	if d.err != nil {
-		d.err = fmt.Errorf("must be a duration such as \"30s\" or \"5m\"")
-	}
+	d.D, d.err = parseDuration(s)
 	return nil
+}
+
+// durationSyntax is what time.ParseDuration reads: an optional sign, then
+// numbers with units.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// parseDuration is time.ParseDuration with errors that say what is wrong:
+// not a duration, or one too long to represent.
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err == nil:
+		return d, nil
+	case durationSyntax.MatchString(s) && strings.ContainsAny(s, "0123456789"):
+		return 0, fmt.Errorf("is too long: a duration must be below %s (about 292 years)", time.Duration(math.MaxInt64).Truncate(time.Hour))
+	default:
+		return 0, fmt.Errorf("must be a duration such as \"30s\" or \"5m\"")
+	}
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -478,7 +503,10 @@ type Threshold struct {
 	rawValue
 }
 
-// UnmarshalJSON implements json.Unmarshaler; bare numbers are accepted.
+// UnmarshalJSON implements json.Unmarshaler; bare numbers are accepted,
+// also in the exponent form YAML turns integers beyond 64 bits into
+// (99999999999999999999999 arrives as 1e+23), so that the range checks,
+// not the syntax, judge them.
 func (t *Threshold) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
@@ -489,11 +517,25 @@ func (t *Threshold) UnmarshalJSON(b []byte) error {
 			t.raw, t.err = string(b), fmt.Errorf("must be an amount such as \"512Mi\" or a percent such as \"5%%\"")
 			return nil
 		}
-		s = f.String()
+		s = plainNumber(f)
 	}
 	t.raw = s
 	t.T, t.err = probes.ParseThreshold(s)
 	return nil
+}
+
+// plainNumber writes a JSON number without an exponent when it has one
+// and is finite: "1e+23" as "100000000000000000000000".
+func plainNumber(n json.Number) string {
+	s := n.String()
+	if !strings.ContainsAny(s, "eE") {
+		return s
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(v, 0) {
+		return s
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -697,12 +739,15 @@ func (ch Checks) validate(cp *field.Path, conds map[corev1.NodeConditionType]*fi
 		known[ck.Condition] = true
 	}
 	if _, err := custom.ConditionsFromChecks(ch.customChecks()); err != nil {
-		errs = append(errs, field.Invalid(cp.Child("custom"), "", err.Error()))
+		errs = append(errs, customCheckErrors(cp, err, errs)...)
 	}
 	for i, path := range ch.NPDConfigs {
 		if !strings.HasPrefix(path, "/") {
 			errs = append(errs, field.Invalid(cp.Child("npdConfigs").Index(i), path, "must be an absolute path"))
 		}
+	}
+	if ch.NPDPluginRoot != "" && !strings.HasPrefix(ch.NPDPluginRoot, "/") {
+		errs = append(errs, field.Invalid(cp.Child("npdPluginRoot"), ch.NPDPluginRoot, "must be an absolute path"))
 	}
 	return errs
 }
@@ -767,10 +812,19 @@ func (h Hardware) validate(p *field.Path) field.ErrorList {
 	return errs
 }
 
+// MaxFaultDuration bounds faults.maxDuration: a fault is a drill, and
+// every fault expires, so that a forgotten one never taints a node for
+// good.
+const MaxFaultDuration = 7 * 24 * time.Hour
+
 func (f Faults) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, f.DefaultDuration.validate(p.Child("defaultDuration"), false)...)
 	errs = append(errs, f.MaxDuration.validate(p.Child("maxDuration"), false)...)
+	if len(errs) == 0 && f.MaxDuration.D > MaxFaultDuration {
+		errs = append(errs, field.Invalid(p.Child("maxDuration"), f.MaxDuration.raw,
+			fmt.Sprintf("must be at most %s (a week): every fault expires, so a forgotten one never taints a node for good", MaxFaultDuration)))
+	}
 	if len(errs) == 0 && f.DefaultDuration.D > f.MaxDuration.D {
 		errs = append(errs, field.Invalid(p.Child("defaultDuration"), f.DefaultDuration.D.String(),
 			fmt.Sprintf("must not exceed maxDuration (%s)", f.MaxDuration.D)))

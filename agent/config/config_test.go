@@ -2,6 +2,7 @@ package config
 
 import (
 	"maps"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,26 @@ rules:
 	}
 }
 
+// goFieldPath matches a Go field path as the probe and check packages name
+// fields ("Checks[0].Timeout", "Targets[1].Address"), and goFieldLabel a
+// capitalised label before a colon ("UsedAbove: ", "Address: "): a config
+// error must show neither, only the file's names.
+var (
+	goFieldPath  = regexp.MustCompile(`\b[A-Z][A-Za-z]*(\[[0-9]+\])?\.[A-Z][A-Za-z]*\b|\b[A-Z][A-Za-z]*\[[0-9]+\]`)
+	goFieldLabel = regexp.MustCompile(`\b[A-Z][A-Za-z]*: `)
+)
+
+// goNames returns what in msg looks like a Go field name.
+func goNames(msg string) []string {
+	out := goFieldPath.FindAllString(msg, -1)
+	for _, m := range goFieldLabel.FindAllString(msg, -1) {
+		if m != "Forbidden: " { // field.Forbidden's own label
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func TestParseErrorsNameTheField(t *testing.T) {
 	tests := []struct {
 		name string
@@ -137,9 +158,31 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"reserved init taint", "initialization:\n  taint: {key: node.kubernetes.io/not-ready, effect: NoSchedule}\n", []string{"initialization.taint.key", "node lifecycle"}},
 		{"unknown required condition", "initialization:\n  requiredConditions: [Nope]\n", []string{"initialization.requiredConditions[0]", "no probe or check feeds"}},
 		{"check on kubelet condition", "checks:\n  custom:\n  - {name: x, condition: Ready, path: /bin/true}\n", []string{"checks.custom[0].condition", "kubelet"}},
-		{"check without path", "checks:\n  custom:\n  - {name: x, condition: XProblem}\n", []string{"checks.custom"}},
-		{"check timeout above interval", "checks:\n  custom:\n  - {name: x, condition: XProblem, path: /bin/true, interval: 5s, timeout: 10s}\n", []string{"checks.custom"}},
+		{"check without path", "checks:\n  custom:\n  - {name: x, condition: XProblem}\n", []string{"checks.custom[0].path: Invalid value: must not be empty"}},
+		{"check timeout above interval", "checks:\n  custom:\n  - {name: x, condition: XProblem, path: /bin/true, interval: 5s, timeout: 10s}\n",
+			[]string{"checks.custom[0].timeout: Invalid value: 10s must be below its interval 5s"}},
+		{"check without name", "checks:\n  custom:\n  - {condition: XProblem, path: /bin/true}\n", []string{"checks.custom[0].name: Invalid value: must not be empty"}},
+		{"check name twice", "checks:\n  custom:\n  - {name: ntp, condition: XProblem, path: /bin/true}\n  - {name: ntp, condition: XProblem, path: /bin/true}\n",
+			[]string{`checks.custom[1].name: Invalid value: "ntp" is the name of checks.custom[0] too`}},
+		{"check timeout above a shared condition's interval", "checks:\n  custom:\n  - {name: fast, condition: XProblem, path: /bin/true, interval: 5s, timeout: 1s}\n  - {name: slow, condition: XProblem, path: /bin/true, interval: 20s, timeout: 10s}\n",
+			[]string{"checks.custom[1].timeout: Invalid value: 10s must be below 5s, the shortest interval of the checks of condition \"XProblem\""}},
+		{"check negative timeout reported once", "checks:\n  custom:\n  - {name: x, condition: XProblem, path: /bin/true, timeout: -1s}\n",
+			[]string{`checks.custom[0].timeout: Invalid value: "-1s": must not be negative`}},
+		{"pid count beyond 64 bits", "probes:\n  pid:\n    usedAbove: 18446744073709551616", []string{"probes.pid.usedAbove", "18446744073709551616 is out of range", "from 0 to 4194304"}},
+		{"pid count beyond 64 bits, quoted", "probes:\n  pid:\n    usedAbove: \"18446744073709551616\"", []string{"probes.pid.usedAbove", "from 0 to 4194304"}},
+		{"pid count above the largest pid_max", "probes:\n  pid:\n    usedAbove: 5Mi", []string{"probes.pid.usedAbove", "threshold 5Mi is out of range", "the largest pid_max Linux allows"}},
+		{"pid fractional count", "probes:\n  pid:\n    usedAbove: 100.5", []string{"probes.pid.usedAbove", "a whole number"}},
+		{"inode count beyond 64 bits", "probes:\n  disk:\n    inodesFreeBelow: 99999999999999999999999", []string{"probes.disk.inodesFreeBelow", "threshold 1e+23 is out of range", "from 0 to 18446744073709551615"}},
+		{"disk bytes beyond 64 bits", "probes:\n  disk:\n    freeBelow: 99999999999999999999999Pi", []string{"probes.disk.freeBelow", "too large: an amount must be below 16384Pi (2^64)"}},
+		{"memory bytes beyond 64 bits", "probes:\n  memory:\n    availableBelow: \"16384Pi\"", []string{"probes.memory.availableBelow", "too large"}},
+		{"memory threshold overflowing a float", "probes:\n  memory:\n    availableBelow: " + strings.Repeat("9", 300) + "Pi", []string{"probes.memory.availableBelow", "too large"}},
+		{"network tcp target", "probes:\n  network:\n    targets: [{tcp: nope}]\n", []string{`probes.network.targets[0].tcp: Invalid value: "nope" is not host:port`}},
+		{"network dns target", "probes:\n  network:\n    targets: [{tcp: \"a:1\"}, {dns: \"a b\"}]\n", []string{`probes.network.targets[1].dns: Invalid value: "a b" is not a host name`}},
+		{"duration beyond 292 years", "heartbeatPeriod: 9999999999h", []string{"heartbeatPeriod", `"9999999999h"`, "is too long: a duration must be below 2562047h0m0s"}},
+		{"max fault duration beyond a week", "faults:\n  maxDuration: 300000h", []string{"faults.maxDuration", "must be at most 168h0m0s"}},
+		{"guard threshold beyond an int", "coordinator:\n  guard:\n    threshold: 99999999999999999999", []string{"coordinator.guard.threshold", "whole percent"}},
 		{"relative npd config", "checks:\n  npdConfigs: [npd.json]\n", []string{"checks.npdConfigs[0]", "absolute"}},
+		{"relative npd plugin root", "checks:\n  npdPluginRoot: host\n", []string{"checks.npdPluginRoot", "absolute"}},
 		{"network target both", "probes:\n  network:\n    targets: [{tcp: \"a:1\", dns: b}]\n", []string{"probes.network.targets[0]", "exactly one"}},
 		{"network bad route", "probes:\n  network:\n    defaultRoute: sometimes\n", []string{"probes.network", "sometimes"}},
 		{"gpu unknown xid action", "probes:\n  gpu:\n    xids: {63: panic}\n", []string{"probes.gpu.xids[63]", "panic", "reset-gpu"}},
@@ -160,7 +203,31 @@ func TestParseErrorsNameTheField(t *testing.T) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
 			}
+			// The file's names, never Go's.
+			if names := goNames(err.Error()); len(names) > 0 {
+				t.Errorf("error %q names Go fields %q, want the file's names", err, names)
+			}
 		})
+	}
+}
+
+// TestGoNames keeps goNames catching the messages that used to slip
+// through.
+func TestGoNames(t *testing.T) {
+	tests := []struct {
+		msg  string
+		want int
+	}{
+		{`checks.custom: Invalid value: "": custom checks: Checks[0].Timeout: 10s must be below its interval 5s`, 2},
+		{`probes.network.targets[0]: Invalid value: Address: "nope" is not host:port`, 1},
+		{`probes.pid: Invalid value: UsedAbove: threshold 2 is out of range`, 1},
+		{`checks.custom[1].name: Invalid value: "ntp" is the name of checks.custom[0] too`, 0},
+		{`probes.memory.condition: Forbidden: MemoryPressure belongs to the kubelet`, 0},
+	}
+	for _, tt := range tests {
+		if got := goNames(tt.msg); len(got) != tt.want {
+			t.Errorf("goNames(%q) = %q, want %d", tt.msg, got, tt.want)
+		}
 	}
 }
 

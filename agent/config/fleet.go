@@ -98,7 +98,7 @@ func (p *Percent) UnmarshalJSON(b []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		p.raw, p.err = string(b), fmt.Errorf("must be a percent such as \"55%%\"")
+		p.raw, p.err = string(b), fmt.Errorf("must be a whole percent such as \"55%%\"")
 		return nil
 	}
 	p.raw = s

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -254,9 +255,11 @@ func (c Common) validateSchedule(p *field.Path) field.ErrorList {
 // returned for settings (a pointer to the block's settings struct, at p),
 // with field paths: each of a *probes.ConfigError's fields is found in
 // settings by its Go field name, so a block's fields that a probe
-// package validates must have the Go names of the package's Config fields.
-// What cannot be found keeps its Go name in the message.
-func packageErrors(p *field.Path, settings any, err error) field.ErrorList {
+// package validates must have the Go names of the package's Config fields,
+// or rename, when given, must map the package's Go path to the block's
+// ("Targets[0].Address" to "Targets[0].TCP"). What cannot be found keeps
+// its Go name in the message; a test keeps every reachable one found.
+func packageErrors(p *field.Path, settings any, err error, rename ...func(goPath string) string) field.ErrorList {
 	if err == nil {
 		return nil
 	}
@@ -266,7 +269,11 @@ func packageErrors(p *field.Path, settings any, err error) field.ErrorList {
 	}
 	var errs field.ErrorList
 	for _, f := range ce.Fields {
-		fp, rest := yamlPath(p, reflect.TypeOf(settings), f.Field)
+		goPath := f.Field
+		for _, r := range rename {
+			goPath = r(goPath)
+		}
+		fp, rest := yamlPath(p, reflect.TypeOf(settings), goPath)
 		detail := f.Detail
 		if rest != "" {
 			detail = rest + ": " + detail
@@ -309,4 +316,55 @@ func yamlPath(p *field.Path, t reflect.Type, goPath string) (*field.Path, string
 		p, t, rest = p.Child(jsonName), sf.Type, tail
 	}
 	return p, ""
+}
+
+// checkRef is a custom check as the custom package names it: Checks[3].
+var checkRef = regexp.MustCompile(`\bChecks\[([0-9]+)\]`)
+
+// customCheckErrors reports err, what custom.ConditionsFromChecks returned
+// for the checks at cp, one error per problem at its field. The custom
+// package names fields by custom.Check's Go names ("Checks[0].Timeout:
+// ..."), which CustomCheck shares, so each maps onto the file's names
+// (checks.custom[0].timeout), a check named in a message as well. A
+// problem at a path already in have (the config's own checks found it)
+// is not repeated.
+func customCheckErrors(cp *field.Path, err error, have field.ErrorList) field.ErrorList {
+	custom := cp.Child("custom")
+	seen := map[string]bool{}
+	for _, e := range have {
+		seen[e.Field] = true
+	}
+	var errs field.ErrorList
+	for _, leaf := range leafErrors(err) {
+		msg := leaf.Error()
+		fp, detail := custom, msg
+		if goPath, rest, ok := strings.Cut(msg, ": "); ok && checkRef.MatchString(goPath) {
+			if p, left := yamlPath(cp, reflect.TypeOf(Checks{}), "Custom"+strings.TrimPrefix(goPath, "Checks")); left == "" {
+				fp, detail = p, rest
+			}
+		}
+		if seen[fp.String()] {
+			continue
+		}
+		detail = checkRef.ReplaceAllString(detail, custom.String()+"[$1]")
+		errs = append(errs, field.Invalid(fp, field.OmitValueType{}, detail))
+	}
+	return errs
+}
+
+// leafErrors is the errors err is made of: those errors.Join joined, and
+// for an error wrapping one other, what that one is made of (the wrapper
+// only adds context the field path gives).
+func leafErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, leafErrors(e)...)
+		}
+		return out
+	}
+	if u := errors.Unwrap(err); u != nil {
+		return leafErrors(u)
+	}
+	return []error{err}
 }

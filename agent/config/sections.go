@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -271,7 +272,27 @@ func (n *NetworkProbe) Validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(tp, fmt.Sprintf("tcp %q dns %q", tg.TCP, tg.DNS), "give exactly one of tcp and dns"))
 		}
 	}
-	return append(errs, packageErrors(p, n, n.packageConfig("").Validate())...)
+	return append(errs, packageErrors(p, n, n.packageConfig("").Validate(), n.targetField)...)
+}
+
+// targetAddress is the network package's path to a target's address.
+var targetAddress = regexp.MustCompile(`^Targets\[([0-9]+)\]\.Address$`)
+
+// targetField maps the network package's Targets[i].Address to the field
+// the address came from: Targets[i].TCP or Targets[i].DNS.
+func (n *NetworkProbe) targetField(goPath string) string {
+	m := targetAddress.FindStringSubmatch(goPath)
+	if m == nil {
+		return goPath
+	}
+	i, err := strconv.Atoi(m[1])
+	if err != nil || i >= len(n.Targets) {
+		return goPath
+	}
+	if n.Targets[i].DNS != "" {
+		return "Targets[" + m[1] + "].DNS"
+	}
+	return "Targets[" + m[1] + "].TCP"
 }
 
 // BuildHost implements HostBuilder.

@@ -233,16 +233,16 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := faults.ValidTarget(*target); err != nil {
 		return fmt.Errorf("--condition %s: %w", *target, err)
 	}
-	// Whole seconds, rounded up, so the fault lasts at least --for.
+	// Injected now, expiring --for later in whole seconds (rounded up, so
+	// the fault lasts at least --for); the agent counts the duration from
+	// injectedAt, so a restart never makes a rejected fault apply.
 	now := time.Now()
-	expires := now.Add(*dur).Add(time.Second - 1).Truncate(time.Second).UTC()
 	spec := faults.Spec{
 		Status:     corev1.ConditionStatus(*status),
 		Reason:     *reason,
 		Message:    *message,
-		ExpiresAt:  expires.Format(time.RFC3339),
 		InjectedBy: *injectedBy,
-	}
+	}.Lasting(now, *dur)
 	value, err := spec.Encode()
 	if err != nil {
 		return err
@@ -256,7 +256,7 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("the agent would reject this fault: %w (the known targets come from --config)", err)
 	}
-	if problem, _ := faults.CheckTime(f, now, env.cfg.Faults.MaxDuration.D); problem != "" {
+	if problem, _ := faults.CheckTime(f, now, now, env.cfg.Faults.MaxDuration.D); problem != "" {
 		return fmt.Errorf("the agent would reject this fault: %s", problem)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
@@ -273,8 +273,8 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if _, err := nodes.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "selftaint-fault"}); err != nil {
 		return fmt.Errorf("writing the fault on node %s: %w", node, err)
 	}
-	fmt.Fprintf(stdout, "injected fault on node %s: %s is %s (%s) until %s (in %s)\n",
-		node, f.Condition, f.Status, f.Reason, expires.Format(time.RFC3339), expires.Sub(now).Truncate(time.Second))
+	fmt.Fprintf(stdout, "injected fault on node %s: %s is %s (%s) until %s\n",
+		node, f.Condition, f.Status, f.Reason, expiresIn(f.ExpiresAt, now))
 	fmt.Fprintf(stdout, "annotation %s=%s\n", key, value)
 	return env.tellNoExecute(ctx, stdout, n, f.Condition, f.Status, now)
 }
@@ -361,7 +361,7 @@ type faultRow struct {
 func faultRows(env *faultEnv, n *corev1.Node, now time.Time) []faultRow {
 	max := env.cfg.Faults.MaxDuration.D
 	known := env.knownFor(n)
-	valid, rejected := faults.ParseAll(n.Annotations, known, env.probeConditions, now, max)
+	valid, rejected := faults.ParseAll(n.Annotations, faults.WrittenAt(n), known, env.probeConditions, now, max)
 	effective := faults.Effective(valid)
 	byKey := map[string]faultRow{}
 	for _, f := range valid {
@@ -393,12 +393,14 @@ func faultRows(env *faultEnv, n *corev1.Node, now time.Time) []faultRow {
 	return rows
 }
 
+// expiresIn is an expiry for people: "2026-11-23T12:00:00Z (in 5m0s)",
+// "... (3s ago)", or "9999-12-31T00:00:00Z (in more than 100 years)".
 func expiresIn(at, now time.Time) string {
 	s := at.UTC().Format(time.RFC3339)
 	if at.After(now) {
-		return s + " (in " + at.Sub(now).Truncate(time.Second).String() + ")"
+		return s + " (in " + faults.Span(at.Sub(now).Truncate(time.Second)) + ")"
 	}
-	return s + " (" + now.Sub(at).Truncate(time.Second).String() + " ago)"
+	return s + " (" + faults.Span(now.Sub(at).Truncate(time.Second)) + " ago)"
 }
 
 func runFaultList(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/taints/faults"
 )
@@ -84,6 +85,9 @@ func TestFaultCLIRoundTrip(t *testing.T) {
 	}
 	if lo, hi := began.Add(5*time.Minute).Truncate(time.Second), time.Now().Add(5*time.Minute+time.Second); f.ExpiresAt.Before(lo) || f.ExpiresAt.After(hi) {
 		t.Errorf("expiresAt %s not within [%s, %s]", f.ExpiresAt, lo, hi)
+	}
+	if lo, hi := began.Truncate(time.Second), time.Now(); f.InjectedAt.Before(lo) || f.InjectedAt.After(hi) {
+		t.Errorf("injectedAt %s not within [%s, %s]: the agent counts the duration from it", f.InjectedAt, lo, hi)
 	}
 	if !reflect.DeepEqual(withoutFaults(n1), before.Annotations) || !reflect.DeepEqual(n1.Spec, before.Spec) || !reflect.DeepEqual(n1.Status, before.Status) {
 		t.Errorf("inject touched more than its annotation:\nbefore %+v %+v\nafter  %+v %+v", before.Annotations, before.Spec, n1.Annotations, n1.Spec)
@@ -329,5 +333,57 @@ func TestFaultCLIWithAgent(t *testing.T) {
 	})
 	if n.Annotations["example.com/owner"] != "team-a" || !slices.Contains(n.Spec.Taints, cliForeignTaint) {
 		t.Errorf("foreign annotation or taint lost: %v %v", n.Annotations, n.Spec.Taints)
+	}
+}
+
+// TestFaultRows judges faults as selftaint fault list does, without an API
+// server: durations far off read plainly beside their dates, a fault's
+// duration counts from its injectedAt or from when its annotation was
+// written (the Node's managed fields), and a null field is named.
+func TestFaultRows(t *testing.T) {
+	cfg, err := config.Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known, probeConds := cfg.FaultTargets()
+	env := &faultEnv{cfg: cfg, known: known, probeConditions: probeConds}
+	now := time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339) }
+	written := func(key string, d time.Duration) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: "kubectl-annotate", Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: now.Add(d)},
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:` + key + `":{}}}}`)}}
+	}
+	tests := []struct {
+		name          string
+		value         string
+		writtenAgo    time.Duration // 0: no managed fields
+		expires, want string
+	}{
+		{"far future", `{"expiresAt":"9999-12-31T00:00:00Z"}`, 0, "9999-12-31T00:00:00Z (in more than 100 years)",
+			"no: expiresAt 9999-12-31T00:00:00Z is more than 100 years away, beyond the maximum fault duration 1h0m0s"},
+		{"long past", `{"expiresAt":"0001-01-01T00:00:00Z"}`, 0, "0001-01-01T00:00:00Z (more than 100 years ago)", "no: expired"},
+		{"a year off", `{"expiresAt":"` + at(365*24*time.Hour) + `"}`, 0, "(in about 365 days)", "is about 365 days away"},
+		{"valid", `{"injectedAt":"` + at(-10*time.Minute) + `","expiresAt":"` + at(30*time.Minute) + `"}`, 0, "(in 30m0s)", "yes"},
+		{"too long from injectedAt", `{"injectedAt":"` + at(-90*time.Minute) + `","expiresAt":"` + at(30*time.Minute) + `"}`, 0, "(in 30m0s)",
+			"no: the fault lasts 2h0m0s, from injectedAt 2026-11-23T09:30:00Z to expiresAt 2026-11-23T11:30:00Z, beyond the maximum fault duration 1h0m0s"},
+		{"too long from when it was written", `{"expiresAt":"` + at(30*time.Minute) + `"}`, 90 * time.Minute, "(in 30m0s)",
+			"no: the fault lasts 2h0m0s, from when its annotation was written (2026-11-23T09:30:00Z)"},
+		{"status null", `{"status":null,"expiresAt":"` + at(30*time.Minute) + `"}`, 0, "-", "no: status is null"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := faults.AnnotationKey("memory")
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{key: tt.value}}}
+			if tt.writtenAgo != 0 {
+				n.ManagedFields = []metav1.ManagedFieldsEntry{written(key, -tt.writtenAgo)}
+			}
+			rows := faultRows(env, n, now)
+			if len(rows) != 1 {
+				t.Fatalf("got %d rows, want 1: %+v", len(rows), rows)
+			}
+			if got := rows[0]; !strings.Contains(got.expires, tt.expires) || !strings.HasPrefix(got.valid, tt.want) && !strings.Contains(got.valid, tt.want) {
+				t.Errorf("got expires %q, valid %q; want %q and %q", got.expires, got.valid, tt.expires, tt.want)
+			}
+		})
 	}
 }

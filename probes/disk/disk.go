@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,7 +51,7 @@ type Config struct {
 	// users is below it: a percentage of its size, or bytes.
 	FreeBelow probes.Threshold
 	// InodesFreeBelow flags a filesystem whose free inodes are below it: a
-	// percentage of its inodes, or a count. Filesystems that report no
+	// percentage of its inodes, or a count (a whole number). Filesystems that report no
 	// inode total (btrfs, some overlays) are not checked.
 	InodesFreeBelow probes.Threshold
 }
@@ -62,7 +63,7 @@ func (c Config) Validate() error {
 	if err := c.FreeBelow.Validate(); err != nil {
 		errs = append(errs, probes.FieldError{Field: "FreeBelow", Detail: err.Error()})
 	}
-	if err := c.InodesFreeBelow.Validate(); err != nil {
+	if err := c.InodesFreeBelow.ValidateCount(math.MaxUint64, ""); err != nil {
 		errs = append(errs, probes.FieldError{Field: "InodesFreeBelow", Detail: err.Error()})
 	}
 	for i, p := range c.Paths {

@@ -239,6 +239,9 @@ func TestNewValidates(t *testing.T) {
 		{"empty path", Config{Paths: []string{""}}, `Paths[0]: "" is not an absolute path`},
 		{"free percent above 100", Config{FreeBelow: pct(101)}, "FreeBelow: threshold 101% must not be above 100%"},
 		{"inodes negative", Config{InodesFreeBelow: probes.Threshold{Value: -3}}, "InodesFreeBelow: threshold -3 must not be negative"},
+		{"inodes count of 2^64", Config{InodesFreeBelow: probes.Threshold{Value: 1 << 64}}, "InodesFreeBelow: threshold 18446744073709551616 is out of range: a count must be a whole number from 0 to 18446744073709551615"},
+		{"inodes fractional count", Config{InodesFreeBelow: probes.Threshold{Value: 0.5}}, "InodesFreeBelow: threshold 0.5 is out of range"},
+		{"free bytes of 2^64", Config{FreeBelow: probes.Threshold{Value: 1 << 64}}, "FreeBelow: threshold 18446744073709551616 is too large"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg, probes.Host{})

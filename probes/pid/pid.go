@@ -29,10 +29,15 @@ const (
 	ReasonReadError = probes.ReasonReadError
 )
 
+// MaxPIDLimit is the largest kernel.pid_max Linux allows (PID_MAX_LIMIT on
+// 64-bit systems): no count of threads in use can exceed it.
+const MaxPIDLimit = 4 << 20
+
 // Config says when PID use is a problem.
 type Config struct {
 	// UsedAbove flags the node when the threads in use exceed it: a
-	// percentage of the limit, or a count. Zero disables the check.
+	// percentage of the limit, or a count (a whole number up to
+	// MaxPIDLimit). Zero disables the check.
 	UsedAbove probes.Threshold
 }
 
@@ -40,7 +45,7 @@ type Config struct {
 // A problem is a *probes.ConfigError naming the field.
 func (c Config) Validate() error {
 	var errs []probes.FieldError
-	if err := c.UsedAbove.Validate(); err != nil {
+	if err := c.UsedAbove.ValidateCount(MaxPIDLimit, "the largest pid_max Linux allows, 4Mi"); err != nil {
 		errs = append(errs, probes.FieldError{Field: "UsedAbove", Detail: err.Error()})
 	}
 	return probes.NewConfigError(Name, errs)

@@ -124,6 +124,11 @@ func TestNewValidates(t *testing.T) {
 		{"count", Config{UsedAbove: probes.Threshold{Value: 30000}}, ""},
 		{"percent above 100", Config{UsedAbove: pct(120)}, "UsedAbove: threshold 120% must not be above 100%"},
 		{"negative", Config{UsedAbove: probes.Threshold{Value: -1}}, "UsedAbove: threshold -1 must not be negative"},
+		{"count at the largest pid_max", Config{UsedAbove: probes.Threshold{Value: MaxPIDLimit}}, ""},
+		{"count beyond the largest pid_max", Config{UsedAbove: probes.Threshold{Value: MaxPIDLimit + 1}},
+			"UsedAbove: threshold 4194305 is out of range: a count must be a whole number from 0 to 4194304 (the largest pid_max Linux allows, 4Mi)"},
+		{"count of 2^64", Config{UsedAbove: probes.Threshold{Value: 1 << 64}}, "UsedAbove: threshold 18446744073709551616 is out of range"},
+		{"fractional count", Config{UsedAbove: probes.Threshold{Value: 100.5}}, "UsedAbove: threshold 100.5 is out of range: a count must be a whole number"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg, probes.Host{})

@@ -24,12 +24,15 @@ type Judge struct {
 	// Conditions and ProbeConditions are the fault targets.
 	Conditions      map[corev1.NodeConditionType]bool
 	ProbeConditions map[string]corev1.NodeConditionType
-	// MaxDuration is the longest a fault may last from when it is judged.
+	// MaxDuration is the longest a fault may last from its start (see
+	// Start).
 	MaxDuration time.Duration
 }
 
-// Judge is the verdict on annotation key's value first seen at now.
-func (j Judge) Judge(key, value string, now time.Time) Verdict {
+// Judge is the verdict on annotation key's value first seen at now; seen is
+// an earlier time the value is known to have been on the Node (when it was
+// written, WrittenAt), zero for none.
+func (j Judge) Judge(key, value string, seen, now time.Time) Verdict {
 	if j.Disabled {
 		return Verdict{Value: value, Problem: "fault injection is disabled in this agent's config (faults.enabled: false)"}
 	}
@@ -37,7 +40,7 @@ func (j Judge) Judge(key, value string, now time.Time) Verdict {
 	if err != nil {
 		return Verdict{Value: value, Problem: err.Error()}
 	}
-	if problem, expired := CheckTime(f, now, j.MaxDuration); problem != "" {
+	if problem, expired := CheckTime(f, seen, now, j.MaxDuration); problem != "" {
 		if expired {
 			problem += " already when the agent first saw it; left in place for you to remove"
 		}
@@ -51,6 +54,17 @@ func (j Judge) Judge(key, value string, now time.Time) Verdict {
 type Memory struct {
 	Seen    map[string]Verdict
 	Applied map[string]string
+	// Written is when the values on the Node at start-up were written
+	// (WrittenAt), for judging those not yet in Seen from then rather than
+	// from first sight. Evaluate uses it once: the memory it returns has
+	// none.
+	Written map[string]Written
+}
+
+// WrittenTime is when annotation key's value was written, if m.Written
+// says so for that value; zero otherwise.
+func (m Memory) WrittenTime(key, value string) time.Time {
+	return writtenTime(m.Written, key, value)
 }
 
 // Eval is what one sync makes of the fault annotations.
@@ -70,10 +84,10 @@ type Eval struct {
 
 // Evaluate judges each fault annotation, reusing the verdict on a value
 // already seen: a fault is checked against the maximum duration and for
-// being already expired once, when its value is first seen, so a fault
-// rejected stays rejected and one seen valid that has since expired is due
-// for removal. It returns the evaluation and the memory for the next sync;
-// mem is not changed.
+// being already expired once, when its value is first seen (its duration
+// counted from its start, see Start), so a fault rejected stays rejected
+// and one seen valid that has since expired is due for removal. It returns
+// the evaluation and the memory for the next sync; mem is not changed.
 func Evaluate(annotations map[string]string, mem Memory, now time.Time, j Judge) (Eval, Memory) {
 	var ev Eval
 	next := Memory{Seen: map[string]Verdict{}, Applied: map[string]string{}}
@@ -82,7 +96,7 @@ func Evaluate(annotations map[string]string, mem Memory, now time.Time, j Judge)
 		v := annotations[k]
 		seen, ok := mem.Seen[k]
 		if !ok || seen.Value != v {
-			seen = j.Judge(k, v, now)
+			seen = j.Judge(k, v, mem.WrittenTime(k, v), now)
 			if seen.Problem != "" {
 				ev.Rejected = append(ev.Rejected, Rejection{Key: k, Value: v, Target: TargetOf(k), Problem: seen.Problem})
 			}

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,4 +157,55 @@ func nonNil(m map[corev1.NodeConditionType]corev1.ConditionStatus) map[corev1.No
 		return map[corev1.NodeConditionType]corev1.ConditionStatus{}
 	}
 	return m
+}
+
+// TestEvaluateAfterRestart judges, with a fresh memory as a restarted agent
+// has, a fault that was too long when first seen: from its injectedAt or
+// the time its annotation was written it stays rejected however late the
+// restart; with neither it is judged from first sight (the documented
+// limit for old faults). A fault written within the maximum still applies.
+func TestEvaluateAfterRestart(t *testing.T) {
+	at := func(d time.Duration) string { return faultNow.Add(d).Format(time.RFC3339) }
+	key := faults.AnnotationKey("memory")
+	j := faults.Judge{Conditions: faultKnown, ProbeConditions: faultProbe, MaxDuration: time.Hour}
+	withInjected := fmt.Sprintf(`{"injectedAt":%q,"expiresAt":%q}`, at(0), at(2*time.Hour))
+	old := fmt.Sprintf(`{"expiresAt":%q}`, at(2*time.Hour))
+	short := fmt.Sprintf(`{"injectedAt":%q,"expiresAt":%q}`, at(0), at(time.Hour))
+	written := func(v string) map[string]faults.Written {
+		return map[string]faults.Written{key: {Value: v, At: faultNow}}
+	}
+	tests := []struct {
+		name    string
+		value   string
+		written map[string]faults.Written
+		restart time.Duration
+		applies bool
+		problem string
+	}{
+		{"injectedAt, restarted 90m on", withInjected, nil, 90 * time.Minute, false, "the fault lasts 2h0m0s, from injectedAt"},
+		{"injectedAt, restarted 119m on", withInjected, nil, 119 * time.Minute, false, "from injectedAt"},
+		{"no injectedAt, written time known", old, written(old), 90 * time.Minute, false, "from when its annotation was written"},
+		{"no injectedAt, written time of another value", old, written("{}"), 90 * time.Minute, true, ""},
+		{"no injectedAt, no written time: first sight", old, nil, 90 * time.Minute, true, ""},
+		{"within the maximum: applies after a restart", short, nil, 30 * time.Minute, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ann := map[string]string{key: tt.value}
+			first, mem := faults.Evaluate(ann, faults.Memory{}, faultNow, j)
+			if len(first.Rejected) != 1 && tt.value != short {
+				t.Fatalf("first sight: rejected %v, want the fault rejected", first.Rejected)
+			}
+			if len(mem.Written) != 0 {
+				t.Errorf("memory after Evaluate keeps Written %v, want none", mem.Written)
+			}
+			ev, _ := faults.Evaluate(ann, faults.Memory{Written: tt.written}, faultNow.Add(tt.restart), j)
+			if got := len(ev.Apply) == 1; got != tt.applies {
+				t.Errorf("after the restart: applies = %v, want %v (rejected %v)", got, tt.applies, ev.Rejected)
+			}
+			if tt.problem != "" && (len(ev.Rejected) != 1 || !strings.Contains(ev.Rejected[0].Problem, tt.problem)) {
+				t.Errorf("after the restart: rejected %v, want one mentioning %q", ev.Rejected, tt.problem)
+			}
+		})
+	}
 }

@@ -7,10 +7,20 @@
 // An operator (or a test harness) writes one annotation per target on the
 // Node,
 //
-//	fault.selftaint.io/<target>: {"status":"True","reason":"InjectedFault","message":"...","expiresAt":"2026-11-23T12:00:00Z"}
+//	fault.selftaint.io/<target>: {"status":"True","reason":"InjectedFault","message":"...","injectedAt":"2026-11-23T11:50:00Z","expiresAt":"2026-11-23T12:00:00Z"}
 //
 // and the agent publishes the target condition in that state, bypassing
 // damping, until the fault expires; then it removes the annotation itself.
+//
+// A fault may last at most the agent's maximum duration, counted from its
+// start: the earliest of its injectedAt, the time the API server recorded
+// for the annotation's write (its managed fields, WrittenAt, which the
+// agent reads when it starts) and when the agent first saw it. The first
+// two survive an agent restart, so a fault rejected for lasting too long
+// stays rejected after one. A fault with neither (no injectedAt, as an
+// older selftaint or a hand-written annotation leaves it, and no
+// managed-fields time for its annotation) can only be judged from when
+// the agent first saw it.
 package faults
 
 import (
@@ -18,11 +28,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/selftaint/selftaint/probes/strict"
@@ -46,10 +58,13 @@ const (
 	maxReasonLen     = 128
 	maxInjectedByLen = 256
 	// specFields are Spec's JSON field names, for the hint on a typo.
-	specFields = "status, reason, message, expiresAt, injectedBy"
+	specFields = "status, reason, message, expiresAt, injectedAt, injectedBy"
+	// rfc3339Example is an RFC 3339 time for messages.
+	rfc3339Example = `"2026-11-23T12:00:00Z"`
 )
 
-// Spec is the JSON value of a fault annotation.
+// Spec is the JSON value of a fault annotation. A field left out takes its
+// default; a field given as null is an error.
 type Spec struct {
 	// Status the condition takes: True (the default), False or Unknown.
 	Status corev1.ConditionStatus `json:"status,omitempty"`
@@ -57,11 +72,34 @@ type Spec struct {
 	Reason string `json:"reason,omitempty"`
 	// Message for the condition; default DefaultMessage.
 	Message string `json:"message,omitempty"`
+	// InjectedAt is when the fault was injected, an RFC 3339 time before
+	// ExpiresAt: the fault's duration counts from it (or from a time the
+	// agent knows to be earlier), across agent restarts. Optional; the
+	// selftaint fault command always writes it.
+	InjectedAt string `json:"injectedAt,omitempty"`
 	// ExpiresAt is required: an RFC 3339 time, at most the agent's maximum
-	// fault duration ahead.
+	// fault duration after the fault's start.
 	ExpiresAt string `json:"expiresAt"`
 	// InjectedBy is free text saying who or what injected the fault.
 	InjectedBy string `json:"injectedBy,omitempty"`
+}
+
+// Lasting returns s injected at now and expiring d later, as the selftaint
+// fault command writes it: injectedAt is now rounded down to whole seconds
+// and expiresAt now+d rounded up, so the fault lasts at least d and its
+// written duration is at most d plus two seconds, within ExpirySlack.
+func (s Spec) Lasting(now time.Time, d time.Duration) Spec {
+	s.InjectedAt = now.Truncate(time.Second).UTC().Format(time.RFC3339)
+	s.ExpiresAt = ceilSecond(now.Add(d)).UTC().Format(time.RFC3339)
+	return s
+}
+
+// ceilSecond rounds t up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	if f := t.Truncate(time.Second); !f.Equal(t) {
+		return f.Add(time.Second)
+	}
+	return t
 }
 
 // Encode returns the annotation value for s.
@@ -80,11 +118,13 @@ type Fault struct {
 	// Target is Key without AnnotationPrefix.
 	Target string
 	// Condition is the condition type the fault overrides.
-	Condition  corev1.NodeConditionType
-	Status     corev1.ConditionStatus
-	Reason     string
-	Message    string
-	ExpiresAt  time.Time
+	Condition corev1.NodeConditionType
+	Status    corev1.ConditionStatus
+	Reason    string
+	Message   string
+	ExpiresAt time.Time
+	// InjectedAt is zero when the annotation does not say.
+	InjectedAt time.Time
 	InjectedBy string
 }
 
@@ -175,10 +215,10 @@ func ResolveTarget(target string, known map[corev1.NodeConditionType]bool, probe
 		target, strings.Join(conds, ", "), strings.Join(names, ", "))
 }
 
-// Parse decodes and checks one fault annotation without regard to time:
-// strict JSON (an unknown or repeated field is an error), a known target, a
-// valid status and reason, and a parseable expiresAt. Defaults are filled
-// in.
+// Parse decodes and checks one fault annotation without regard to the
+// present time: strict JSON (an unknown, repeated or null field is an
+// error), a known target, a valid status and reason, a parseable expiresAt,
+// and an injectedAt, when given, before it. Defaults are filled in.
 func Parse(key, value string, known map[corev1.NodeConditionType]bool, probeConditions map[string]corev1.NodeConditionType) (Fault, error) {
 	f := Fault{Key: key, Value: value, Target: TargetOf(key)}
 	if !IsAnnotation(key) {
@@ -193,35 +233,63 @@ func Parse(key, value string, known map[corev1.NodeConditionType]bool, probeCond
 	if err != nil {
 		return f, err
 	}
+	if err := spec.check(); err != nil {
+		return f, err
+	}
+	f.Status, f.Reason, f.Message, f.InjectedBy = spec.Status, spec.Reason, spec.Message, spec.InjectedBy
+	if f.ExpiresAt, f.InjectedAt, err = spec.times(); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// check fills in the defaults of status, reason and message and checks
+// them and injectedBy.
+func (spec *Spec) check() error {
 	switch spec.Status {
 	case "":
-		// Also what "status": null decodes to: taken as the default.
+		// Left out (an explicit null is refused by decodeSpec).
 		spec.Status = corev1.ConditionTrue
 	case corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown:
 	default:
-		return f, fmt.Errorf("status %q is not True, False or Unknown", spec.Status)
+		return fmt.Errorf("status %q is not True, False or Unknown", truncate(string(spec.Status), 64))
 	}
 	if spec.Reason == "" {
 		spec.Reason = DefaultReason
 	}
 	if len(spec.Reason) > maxReasonLen || !validReason(spec.Reason) {
-		return f, fmt.Errorf("reason %q must be CamelCase (letters, digits, '_', ',' or ':', starting with a letter) and at most %d characters", truncate(spec.Reason, 64), maxReasonLen)
+		return fmt.Errorf("reason %q must be CamelCase (letters, digits, '_', ',' or ':', starting with a letter) and at most %d characters", truncate(spec.Reason, 64), maxReasonLen)
 	}
 	if spec.Message == "" {
 		spec.Message = DefaultMessage
 	}
 	if len(spec.InjectedBy) > maxInjectedByLen {
-		return f, fmt.Errorf("injectedBy is longer than %d characters", maxInjectedByLen)
+		return fmt.Errorf("injectedBy is longer than %d characters", maxInjectedByLen)
 	}
+	return nil
+}
+
+// times parses expiresAt (required) and injectedAt (optional; zero when
+// left out), which must come before expiresAt.
+func (spec Spec) times() (expires, injected time.Time, err error) {
 	if spec.ExpiresAt == "" {
-		return f, errors.New(`expiresAt is required (an RFC 3339 time such as "2026-11-23T12:00:00Z"): every fault expires`)
+		return expires, injected, fmt.Errorf("expiresAt is required (an RFC 3339 time such as %s): every fault expires", rfc3339Example)
 	}
-	exp, err := time.Parse(time.RFC3339, spec.ExpiresAt)
+	expires, err = time.Parse(time.RFC3339, spec.ExpiresAt)
 	if err != nil {
-		return f, fmt.Errorf("expiresAt %q is not an RFC 3339 time such as \"2026-11-23T12:00:00Z\"", truncate(spec.ExpiresAt, 64))
+		return expires, injected, fmt.Errorf("expiresAt %q is not an RFC 3339 time such as %s", truncate(spec.ExpiresAt, 64), rfc3339Example)
 	}
-	f.Status, f.Reason, f.Message, f.InjectedBy, f.ExpiresAt = spec.Status, spec.Reason, spec.Message, spec.InjectedBy, exp
-	return f, nil
+	if spec.InjectedAt == "" {
+		return expires, injected, nil
+	}
+	injected, err = time.Parse(time.RFC3339, spec.InjectedAt)
+	if err != nil {
+		return expires, injected, fmt.Errorf("injectedAt %q is not an RFC 3339 time such as %s", truncate(spec.InjectedAt, 64), rfc3339Example)
+	}
+	if !injected.Before(expires) {
+		return expires, injected, fmt.Errorf("injectedAt %s is not before expiresAt %s", stamp(injected), stamp(expires))
+	}
+	return expires, injected, nil
 }
 
 // validReason reports whether s has the condition reason format
@@ -245,7 +313,9 @@ func validReason(s string) bool {
 
 // decodeSpec decodes one JSON object with the shared strict decoder: field
 // names are case-sensitive (encoding/json alone would accept "ExpiresAt"),
-// and an unknown or repeated field is an error.
+// and an unknown or repeated field is an error. So is a field given as
+// null, which the decoder would take as left out: a fault says what it
+// means or leaves the field to its default.
 func decodeSpec(value string) (Spec, error) {
 	var spec Spec
 	trimmed := bytes.TrimSpace([]byte(value))
@@ -254,7 +324,7 @@ func decodeSpec(value string) (Spec, error) {
 	}
 	err := strict.JSON(trimmed, &spec)
 	if err == nil {
-		return spec, nil
+		return spec, nullField(trimmed)
 	}
 	var trailing *strict.TrailingDataError
 	if errors.As(err, &trailing) {
@@ -267,6 +337,25 @@ func decodeSpec(value string) (Spec, error) {
 	return spec, fmt.Errorf("value is not a valid fault: %w", err)
 }
 
+// nullField reports the first field, in specFields order, that obj (a JSON
+// object the strict decoder accepted) gives as null.
+func nullField(obj []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &raw); err != nil {
+		return fmt.Errorf("value is not a valid fault: %w", err)
+	}
+	for _, f := range strings.Split(specFields, ", ") {
+		if v, ok := raw[f]; !ok || string(bytes.TrimSpace(v)) != "null" {
+			continue
+		}
+		if f == "status" {
+			return errors.New(`status is null: give "True", "False" or "Unknown", or leave the field out for True`)
+		}
+		return fmt.Errorf("%s is null: give a string or leave the field out", f)
+	}
+	return nil
+}
+
 // fieldHint suggests the field an unknown one was meant to be.
 func fieldHint(unknown string) string {
 	for _, f := range strings.Split(specFields, ", ") {
@@ -277,26 +366,135 @@ func fieldHint(unknown string) string {
 	return "known: " + specFields
 }
 
+// Start is when f's duration counts from: the earliest of its injectedAt,
+// seen (a time its value is known to have been on the Node: when the agent
+// first saw it, or when the API server recorded its write, WrittenAt; zero
+// for none) and now.
+func Start(f Fault, seen, now time.Time) time.Time {
+	start := now
+	for _, t := range []time.Time{f.InjectedAt, seen} {
+		if !t.IsZero() && t.Before(start) {
+			start = t
+		}
+	}
+	return start
+}
+
 // CheckTime judges a parsed fault at now: expired (problem set and expired
-// true), or lasting longer than max from now (beyond ExpirySlack). An empty
-// problem means the fault applies.
-func CheckTime(f Fault, now time.Time, max time.Duration) (problem string, expired bool) {
+// true), or lasting longer than max (beyond ExpirySlack) from its start
+// (see Start; seen may be zero). An empty problem means the fault applies.
+// A fault judged from its injectedAt or from when it was written is judged
+// the same at every later time, so a restarted agent judges it as the one
+// that first saw it.
+func CheckTime(f Fault, seen, now time.Time, max time.Duration) (problem string, expired bool) {
 	if !now.Before(f.ExpiresAt) {
-		return fmt.Sprintf("expiresAt %s is in the past", f.ExpiresAt.UTC().Format(time.RFC3339)), true
+		return fmt.Sprintf("expiresAt %s is in the past", stamp(f.ExpiresAt)), true
 	}
-	if left := f.ExpiresAt.Sub(now); left > max+ExpirySlack {
-		return fmt.Sprintf("expiresAt %s is %s away, beyond the maximum fault duration %s",
-			f.ExpiresAt.UTC().Format(time.RFC3339), left.Round(time.Second), max), false
+	start := Start(f, seen, now)
+	lasts := f.ExpiresAt.Sub(start)
+	if lasts <= addSaturating(max, ExpirySlack) {
+		return "", false
 	}
-	return "", false
+	beyond := fmt.Sprintf("beyond the maximum fault duration %s", Span(max))
+	switch {
+	case start.Equal(now):
+		return fmt.Sprintf("expiresAt %s is %s away, %s", stamp(f.ExpiresAt), Span(lasts), beyond), false
+	case start.Equal(f.InjectedAt):
+		return fmt.Sprintf("the fault lasts %s, from injectedAt %s to expiresAt %s, %s", Span(lasts), stamp(start), stamp(f.ExpiresAt), beyond), false
+	default:
+		return fmt.Sprintf("the fault lasts %s, from when its annotation was written (%s) to expiresAt %s, %s", Span(lasts), stamp(start), stamp(f.ExpiresAt), beyond), false
+	}
+}
+
+// addSaturating is a+b for non-negative durations, at most the largest
+// Duration.
+func addSaturating(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// stamp formats t for a message: RFC 3339 in UTC.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// Span says how long d is, for a message: Go's form ("1h30m0s") up to a
+// week, whole days up to a hundred years, and beyond that only "more than
+// 100 years" (time.Duration saturates at 292 years, and its form, such as
+// "2562047h47m16.854775807s", says nothing to a reader). Print a date
+// beside it where the precise time matters.
+func Span(d time.Duration) string {
+	const day, week, century = 24 * time.Hour, 7 * 24 * time.Hour, 36525 * 24 * time.Hour
+	switch {
+	case d < 0:
+		return "-" + Span(-max(d, -math.MaxInt64))
+	case d <= week:
+		return d.Round(time.Second).String()
+	case d <= century:
+		return fmt.Sprintf("about %d days", (d+day/2)/day)
+	default:
+		return "more than 100 years"
+	}
+}
+
+// Written is when the API server recorded an annotation's value being
+// written.
+type Written struct {
+	Value string
+	At    time.Time
+}
+
+// WrittenAt returns, for each fault annotation on node, when its current
+// value was written, as the Node's managed fields record it: the time of
+// the entry that owns the annotation (the earliest, when several share
+// it). The time is the owner's last change to the Node, so it is never
+// earlier than the annotation's write. Annotations no entry with a time
+// owns are left out.
+func WrittenAt(node *corev1.Node) map[string]Written {
+	out := map[string]Written{}
+	for _, mf := range node.ManagedFields {
+		if mf.FieldsV1 == nil || mf.Time == nil {
+			continue
+		}
+		for k := range ownedAnnotations(mf) {
+			v, ok := node.Annotations[k]
+			if !IsAnnotation(k) || !ok {
+				continue
+			}
+			if w, seen := out[k]; !seen || mf.Time.Time.Before(w.At) {
+				out[k] = Written{Value: v, At: mf.Time.Time}
+			}
+		}
+	}
+	return out
+}
+
+// ownedAnnotations lists the annotation keys a managed-fields entry owns.
+func ownedAnnotations(mf metav1.ManagedFieldsEntry) map[string]bool {
+	var f struct {
+		Metadata struct {
+			Annotations map[string]json.RawMessage `json:"f:annotations"`
+		} `json:"f:metadata"`
+	}
+	if json.Unmarshal(mf.FieldsV1.Raw, &f) != nil {
+		return nil
+	}
+	out := map[string]bool{}
+	for k := range f.Metadata.Annotations {
+		if name, ok := strings.CutPrefix(k, "f:"); ok {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // ParseAll reads every fault annotation in annotations (others are not
 // looked at) and splits them into the faults that apply at now and the
-// rejected ones, each sorted by key. known lists the condition types the
-// agent manages; probeConditions maps probe names to their condition; max
-// is the longest a fault may last from now.
-func ParseAll(annotations map[string]string, known map[corev1.NodeConditionType]bool, probeConditions map[string]corev1.NodeConditionType, now time.Time, max time.Duration) (valid []Fault, rejected []Rejection) {
+// rejected ones, each sorted by key. written is when each annotation's
+// value was written (WrittenAt; nil for unknown); known lists the
+// condition types the agent manages; probeConditions maps probe names to
+// their condition; max is the longest a fault may last.
+func ParseAll(annotations map[string]string, written map[string]Written, known map[corev1.NodeConditionType]bool, probeConditions map[string]corev1.NodeConditionType, now time.Time, max time.Duration) (valid []Fault, rejected []Rejection) {
 	for _, k := range Keys(annotations) {
 		v := annotations[k]
 		f, err := Parse(k, v, known, probeConditions)
@@ -304,13 +502,22 @@ func ParseAll(annotations map[string]string, known map[corev1.NodeConditionType]
 			rejected = append(rejected, Rejection{Key: k, Value: v, Target: f.Target, Problem: err.Error()})
 			continue
 		}
-		if problem, expired := CheckTime(f, now, max); problem != "" {
+		if problem, expired := CheckTime(f, writtenTime(written, k, v), now, max); problem != "" {
 			rejected = append(rejected, Rejection{Key: k, Value: v, Target: f.Target, Problem: problem, Expired: expired, Fault: &f})
 			continue
 		}
 		valid = append(valid, f)
 	}
 	return valid, rejected
+}
+
+// writtenTime is when annotation key's value was written, if written says
+// so for that value; zero otherwise.
+func writtenTime(written map[string]Written, key, value string) time.Time {
+	if w, ok := written[key]; ok && w.Value == value {
+		return w.At
+	}
+	return time.Time{}
 }
 
 // Effective picks the fault that applies to each condition: when two valid

@@ -21,7 +21,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -205,6 +204,9 @@ type Agent struct {
 	// advertised is the extended resources our last status write (or the
 	// Node's managed fields at start) says we advertise.
 	advertised map[corev1.ResourceName]bool
+	// res is the adopted counts and yields of extended resources
+	// (hardware.go).
+	res resourceMemory
 	// reported is the probes that have given a verdict since start.
 	reported map[string]bool
 	// published is the last state of each condition written to (or adopted
@@ -397,14 +399,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	// One informer on our own Node only.
 	selector := fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
 	nodeClient := a.opts.Client.Nodes()
+	back := func() { a.queue.Add(a.opts.NodeName) }
 	informer := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
-			return nodeClient.List(ctx, o)
+			return untilReachable(ctx, a.clock, retryUnreachableEvery, back, func() (runtime.Object, error) { return nodeClient.List(ctx, o) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
-			return nodeClient.Watch(ctx, o)
+			return untilReachable(ctx, a.clock, retryUnreachableEvery, back, func() (watch.Interface, error) { return nodeClient.Watch(ctx, o) })
 		},
 	}, &corev1.Node{}, 0, cache.Indexers{})
 	a.lister = corelisters.NewNodeLister(informer.GetIndexer())
@@ -502,6 +505,7 @@ func (a *Agent) Observe(r probes.Result) {
 		a.log.Warn("result from an unknown probe dropped", "probe", r.Probe)
 		return
 	}
+	a.recordProbeEvents(r)
 	now := a.clock.Now()
 	a.mu.Lock()
 	d := a.dampers[spec.Condition]
@@ -566,8 +570,9 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	}
 	plan := taints.PlanNode(snap)
 	plan.Metadata.Annotations, plan.Metadata.Consumed = states.wanted, states.consumed
+	plan, res := a.planResources(snap, plan) // extended resources: hardware.go
 
-	node, err := a.write(ctx, snap, plan)
+	node, err := a.write(ctx, snap, plan, res)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -635,17 +640,17 @@ func (a *Agent) dampedLocked(now time.Time) (map[corev1.NodeConditionType]taints
 // conditions and advertised resources (status), then taints, labels and
 // records (metadata), then removes expired faults. It returns the newest
 // Node it wrote or read.
-func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.NodePlan) (*corev1.Node, error) {
+func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.NodePlan, res taints.ResourcePlan) (*corev1.Node, error) {
 	node, now := snap.Node, snap.Now
 	a.reportFaults(node, snap.Faults)
 	a.reportHeldResources(node, plan.Status.Held)
-	node, err := a.removeResources(ctx, node, plan.Status.Withdraw)
+	node, err := a.removeResources(ctx, node, res)
 	if err != nil {
 		return nil, err
 	}
 	states := plan.Conditions.States
 	if plan.Status.Write {
-		if node, err = a.applyStatus(ctx, node, states, plan.Status.Resources, plan.Changes, now); err != nil {
+		if node, err = a.applyStatus(ctx, node, states, res, plan.Changes, now); err != nil {
 			return nil, err
 		}
 	}
@@ -683,7 +688,7 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	// A request left by the previous run stands: any grant seen from now
 	// on is honoured.
 	_, a.asking = node.Annotations[fleet.RequestAnnotation]
-	a.advertised = taints.OwnedCapacity(node, a.opts.FieldManager)
+	a.adoptResourcesLocked(node)
 	if in := a.opts.Init; in != nil {
 		// Kept while the state is undecided after a restart, so the
 		// condition does not flap to Unknown.
@@ -721,9 +726,10 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 // we advertise with server-side apply on the status subresource.
 // Conditions are a map keyed by type and capacity a map keyed by resource,
 // so our field manager owns exactly our entries and nobody else's are
-// touched; a resource we advertised and leave out of this apply is removed
-// by the API server, unless someone else has written it since.
-func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, resources map[corev1.ResourceName]int64, changes []taints.ConditionChange, now time.Time) (*corev1.Node, error) {
+// touched. The resource entries are res's (taints.PlanResources): one we
+// alone own is never just left out, as the API server would remove it; the
+// apply forces only where res says (applyNodeStatus).
+func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, res taints.ResourcePlan, changes []taints.ConditionChange, now time.Time) (*corev1.Node, error) {
 	types := make([]corev1.NodeConditionType, 0, len(states))
 	for t := range states {
 		types = append(types, t)
@@ -740,22 +746,14 @@ func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[co
 			WithLastTransitionTime(metav1.NewTime(s.LastTransitionTime)).
 			WithLastHeartbeatTime(metav1.NewTime(now)))
 	}
-	if len(resources) > 0 {
-		capacity := corev1.ResourceList{}
-		for r, n := range resources {
-			capacity[r] = quantity(n)
-		}
-		status.WithCapacity(capacity).WithAllocatable(capacity.DeepCopy())
-	}
-	written, err := a.opts.Client.Nodes().ApplyStatus(ctx,
-		corev1ac.Node(a.opts.NodeName).WithStatus(status),
-		metav1.ApplyOptions{FieldManager: a.opts.FieldManager, Force: true})
+	withResources(status, res)
+	written, err := a.applyNodeStatus(ctx, corev1ac.Node(a.opts.NodeName).WithStatus(status), res)
 	if err != nil {
 		return nil, fmt.Errorf("applying conditions and resources: %w", err)
 	}
 	a.conditionWrites.Add(1)
 	a.remember(written)
-	a.reportResources(written, old, resources)
+	a.reportResources(written, old, res)
 	for _, c := range changes {
 		etype := corev1.EventTypeNormal
 		if c.Unhealthy {
@@ -773,51 +771,10 @@ func (a *Agent) remember(n *corev1.Node) {
 	a.lastWritten = n
 }
 
-// metadataPatch is the JSON merge patch that replaces spec.taints, sets and
-// removes our labels, and updates both ownership records. Carrying
-// resourceVersion makes it a compare-and-swap: if anyone changed the Node
-// since we read it, the API server answers 409 and we re-plan from the
-// fresh copy, so a taint added in between survives.
-func metadataPatch(resourceVersion string, plan taints.Plan, labels taints.LabelPlan, annotations map[string]string, remove []string) ([]byte, error) {
-	var owned any // null removes the annotation
-	if len(plan.Owned) > 0 {
-		owned = taints.FormatOwned(plan.Owned)
-	}
-	var ownedLabels any
-	if len(labels.Owned) > 0 {
-		ownedLabels = taints.FormatOwnedLabels(labels.Owned)
-	}
-	var list any // null removes spec.taints
-	if len(plan.Taints) > 0 {
-		list = plan.Taints
-	}
-	ann := map[string]any{
-		taints.OwnedTaintsAnnotation: owned,
-		taints.OwnedLabelsAnnotation: ownedLabels,
-	}
-	for k, v := range annotations {
-		ann[k] = v
-	}
-	for _, k := range remove {
-		ann[k] = nil
-	}
-	meta := map[string]any{"resourceVersion": resourceVersion, "annotations": ann}
-	if len(labels.Set) > 0 || len(labels.Remove) > 0 {
-		l := map[string]any{}
-		for k, v := range labels.Set {
-			l[k] = v
-		}
-		for _, k := range labels.Remove {
-			l[k] = nil
-		}
-		meta["labels"] = l
-	}
-	return json.Marshal(map[string]any{"metadata": meta, "spec": map[string]any{"taints": list}})
-}
-
 // reconcileMetadata brings the Node's taints and our labels in line with
 // the conditions and the hardware inventory, in one compare-and-swap patch.
 func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, mi taints.MetadataInput, states map[corev1.NodeConditionType]taints.State, hw hardwareState, in *initState) error {
+	forceMerge := false
 	for attempt := 0; ; attempt++ {
 		mi.Node = node
 		p := taints.PlanMetadata(mi)
@@ -831,18 +788,29 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, mi tai
 		if a.opts.BeforeTaintWrite != nil {
 			a.opts.BeforeTaintWrite(ctx, node)
 		}
-		patch, err := metadataPatch(node.ResourceVersion, p.Taints, p.Labels, p.Annotations, p.RemoveAnnotations)
+		patch, pt, err := metadataPatch(node, p, mi.Consumed)
+		if forceMerge {
+			patch, err = mergeMetadataPatch(node.ResourceVersion, p.Taints, p.Labels, p.Annotations, p.RemoveAnnotations)
+			pt = types.MergePatchType
+		}
 		if err != nil {
 			return fmt.Errorf("building taint patch: %w", err)
 		}
-		written, err := a.opts.Client.Nodes().Patch(ctx, a.opts.NodeName, types.MergePatchType, patch,
+		written, err := a.opts.Client.Nodes().Patch(ctx, a.opts.NodeName, pt, patch,
 			metav1.PatchOptions{FieldManager: a.opts.FieldManager})
-		if apierrors.IsConflict(err) && attempt < maxConflicts {
+		// A JSON patch whose test failed comes back 422 with no detail: it
+		// is a conflict unless what it tested has not changed.
+		testFailed := pt == types.JSONPatchType && apierrors.IsInvalid(err)
+		if (apierrors.IsConflict(err) || testFailed) && attempt < maxConflicts {
 			a.conflicts.Add(1)
 			a.log.Debug("node changed under us; re-reading", "attempt", attempt+1)
+			old := node
 			if node, err = a.opts.Client.Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); err != nil {
 				return fmt.Errorf("re-reading node after conflict: %w", err)
 			}
+			// Nothing tested changed: the patch itself was refused; the
+			// merge patch says why.
+			forceMerge = testFailed && sameTested(old, node)
 			continue
 		}
 		if err != nil {

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/custom"
 )
 
 // TestNPDChecksOnTheNode runs an unchanged node-problem-detector
@@ -135,4 +137,182 @@ func TestNPDChecksOnTheNode(t *testing.T) {
 	// The agent's own probe is unaffected.
 	own.set(probes.StatusProblem)
 	waitNode(t, c, "npd", 5*time.Second, "the agent's own condition True", conditionIs(corev1.ConditionTrue))
+}
+
+// writeExec writes an executable shell script at path, making its
+// directory.
+func writeExec(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeFile writes data to path.
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkSpecs builds the probes of a config's checks section.
+func checkSpecs(t *testing.T, checks string) []agent.ProbeSpec {
+	t.Helper()
+	cfg, err := config.Parse([]byte(checks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := cfg.CheckProbeSpecs(slog.Default())
+	if err != nil {
+		t.Fatalf("CheckProbeSpecs: %v", err)
+	}
+	return specs
+}
+
+// TestNPDHealthCheckerOnTheNode runs NPD's health-checker-kubelet.json,
+// the file NPD ships, unchanged (invoke_interval 10s, timeout 3m), on a
+// real API server. Its plugin, /home/kubernetes/bin/health-checker, is a
+// stub at that path under checks.npdPluginRoot: the config is not edited.
+// KubeletUnhealthy appears and follows the stub's exit status, including
+// a run longer than the interval, which is neither killed nor overlapped
+// by the next.
+func TestNPDHealthCheckerOnTheNode(t *testing.T) {
+	npdPath, err := filepath.Abs("../probes/custom/testdata/npd/health-checker-kubelet.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	state := filepath.Join(root, "state")
+	// The stub prints its arguments' component, sleeps as told, and exits
+	// with the status in the state file; it logs overlapping runs.
+	writeExec(t, filepath.Join(root, "home/kubernetes/bin/health-checker"), fmt.Sprintf(`if [ -e %[1]s.pid ] && kill -0 "$(cat %[1]s.pid)" 2>/dev/null; then echo overlap >> %[1]s.log; fi
+echo $$ > %[1]s.pid
+read code sleep < %[1]s
+sleep "$sleep"
+echo "end $*" >> %[1]s.log
+echo "$1: exit $code"
+exit "$code"
+`, state))
+	set := func(code int, sleep string) { writeFile(t, state, fmt.Sprintf("%d %s\n", code, sleep)) }
+	set(0, "0")
+
+	specs := checkSpecs(t, fmt.Sprintf("checks:\n  npdConfigs: [%s]\n  npdPluginRoot: %s\n", npdPath, root))
+	if len(specs) != 1 || specs[0].Condition != "KubeletUnhealthy" {
+		t.Fatalf("got probe specs %v, want one for KubeletUnhealthy", specs)
+	}
+	if e := specs[0].Entry; e.Interval != 10*time.Second || e.Timeout != 9*time.Second {
+		t.Errorf("Entry every %v within %v, want every 10s (the file's invoke_interval) within 9s", e.Interval, e.Timeout)
+	}
+
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	cp.CreateNode(t, "npd-kubelet", nil)
+	w := startWatch(t, c, "npd-kubelet", getNode(t, c, "npd-kubelet").ResourceVersion)
+	startAgent(t, agent.Options{NodeName: "npd-kubelet", Client: c.CoreV1(), Probes: specs})
+
+	const kubelet corev1.NodeConditionType = "KubeletUnhealthy"
+	is := func(s corev1.ConditionStatus) func(*corev1.Node) bool {
+		return func(n *corev1.Node) bool { c := condition(n, kubelet); return c != nil && c.Status == s }
+	}
+	n := waitNode(t, c, "npd-kubelet", 20*time.Second, "KubeletUnhealthy False", is(corev1.ConditionFalse))
+	if got := condition(n, kubelet); got.Reason != "KubeletIsHealthy" || got.Message != "kubelet on the node is functioning properly" {
+		t.Errorf("healthy: got %s %q, want the file's KubeletIsHealthy and its message", got.Reason, got.Message)
+	}
+
+	// A run of 12s, longer than the 10s interval, well within the 3m
+	// timeout, that finds a problem.
+	set(1, "12")
+	n = waitNode(t, c, "npd-kubelet", 40*time.Second, "KubeletUnhealthy True", is(corev1.ConditionTrue))
+	if got := condition(n, kubelet); got.Reason != "KubeletUnhealthy" || got.Message != "--component=kubelet: exit 1" {
+		t.Errorf("unhealthy: got %s %q, want the rule's reason KubeletUnhealthy and the stub's first line", got.Reason, got.Message)
+	}
+
+	set(0, "0")
+	waitNode(t, c, "npd-kubelet", 30*time.Second, "KubeletUnhealthy False again", is(corev1.ConditionFalse))
+	// Every version of the Node: the long run kept the condition where
+	// it was until it ended; it never went Unknown (timed out).
+	for _, n := range w.seen() {
+		if got := condition(n, kubelet); got != nil && got.Status == corev1.ConditionUnknown {
+			t.Errorf("node version %s: KubeletUnhealthy Unknown (%s: %s)", n.ResourceVersion, got.Reason, got.Message)
+		}
+	}
+
+	log, err := os.ReadFile(state + ".log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), "overlap") {
+		t.Errorf("a run of the health checker started while another ran: %q", log)
+	}
+	if !strings.Contains(string(log), "end --component=kubelet --enable-repair=true --cooldown-time=1m --loopback-time=0 --health-check-timeout=10s\n") {
+		t.Errorf("the stub's runs %q do not show the file's arguments", log)
+	}
+}
+
+// TestNPDTemporaryRuleEvents runs an NPD config with a temporary rule and
+// enable_message_change_based_condition_update on a real API server: the
+// temporary rule's failures become Warning Events on the Node, and a flood
+// of them is paced (custom.EventBurst reach the API); the permanent rule's
+// message change while its condition stays True is told by NPD's Event.
+func TestNPDTemporaryRuleEvents(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	writeExec(t, filepath.Join(dir, "conntrack.sh"), fmt.Sprintf("echo run >> %s\necho 'conntrack table full'\nexit 1\n", runs))
+	state := filepath.Join(dir, "state")
+	writeExec(t, filepath.Join(dir, "check.sh"), fmt.Sprintf("read code msg < %s\necho \"$msg\"\nexit \"$code\"\n", state))
+	writeFile(t, state, "0 fine\n")
+	npd := fmt.Sprintf(`{
+  "plugin": "custom",
+  "pluginConfig": {"invoke_interval": "200ms", "timeout": "150ms", "enable_message_change_based_condition_update": true},
+  "source": "network-custom-plugin-monitor",
+  "conditions": [{"type": "NPDCheck", "reason": "CheckIsFine", "message": "all good"}],
+  "rules": [
+    {"type": "temporary", "reason": "ConntrackFull", "path": %q},
+    {"type": "permanent", "condition": "NPDCheck", "reason": "CheckFailed", "path": %q}
+  ]
+}`, filepath.Join(dir, "conntrack.sh"), filepath.Join(dir, "check.sh"))
+	npdPath := filepath.Join(dir, "npd.json")
+	writeFile(t, npdPath, npd)
+	specs := checkSpecs(t, "checks:\n  npdConfigs: ["+npdPath+"]\n")
+
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "npd-events"
+	cp.CreateNode(t, node, nil)
+	startAgent(t, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: specs})
+
+	e := waitEvent(t, c, node, "ConntrackFull", 20*time.Second, "conntrack table full")
+	if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Node" || string(e.InvolvedObject.UID) != node {
+		t.Errorf("got event %s on %s %s (uid %s), want a Warning on Node %s with uid %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.InvolvedObject.UID, node, node)
+	}
+	// The flood goes on: at least 25 failing runs in all.
+	err := testcp.Poll(context.Background(), 30*time.Second, 100*time.Millisecond, func() (bool, error) {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run") >= 25, nil
+	})
+	if err != nil {
+		t.Fatalf("the temporary rule did not run 25 times: %v", err)
+	}
+	time.Sleep(time.Second) // let the recorder write what it was given
+	var recorded int32
+	for _, e := range nodeEvents(t, c, node, "ConntrackFull") {
+		recorded += e.Count
+	}
+	if recorded != custom.EventBurst {
+		t.Errorf("25 or more failing runs recorded %d ConntrackFull events, want %d", recorded, custom.EventBurst)
+	}
+
+	// The permanent rule: a problem, then a new message while it stays.
+	writeFile(t, state, "1 first message\n")
+	waitNode(t, c, node, 20*time.Second, "NPDCheck True", func(n *corev1.Node) bool {
+		c := condition(n, "NPDCheck")
+		return c != nil && c.Status == corev1.ConditionTrue
+	})
+	waitEvent(t, c, node, "ConditionChanged", 20*time.Second, "NPDCheck is now True (CheckFailed): first message")
+	writeFile(t, state, "1 second message\n")
+	waitEvent(t, c, node, "CheckFailed", 20*time.Second, `Node condition NPDCheck is now: True, reason: CheckFailed, message: "second message"`)
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/selftaint/selftaint/taints"
 )
@@ -117,28 +120,117 @@ func (a *Agent) reportHeldResources(node *corev1.Node, held []corev1.ResourceNam
 	a.log.Warn("extended resource advertised by another writer; not touching it", "resources", s)
 }
 
-// removeResources withdraws the resources we advertised and no longer
-// want, with a JSON patch on the status subresource that first tests each
-// value, so an amount someone else wrote meanwhile is not removed.
+// resourceMemory is what the agent keeps about extended resources between
+// syncs (taints.PlanResources). Its fields are guarded by Agent.mu.
+type resourceMemory struct {
+	// adopted is the count of each resource an earlier run advertised, as
+	// the Node had it at start: asserted until an inventory succeeds.
+	adopted map[corev1.ResourceName]int64
+	// yielded are the resources left to another writer.
+	yielded map[corev1.ResourceName]taints.Yield
+}
+
+// adoptResourcesLocked takes over the resources an earlier run advertised
+// (those our field manager owns in status.capacity) with their counts.
+// a.mu is held.
+func (a *Agent) adoptResourcesLocked(node *corev1.Node) {
+	a.advertised = taints.OwnedCapacity(node, a.opts.FieldManager)
+	a.res.adopted = map[corev1.ResourceName]int64{}
+	for r := range a.advertised {
+		if q, ok := node.Status.Capacity[r]; ok && q.Value() > 0 {
+			a.res.adopted[r] = q.Value()
+		}
+	}
+	if len(a.res.adopted) > 0 {
+		a.log.Info("adopted extended resources from node; kept until an inventory succeeds", "resources", formatCounts(a.res.adopted))
+	}
+}
+
+// planResources decides this sync's extended resources
+// (taints.PlanResources) from the snapshot and what the agent remembers,
+// puts them into plan's status part, keeps the new yield state and tells
+// about yields and resumptions.
+func (a *Agent) planResources(snap taints.Snapshot, plan taints.NodePlan) (taints.NodePlan, taints.ResourcePlan) {
+	in := taints.ResourceInput{
+		Known:      snap.HardwareKnown,
+		Advertised: snap.Advertised,
+		Seen:       taints.SeenResources(snap.Node, a.opts.FieldManager, taints.ResourceNames(snap.Node)),
+		Wanted:     map[corev1.ResourceName]int64{},
+	}
+	a.mu.Lock()
+	in.Yielded = maps.Clone(a.res.yielded)
+	if !in.Known {
+		in.Wanted = maps.Clone(a.res.adopted)
+	}
+	a.mu.Unlock()
+	if in.Known {
+		for _, h := range snap.Hardware {
+			if h.Advertise && h.Count > 0 {
+				in.Wanted[h.Name] = h.Count
+			}
+		}
+	}
+	rp := taints.PlanResources(in)
+	a.mu.Lock()
+	a.res.yielded = rp.Yielded
+	a.mu.Unlock()
+	a.reportResourceEvents(snap.Node, rp.Events)
+	return taints.WithResources(snap, plan, rp), rp
+}
+
+// reportResourceEvents tells each yield, resumption and release once.
+func (a *Agent) reportResourceEvents(node *corev1.Node, events []taints.ResourceEvent) {
+	for _, e := range events {
+		y := e.Yield
+		who := y.Managers
+		if who == "" {
+			who = "another writer (no field manager recorded)"
+		}
+		switch e.Kind {
+		case taints.ResourceYielded:
+			a.recorder.Eventf(node, corev1.EventTypeWarning, string(e.Kind),
+				"%s: %s set %s to %d where selftaint advertised %d; selftaint no longer writes it, and resumes only when that value is removed or zeroed",
+				e.Resource, who, y.Field, y.Theirs, y.Ours)
+			a.log.Warn("extended resource taken over by another writer; yielding", "resource", e.Resource,
+				"manager", who, "field", y.Field, "theirs", y.Theirs, "ours", y.Ours)
+		case taints.ResourceResumed:
+			a.recorder.Eventf(node, corev1.EventTypeNormal, string(e.Kind),
+				"%s: the value %s set (%d) was %s; advertising %d again", e.Resource, who, y.Theirs, e.Gone, e.Count)
+			a.log.Info("resuming an extended resource another writer let go", "resource", e.Resource,
+				"manager", who, "gone", e.Gone, "count", e.Count)
+		case taints.ResourceReleased:
+			a.recorder.Eventf(node, corev1.EventTypeNormal, string(e.Kind),
+				"%s: the hardware is gone; leaving the resource to %s", e.Resource, who)
+			a.log.Info("forgot a yielded extended resource: the hardware is gone", "resource", e.Resource, "manager", who)
+		}
+	}
+}
+
+// removeResources withdraws what rp says: the entries we alone own of
+// resources no longer wanted, with a JSON patch on the status subresource
+// that first tests each value, so an amount someone else wrote meanwhile
+// is not removed; then it forgets those resources.
 //
 // Leaving them out of the next server-side apply is not safe: when none of
 // our fields remain under status.capacity, the API server prunes the whole
 // map if nobody else is recorded as owning it, and a Node's registration
 // capacity (cpu, memory, pods) often has no recorded owner.
-func (a *Agent) removeResources(ctx context.Context, node *corev1.Node, gone []corev1.ResourceName) (*corev1.Node, error) {
-	var ops []map[string]any
-	for _, r := range gone {
-		for field, list := range map[string]corev1.ResourceList{"capacity": node.Status.Capacity, "allocatable": node.Status.Allocatable} {
-			q, ok := list[r]
-			if !ok {
-				continue
-			}
-			path := "/status/" + field + "/" + jsonPointerEscape(string(r))
-			ops = append(ops, map[string]any{"op": "test", "path": path, "value": q.String()}, map[string]any{"op": "remove", "path": path})
-		}
-	}
-	if len(gone) == 0 {
+func (a *Agent) removeResources(ctx context.Context, node *corev1.Node, rp taints.ResourcePlan) (*corev1.Node, error) {
+	if len(rp.Withdraw) == 0 && len(rp.Forget) == 0 {
 		return node, nil
+	}
+	var ops []map[string]any
+	for _, e := range rp.Withdraw {
+		list := node.Status.Capacity
+		if e.Field == taints.FieldAllocatable {
+			list = node.Status.Allocatable
+		}
+		q, ok := list[e.Name]
+		if !ok {
+			continue
+		}
+		path := "/status/" + e.Field + "/" + jsonPointerEscape(string(e.Name))
+		ops = append(ops, map[string]any{"op": "test", "path": path, "value": q.String()}, map[string]any{"op": "remove", "path": path})
 	}
 	written := node
 	if len(ops) > 0 {
@@ -149,20 +241,91 @@ func (a *Agent) removeResources(ctx context.Context, node *corev1.Node, gone []c
 		written, err = a.opts.Client.Nodes().Patch(ctx, a.opts.NodeName, types.JSONPatchType, patch,
 			metav1.PatchOptions{FieldManager: a.opts.FieldManager}, "status")
 		if err != nil {
-			return nil, fmt.Errorf("withdrawing extended resources %v: %w", gone, err)
+			return nil, fmt.Errorf("withdrawing extended resources %v: %w", rp.Forget, err)
 		}
 		a.remember(written)
 	}
+	released := map[corev1.ResourceName]bool{}
+	for _, e := range rp.Events {
+		released[e.Resource] = e.Kind == taints.ResourceReleased
+	}
 	a.mu.Lock()
-	for _, r := range gone {
+	for _, r := range rp.Forget {
 		delete(a.advertised, r)
 	}
 	a.mu.Unlock()
-	for _, r := range gone {
+	for _, r := range rp.Forget {
+		if released[r] {
+			continue
+		}
 		a.recorder.Eventf(written, corev1.EventTypeNormal, "ResourceRemoved", "no longer advertising %s: the hardware is gone", r)
 		a.log.Info("withdrew extended resource", "resource", r)
 	}
 	return written, nil
+}
+
+// applyNodeStatus applies cfg to the Node's status with our field manager.
+// It forces only where rp means to override another writer (a resource
+// asserted again over their zero); a conflict on our conditions alone is
+// forced through, as they are ours by type. A conflict on an extended
+// resource means another writer changed it after the Node was read: the
+// error sends the sync round again to decide from the fresh Node (and
+// yield), instead of writing over their value.
+func (a *Agent) applyNodeStatus(ctx context.Context, cfg *corev1ac.NodeApplyConfiguration, rp taints.ResourcePlan) (*corev1.Node, error) {
+	nodes := a.opts.Client.Nodes()
+	opts := metav1.ApplyOptions{FieldManager: a.opts.FieldManager, Force: rp.Force}
+	written, err := nodes.ApplyStatus(ctx, cfg, opts)
+	switch {
+	case err == nil || opts.Force || !apierrors.IsConflict(err):
+		return written, err
+	case resourceConflict(err):
+		a.conflicts.Add(1)
+		return nil, fmt.Errorf("another writer changed an extended resource since the node was read; deciding again: %w", err)
+	}
+	opts.Force = true
+	return nodes.ApplyStatus(ctx, cfg, opts)
+}
+
+// resourceConflict says an apply conflict names an entry of
+// status.capacity or allocatable.
+func resourceConflict(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Type == metav1.CauseTypeFieldManagerConflict &&
+			(strings.HasPrefix(c.Field, ".status."+taints.FieldCapacity+".") || strings.HasPrefix(c.Field, ".status."+taints.FieldAllocatable+".")) {
+			return true
+		}
+	}
+	return false
+}
+
+// withResources puts the entries rp applies into status.
+func withResources(status *corev1ac.NodeStatusApplyConfiguration, rp taints.ResourcePlan) {
+	if len(rp.Capacity) > 0 {
+		status.WithCapacity(resourceList(rp.Capacity))
+	}
+	if len(rp.Allocatable) > 0 {
+		status.WithAllocatable(resourceList(rp.Allocatable))
+	}
+}
+
+func resourceList(counts map[corev1.ResourceName]int64) corev1.ResourceList {
+	l := make(corev1.ResourceList, len(counts))
+	for r, n := range counts {
+		l[r] = quantity(n)
+	}
+	return l
+}
+
+func formatCounts(counts map[corev1.ResourceName]int64) string {
+	parts := make([]string, 0, len(counts))
+	for _, r := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", r, counts[r]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func quantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
@@ -195,8 +358,9 @@ type hardwareState struct {
 
 // reportResources records what a status write advertised and tells about
 // changes: a resource first advertised, or restored after another writer
-// zeroed or removed it.
-func (a *Agent) reportResources(written, old *corev1.Node, resources map[corev1.ResourceName]int64) {
+// zeroed or removed it (one resumed after a yield was told already).
+func (a *Agent) reportResources(written, old *corev1.Node, rp taints.ResourcePlan) {
+	resources := rp.Advertise
 	a.mu.Lock()
 	before := maps.Clone(a.advertised)
 	for r := range resources {
@@ -207,6 +371,8 @@ func (a *Agent) reportResources(written, old *corev1.Node, resources map[corev1.
 		n := resources[r]
 		q, had := old.Status.Capacity[r]
 		switch {
+		case rp.Resumed[r]:
+			// told as ResourceResumed
 		case before[r] && (!had || q.Value() != n):
 			a.recorder.Eventf(written, corev1.EventTypeWarning, "ResourceRestored", "%s was %s by another writer; advertised %d again", r, zeroedOrRemoved(had), n)
 			a.log.Warn("re-asserted an extended resource another writer changed", "resource", r, "count", n)

@@ -49,6 +49,23 @@ type Result struct {
 	Time time.Time `json:"time"`
 	// Duration is how long the probe ran.
 	Duration time.Duration `json:"duration"`
+	// Events are things the probe saw happen that are not a state of the
+	// host, such as node-problem-detector's temporary problems: the agent
+	// records each as a Warning Event on its Node, reason and message as
+	// given, and never turns one into a condition. A probe reports an
+	// event once, in the result of the run that saw it, and limits how
+	// often it repeats one; the agent's Event recorder drops what still
+	// comes too often (see the agent package).
+	Events []Event `json:"events,omitempty"`
+}
+
+// Event is one thing a probe saw happen.
+type Event struct {
+	// Reason is a short CamelCase token for machines, e.g. NPD's
+	// "ConntrackFull"; it becomes the Event's reason.
+	Reason string `json:"reason"`
+	// Message says what happened in words.
+	Message string `json:"message"`
 }
 
 // Probe checks one aspect of the host. Implementations must honour ctx

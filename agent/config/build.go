@@ -77,9 +77,11 @@ func (c *Config) probeList() []namedProbe {
 }
 
 // CheckProbeSpecs builds the checks users bring: the custom checks, sharing
-// one concurrency limit, and each NPD config's permanent rules, with the
-// file's own limits as NPD runs them. What an NPD file asks that selftaint
-// does not do (temporary rules, NPD's own tainting) is logged.
+// one concurrency limit, and each NPD config's rules (permanent rules feed
+// conditions, temporary rules make Events), with the file's own limits as
+// NPD runs them. What an NPD file asks that selftaint does not do (NPD's
+// own tainting, temporary rules of a file without a condition) or does
+// differently is logged.
 func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
 	var specs []agent.ProbeSpec
 	fed := map[string]string{}
@@ -114,12 +116,12 @@ func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
 	}
 	for i, path := range c.Checks.NPDConfigs {
 		from := fmt.Sprintf("checks.npdConfigs[%d] (%s)", i, path)
-		npd, err := custom.LoadNPDConfig(path)
+		npd, err := custom.LoadNPDConfig(path, custom.NPDOptions{PluginRoot: c.Checks.NPDPluginRoot})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", from, err)
 		}
 		for _, w := range npd.Warnings {
-			log.Warn("NPD config: not acted on", "file", path, "warning", w)
+			log.Warn("NPD config: read differently from NPD", "file", path, "warning", w)
 		}
 		for _, cond := range npd.Conditions {
 			for _, msg := range validateConditionType(field.NewPath(from), corev1.NodeConditionType(cond.Type)) {

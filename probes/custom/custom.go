@@ -23,7 +23,10 @@
 //
 // A Group runs all its checks under one concurrency limit. Each Probe
 // feeds one condition from one or more rules, each with its own interval
-// and timeout; the probe's Entry tells the runner how to schedule it.
+// and timeout, which may be longer than the interval (a rule never runs
+// twice at once); the probe's Entry tells the runner how to schedule it.
+// A probe may also run events rules (NPD's temporary rules), whose
+// findings become probes.Events, paced per reason by the group.
 package custom
 
 import (
@@ -77,6 +80,10 @@ const (
 	// ReasonPluginError: a plugin could not be started (missing, not
 	// executable) or was killed by a signal.
 	ReasonPluginError = "PluginError"
+	// ReasonPluginRunning: a rule's first run has not ended within its
+	// probe's run (it may take up to its timeout, which may be longer
+	// than the interval); the condition is Unknown until it does.
+	ReasonPluginRunning = "PluginRunning"
 	// ReasonCheckFailed is the problem reason of a Check without one.
 	ReasonCheckFailed = "CustomCheckFailed"
 	// ReasonChecksPassed is the OK reason of conditions fed by Checks.
@@ -89,7 +96,7 @@ type Rule struct {
 	// path and arguments.
 	Name string
 	// Reason is the condition's reason while this rule reports a
-	// problem.
+	// problem, or the reason of the Events an events rule yields.
 	Reason string
 	// Path is the executable: absolute, relative to the working
 	// directory, or a bare name looked up in $PATH (as NPD does).
@@ -98,8 +105,10 @@ type Rule struct {
 	// Interval is how often the rule runs. It must be positive.
 	Interval time.Duration
 	// Timeout bounds one run, from its start (not counting a wait for a
-	// free slot). It must be positive and below the shortest Interval of
-	// the condition's rules.
+	// free slot). It must be positive. It may be longer than Interval,
+	// as in NPD's health checkers (every 10s, 3m timeout): a rule never
+	// has two runs at once, and a run that outlasts its probe's run goes
+	// on in the background (see Probe.Probe).
 	Timeout time.Duration
 }
 
@@ -121,6 +130,23 @@ type Condition struct {
 	Reason  string
 	Message string
 	Rules   []Rule
+	// Events are rules whose findings are events, not this condition's
+	// status: NPD's temporary rules, run by the probe of a condition of
+	// their file. A run that reports a problem or cannot tell yields a
+	// probes.Event with the rule's Reason and the run's message, as NPD
+	// records an Event for every exit status but 0.
+	Events []Rule
+	// NPD makes the condition report as NPD's permanent rules do where
+	// that differs from selftaint's own checks. While the condition
+	// stays in a problem, a new reason is told by an Event (NPD's "Node
+	// condition X is now: True, reason: R, message: ..."), and so is a
+	// new message when MessageUpdates is set; without MessageUpdates the
+	// message the problem started with is kept, as NPD keeps it. Checks
+	// without NPD report the latest message and tell no such change.
+	NPD bool
+	// MessageUpdates is NPD's enable_message_change_based_condition_update;
+	// it matters only with NPD.
+	MessageUpdates bool
 }
 
 // Options are shared by every check of a Group. Zero values mean the
@@ -135,14 +161,16 @@ type Options struct {
 	// MaxOutputBytes is how much of stdout and of stderr is read; 0 means
 	// DefaultMaxOutputBytes.
 	MaxOutputBytes int
-	// Clock tells when a rule is due; nil means probes.RealClock.
+	// Clock tells when a rule is due, bounds how long a probe run waits
+	// for its rules and paces events; nil means probes.RealClock.
 	Clock probes.Clock
 }
 
 // Group runs checks under one concurrency limit.
 type Group struct {
-	opts  Options
-	slots chan struct{} // a plugin runs while holding a slot
+	opts   Options
+	slots  chan struct{} // a plugin runs while holding a slot
+	events eventLimiter  // paces the events of the group's probes, per reason
 }
 
 // NewGroup returns a Group with opts.
@@ -170,25 +198,49 @@ func NewGroup(opts Options) (*Group, error) {
 	if opts.Clock == nil {
 		opts.Clock = probes.RealClock{}
 	}
-	return &Group{opts: opts, slots: make(chan struct{}, opts.Concurrency)}, nil
+	return &Group{
+		opts:   opts,
+		slots:  make(chan struct{}, opts.Concurrency),
+		events: eventLimiter{clock: opts.Clock, buckets: map[string]*bucket{}},
+	}, nil
 }
 
-// Probe feeds one condition from its rules. It is safe for concurrent use,
-// though the runner never overlaps its runs.
+// Probe feeds one condition from its rules, and runs the condition's
+// events rules. It is safe for concurrent use, though the runner never
+// overlaps its runs.
 type Probe struct {
 	group    *Group
 	cond     Condition
+	rules    []Rule        // cond.Rules, then cond.Events
 	interval time.Duration // shortest rule interval: how often the probe runs
 	timeout  time.Duration // the runner's bound on one run of the probe
+	wait     time.Duration // how long one run of the probe waits for its rules
 
-	mu      sync.Mutex  // guards last and started
-	last    []outcome   // latest outcome per rule; zero before its first run
-	started []time.Time // when each rule's latest outcome was started
+	mu       sync.Mutex    // guards state and reported
+	state    []ruleState   // per rule, indexed like rules
+	reported probes.Result // status, reason and message last reported
+}
+
+// ruleState is what a probe knows of one rule's runs.
+type ruleState struct {
+	last    outcome   // latest outcome kept; zero before the first
+	started time.Time // when the run that gave last started
+	fresh   bool      // last has not been reported yet (events rules)
+	running *run      // the run in flight; nil when none
+}
+
+// run is one run of a rule. It may outlive the probe run that started it.
+type run struct {
+	started time.Time
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed once out is set
+	out     outcome
 }
 
 // NewProbe validates c and returns its probe. Errors name the field.
 func (g *Group) NewProbe(c Condition) (*Probe, error) {
 	c.Rules = append([]Rule(nil), c.Rules...)
+	c.Events = append([]Rule(nil), c.Events...)
 	var errs []error
 	if c.Type == "" || strings.ContainsFunc(c.Type, unicode.IsSpace) {
 		errs = append(errs, fmt.Errorf("Type: %q is not a condition type", c.Type))
@@ -199,42 +251,45 @@ func (g *Group) NewProbe(c Condition) (*Probe, error) {
 	if len(c.Rules) == 0 {
 		errs = append(errs, errors.New("Rules: a condition needs at least one rule"))
 	}
-	var interval, longest time.Duration
-	for i, r := range c.Rules {
-		field := fmt.Sprintf("Rules[%d]", i)
-		if r.Path == "" {
-			errs = append(errs, fmt.Errorf("%s.Path: must not be empty", field))
-		}
-		if r.Reason == "" {
-			errs = append(errs, fmt.Errorf("%s.Reason: must not be empty", field))
-		}
-		if r.Interval <= 0 {
-			errs = append(errs, fmt.Errorf("%s.Interval: %v must be positive", field, r.Interval))
-		} else if interval == 0 || r.Interval < interval {
-			interval = r.Interval
-		}
-		if r.Timeout <= 0 {
-			errs = append(errs, fmt.Errorf("%s.Timeout: %v must be positive", field, r.Timeout))
-		}
-		longest = max(longest, r.Timeout)
-	}
-	for i, r := range c.Rules {
-		if interval > 0 && r.Timeout >= interval {
-			errs = append(errs, fmt.Errorf("Rules[%d].Timeout: %v must be below the condition's shortest interval %v, so runs never overlap", i, r.Timeout, interval))
-		}
-	}
+	errs = append(errs, ruleErrors("Rules", c.Rules)...)
+	errs = append(errs, ruleErrors("Events", c.Events)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("custom condition %q: %w", c.Type, err)
 	}
+	rules := append(append([]Rule(nil), c.Rules...), c.Events...)
+	interval := shortestInterval(rules)
 	return &Probe{
 		group:    g,
 		cond:     c,
+		rules:    rules,
 		interval: interval,
-		// Leave room to wait for a slot, but stay below the interval.
-		timeout: max(longest, interval-interval/10),
-		last:    make([]outcome, len(c.Rules)),
-		started: make([]time.Time, len(c.Rules)),
+		timeout:  interval - interval/10,
+		// Well below the runner's timeout, so the probe reports what
+		// it knows before the runner gives up on it.
+		wait:  interval * 7 / 10,
+		state: make([]ruleState, len(rules)),
 	}, nil
+}
+
+// ruleErrors checks the rules of the list named field on their own.
+func ruleErrors(field string, rules []Rule) []error {
+	var errs []error
+	for i, r := range rules {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		if r.Path == "" {
+			errs = append(errs, fmt.Errorf("%s.Path: must not be empty", at))
+		}
+		if r.Reason == "" {
+			errs = append(errs, fmt.Errorf("%s.Reason: must not be empty", at))
+		}
+		if r.Interval <= 0 {
+			errs = append(errs, fmt.Errorf("%s.Interval: %v must be positive", at, r.Interval))
+		}
+		if r.Timeout <= 0 {
+			errs = append(errs, fmt.Errorf("%s.Timeout: %v must be positive", at, r.Timeout))
+		}
+	}
+	return errs
 }
 
 // NewProbes returns a probe per condition; condition types must be unique.
@@ -270,7 +325,7 @@ func (p *Probe) Name() string { return ProbeNamePrefix + p.cond.Type }
 func (p *Probe) Condition() string { return p.cond.Type }
 
 // Entry schedules the probe: every shortest rule interval, with a timeout
-// below it that covers the longest rule timeout.
+// of nine tenths of it. A rule's own timeout may be longer (see Probe).
 func (p *Probe) Entry() probes.Entry {
 	return probes.Entry{Probe: p, Interval: p.interval, Timeout: p.timeout}
 }
@@ -283,45 +338,171 @@ type outcome struct {
 	reading string
 }
 
-// Probe runs the rules that are due, in parallel as the group's
+// Probe starts the rules that are due, in parallel as the group's
 // concurrency allows, and judges the condition from the latest outcome of
 // every rule. A rule is due on its first run and once about its Interval
-// has passed since its latest run started.
+// has passed since the start of its latest run, unless that run is still
+// going: a rule never has two runs at once.
+//
+// Probe waits for the runs in flight for seven tenths of the probe's
+// interval at most (on the group's clock), below the Entry's timeout. A
+// run that takes longer, as a rule whose timeout is longer than the
+// interval may, goes on in the background under its own timeout and
+// counts once it ends: until then the rule's previous outcome stands, or,
+// before its first, the rule is Unknown with ReasonPluginRunning. So a
+// plugin that runs long is run again by the first probe run after it
+// ends, never alongside itself, much as NPD's ticker runs it (right after
+// the run ends, ticks missed meanwhile dropped).
+//
+// When ctx ends first (the agent stopping), every run in flight is killed
+// and its outcome is not kept. A run left in the background while no
+// probe run waits for it ends at its own timeout at the latest.
+//
+// The Result carries the events of the events rules' runs that ended
+// since the last report and, for an NPD condition, those telling its
+// updates, each reason paced by the group (see EventBurst).
 func (p *Probe) Probe(ctx context.Context) probes.Result {
-	rules := p.cond.Rules
-	now := p.group.opts.Clock.Now()
-	outs := make([]outcome, len(rules))
-	due := make([]bool, len(rules))
-	p.mu.Lock()
-	for i, r := range rules {
-		// Half the probe's interval of slack, so a run a little early
-		// does not push the rule back a whole probe interval.
-		due[i] = p.last[i].status == "" || now.Sub(p.started[i]) >= r.Interval-p.interval/2
-		outs[i] = p.last[i]
-	}
-	p.mu.Unlock()
-
-	var wg sync.WaitGroup
-	for i, r := range rules {
-		if due[i] {
-			wg.Go(func() { outs[i] = p.group.run(ctx, r) })
+	runs := p.start(ctx, p.group.opts.Clock.Now())
+	if !p.await(ctx, runs) {
+		for _, r := range runs {
+			r.cancel(context.Cause(ctx))
 		}
-	}
-	wg.Wait()
-
-	if ctx.Err() == nil { // outcomes of runs cut short are not kept
-		p.mu.Lock()
-		for i := range rules {
-			if due[i] {
-				p.last[i], p.started[i] = outs[i], now
-			}
+		for _, r := range runs {
+			<-r.done
 		}
-		p.mu.Unlock()
+		return p.judge(p.cutShort(runs))
 	}
-	return p.judge(outs)
+	return p.report()
 }
 
-// judge turns the rules' outcomes into the condition's Result.
+// start starts a run of every rule that is due at now and returns the
+// runs in flight, indexed like p.rules (nil: none).
+func (p *Probe) start(ctx context.Context, now time.Time) []*run {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	runs := make([]*run, len(p.rules))
+	for i, r := range p.rules {
+		st := &p.state[i]
+		// Half the probe's interval of slack, so a run a little early
+		// does not push the rule back a whole probe interval.
+		if st.running == nil && (st.last.status == "" || now.Sub(st.started) >= r.Interval-p.interval/2) {
+			st.running = p.launch(ctx, i, now)
+		}
+		runs[i] = st.running
+	}
+	return runs
+}
+
+// launch starts a run of rule i in the background and returns it; p.mu is
+// held. The run ends with its own timeout or its cancel, not with ctx: it
+// may outlive the probe run that started it.
+func (p *Probe) launch(ctx context.Context, i int, now time.Time) *run {
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	r := &run{started: now, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		out := p.group.run(rctx, p.rules[i])
+		p.mu.Lock()
+		st := &p.state[i]
+		if rctx.Err() == nil { // the outcome of a run cut short is not kept
+			st.last, st.started, st.fresh = out, r.started, true
+		}
+		st.running = nil
+		r.out = out
+		p.mu.Unlock()
+		cancel(nil)
+		close(r.done)
+	}()
+	return r
+}
+
+// await waits for the runs in flight to end, for p.wait at most. It
+// reports false when ctx ended first.
+func (p *Probe) await(ctx context.Context, runs []*run) bool {
+	t := p.group.opts.Clock.NewTimer(p.wait)
+	defer t.Stop()
+	for _, r := range runs {
+		if r == nil {
+			continue
+		}
+		select {
+		case <-r.done:
+		case <-t.C():
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// cutShort returns the outcomes of the condition's rules after the runs
+// in flight were killed: theirs, else the latest kept.
+func (p *Probe) cutShort(runs []*run) []outcome {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	outs := make([]outcome, len(p.cond.Rules))
+	for i := range outs {
+		outs[i] = p.state[i].last
+		if runs[i] != nil {
+			outs[i] = runs[i].out
+		}
+	}
+	return outs
+}
+
+// report judges the condition from the rules' latest outcomes and adds
+// the events not reported yet.
+func (p *Probe) report() probes.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	outs := make([]outcome, len(p.cond.Rules))
+	for i, r := range p.cond.Rules {
+		outs[i] = p.state[i].last
+		if outs[i].status == "" { // its first run is still going
+			outs[i] = unknown(ReasonPluginRunning, "running", "%s has not finished its first run yet (its timeout is %v)", r.label(), r.Timeout)
+		}
+	}
+	res := p.judge(outs)
+	var events []probes.Event
+	for i, r := range p.cond.Events {
+		st := &p.state[len(p.cond.Rules)+i]
+		if st.fresh && (st.last.status == probes.StatusProblem || st.last.status == probes.StatusUnknown) {
+			events = append(events, probes.Event{Reason: r.Reason, Message: st.last.message})
+		}
+		st.fresh = false
+		res.Readings = append(res.Readings, probes.Reading{Name: "event " + r.label(), Value: st.last.reading})
+	}
+	res, update := p.npdLocked(res)
+	if update != nil {
+		events = append(events, *update)
+	}
+	for _, e := range events {
+		if p.group.events.allow(e.Reason) {
+			res.Events = append(res.Events, e)
+		}
+	}
+	return res
+}
+
+// npdLocked applies NPD's update rules to res, the condition's new
+// result, and returns it with the Event NPD would record, if any (see
+// Condition.NPD). p.mu is held.
+func (p *Probe) npdLocked(res probes.Result) (probes.Result, *probes.Event) {
+	prev := p.reported
+	var update *probes.Event
+	if p.cond.NPD && prev.Status == probes.StatusProblem && res.Status == probes.StatusProblem {
+		switch {
+		case prev.Reason != res.Reason || (p.cond.MessageUpdates && prev.Message != res.Message):
+			update = &probes.Event{Reason: res.Reason, Message: fmt.Sprintf("Node condition %s is now: True, reason: %s, message: %q", p.cond.Type, res.Reason, res.Message)}
+		case prev.Message != res.Message:
+			res.Message = prev.Message // NPD keeps the message the problem started with
+		}
+	}
+	p.reported = probes.Result{Status: res.Status, Reason: res.Reason, Message: res.Message}
+	return res, update
+}
+
+// judge turns the outcomes of the condition's rules into its Result.
 func (p *Probe) judge(outs []outcome) probes.Result {
 	rules := p.cond.Rules
 	readings := make([]probes.Reading, len(rules))

@@ -616,8 +616,12 @@ func TestNewProbeValidates(t *testing.T) {
 		{"no rule reason", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Reason = "" })}, "Rules[0].Reason: must not be empty"},
 		{"no interval", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Interval = 0 })}, "Rules[0].Interval: 0s must be positive"},
 		{"no timeout", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Timeout = 0 })}, "Rules[0].Timeout: 0s must be positive"},
-		{"timeout not below interval", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Timeout = time.Minute })}, "Rules[0].Timeout: 1m0s must be below the condition's shortest interval 1m0s"},
-		{"timeout not below another rule's interval", Condition{Type: "T", Reason: "Up", Rules: []Rule{ok, {Reason: "R", Path: "/bin/true", Interval: 20 * time.Second, Timeout: 30 * time.Second}}}, "Rules[1].Timeout: 30s must be below the condition's shortest interval 20s"},
+		{"timeout above interval", Condition{Type: "T", Reason: "Up", Rules: with(func(r *Rule) { r.Timeout = 3 * time.Minute })}, ""},
+		{"timeout above another rule's interval", Condition{Type: "T", Reason: "Up", Rules: []Rule{ok, {Reason: "R", Path: "/bin/true", Interval: 20 * time.Second, Timeout: 30 * time.Second}}}, ""},
+		{"events rule", Condition{Type: "T", Reason: "Up", Rules: []Rule{ok}, Events: with(func(r *Rule) { r.Reason = "Flaky" })}, ""},
+		{"events rule checked", Condition{Type: "T", Reason: "Up", Rules: []Rule{ok}, Events: with(func(r *Rule) { r.Path, r.Reason, r.Interval, r.Timeout = "", "", 0, 0 })},
+			"Events[0].Path: must not be empty\nEvents[0].Reason: must not be empty\nEvents[0].Interval: 0s must be positive\nEvents[0].Timeout: 0s must be positive"},
+		{"events rules alone", Condition{Type: "T", Reason: "Up", Events: []Rule{ok}}, "Rules: a condition needs at least one rule"},
 	}
 	g, err := NewGroup(Options{})
 	if err != nil {

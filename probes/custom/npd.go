@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/selftaint/selftaint/probes/strict"
@@ -58,8 +61,21 @@ const (
 	npdPermanent = "permanent"
 )
 
+// NPDOptions tune how NPD config files are read.
+type NPDOptions struct {
+	// PluginRoot, if set, is where the host's file system is mounted: an
+	// absolute plugin path is run from under it, so a config naming
+	// /home/kubernetes/bin/health-checker runs
+	// PluginRoot/home/kubernetes/bin/health-checker, and messages still
+	// name the path the file gives. Relative paths and bare names are
+	// resolved as without it. The plugin itself runs in selftaint's file
+	// system all the same: what it reads or runs by absolute path must be
+	// there too.
+	PluginRoot string
+}
+
 // NPDConfig is an NPD custom plugin monitor config, with NPD's defaults
-// applied and its permanent rules turned into conditions.
+// applied and its rules turned into conditions.
 type NPDConfig struct {
 	// Path is the file it was read from.
 	Path string
@@ -73,20 +89,32 @@ type NPDConfig struct {
 	// them on.
 	MaxOutputLength int
 	Concurrency     int
-	// EnableMessageChangeBasedConditionUpdate, SkipInitialStatus and
-	// MetricsReporting are carried over for the agent to honour or
-	// ignore; they do not change how checks run.
+	// EnableMessageChangeBasedConditionUpdate is pluginConfig's; every
+	// condition carries it as MessageUpdates.
 	EnableMessageChangeBasedConditionUpdate bool
-	SkipInitialStatus                       bool
-	MetricsReporting                        bool
+	// SkipInitialStatus and MetricsReporting are carried over; they do
+	// not change what selftaint does.
+	SkipInitialStatus bool
+	MetricsReporting  bool
 	// Conditions are the "conditions" that have permanent rules, in file
-	// order, each with its rules in file order.
+	// order, each with its rules in file order, marked NPD. The first
+	// also carries the file's temporary rules as its Events.
 	Conditions []Condition
-	// Warnings say what of the file selftaint does not act on: temporary
-	// rules (NPD turns them into events; selftaint makes conditions
-	// only), conditions without permanent rules, and NPD's own tainting.
-	// Log them.
+	// Warnings say what of the file selftaint does not act on, or acts
+	// on where NPD would not: temporary rules of a file without a
+	// condition to carry them, conditions without permanent rules, NPD's
+	// own tainting, rule types NPD runs as permanent, and (from
+	// LoadNPDConfig) plugins that are not there. Log them.
 	Warnings []string
+
+	// plugins is every rule's path as selftaint runs it, with the field
+	// of the rule, for LoadNPDConfig's check.
+	plugins []pluginAt
+}
+
+// pluginAt is one rule's plugin path and where the file gives it.
+type pluginAt struct {
+	field, path string
 }
 
 // Options returns group options with the file's concurrency and maximum
@@ -95,34 +123,74 @@ func (c *NPDConfig) Options() Options {
 	return Options{Concurrency: c.Concurrency, MaxOutputLength: c.MaxOutputLength}
 }
 
-// LoadNPDConfig reads an NPD custom plugin monitor config file.
-func LoadNPDConfig(path string) (*NPDConfig, error) {
+// LoadNPDConfig reads an NPD custom plugin monitor config file (see
+// ParseNPDConfig). Where NPD refuses a file whose plugin is not there,
+// selftaint loads it with a warning: running the plugin fails, and its
+// condition says so (Unknown, ReasonPluginError), or its events do.
+func LoadNPDConfig(path string, opts NPDOptions) (*NPDConfig, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading NPD config: %w", err)
 	}
-	return ParseNPDConfig(data, path)
+	c, err := ParseNPDConfig(data, path, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, pl := range c.plugins {
+		if err := pluginThere(pl.path); err != nil {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: %v; NPD refuses the file, selftaint loads it and reports the plugin's failure to run", pl.field, err))
+		}
+	}
+	return c, nil
+}
+
+// pluginThere checks that path names a file, as running it looks it up:
+// a bare name through $PATH, anything else from the working directory.
+func pluginThere(path string) error {
+	if !strings.ContainsRune(path, filepath.Separator) {
+		_, err := exec.LookPath(path)
+		return err
+	}
+	_, err := os.Stat(path)
+	return err
 }
 
 // ParseNPDConfig parses an NPD custom plugin monitor config; path names it
-// in errors. It is strict where NPD is lenient: a key NPD does not declare
-// (compared case-sensitively) or a key given twice is an error naming it
-// by its path (the shared decoder of package strict), as are a rule type
-// other than "temporary" or "permanent", a permanent rule without a path,
-// a reason or a defined condition, a rule timeout above the global one
-// (NPD's own check) and timeouts not below the intervals they run at.
+// in errors. It loads what NPD loads (NPD's CustomPluginConfig
+// ApplyConfiguration and Validate), field names in errors:
 //
-// Plugin paths are kept as written and resolved as NPD resolves them when
-// it runs them: a relative path against the working directory (not the
-// config file's directory), a bare name through $PATH. Paths are not
-// checked here: a missing plugin makes its condition Unknown, naming it.
-func ParseNPDConfig(data []byte, path string) (*NPDConfig, error) {
+//   - plugin must be "custom";
+//   - pluginConfig.invoke_interval and a rule's invoke_interval must be
+//     positive durations, and timeouts durations;
+//   - a rule's timeout must not be above pluginConfig.timeout (it may be
+//     above any interval);
+//   - a permanent rule's condition must be one of "conditions";
+//   - a rule's path must not be empty (NPD refuses paths that are not
+//     there; LoadNPDConfig only warns, see there).
+//
+// It is stricter than NPD where NPD would load what it then cannot run or
+// report: a key NPD does not declare (compared case-sensitively) or a key
+// given twice is an error naming it by its path (the shared decoder of
+// package strict), as are a timeout, concurrency or max_output_length that
+// is not positive (NPD starts no plugin, hangs, or crashes), and an empty
+// condition type or reason (NPD would publish an empty reason). Like NPD,
+// it runs a rule whose type is neither "temporary" nor "permanent" as
+// permanent, and of two conditions of one type uses the first; both with a
+// warning.
+//
+// Permanent rules become their condition's Rules; temporary rules the
+// first condition's Events (a file without a condition gets a warning for
+// each: selftaint runs them only with a condition's probe). Plugin paths
+// are kept as written, under opts.PluginRoot when absolute, and resolved
+// as NPD resolves them when run: a relative path against the working
+// directory (not the config file's directory), a bare name through $PATH.
+func ParseNPDConfig(data []byte, path string, opts NPDOptions) (*NPDConfig, error) {
 	wrap := func(err error) error { return fmt.Errorf("NPD config %s: %w", path, err) }
 	var f npdFile
 	if err := strict.JSON(data, &f); err != nil {
 		return nil, wrap(err)
 	}
-	c, err := f.resolve(path)
+	c, err := f.resolve(path, opts)
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -130,7 +198,7 @@ func ParseNPDConfig(data []byte, path string) (*NPDConfig, error) {
 }
 
 // resolve applies NPD's defaults, checks the file and builds conditions.
-func (f *npdFile) resolve(path string) (*NPDConfig, error) {
+func (f *npdFile) resolve(path string, opts NPDOptions) (*NPDConfig, error) {
 	c := &NPDConfig{
 		Path:             path,
 		Source:           f.Source,
@@ -149,12 +217,16 @@ func (f *npdFile) resolve(path string) (*NPDConfig, error) {
 		c.MetricsReporting = *f.MetricsReporting
 	}
 	index := f.addConditions(c, &errs)
-	rulesOf := f.addRules(c, index, &errs)
-	checkRuleOverlaps(c.Conditions, rulesOf, &errs)
+	temporary := f.addRules(c, index, opts, &errs)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	c.Conditions = dropRuleless(c.Conditions, &c.Warnings)
+	for i := range c.Conditions {
+		c.Conditions[i].NPD = true
+		c.Conditions[i].MessageUpdates = c.EnableMessageChangeBasedConditionUpdate
+	}
+	c.hostTemporary(temporary)
 	return c, nil
 }
 
@@ -168,8 +240,8 @@ func (p *problems) add(field, format string, args ...any) {
 
 // duration parses s, when given, into *dst. It reports whether it did; a
 // value that does not parse or is not positive is recorded against field
-// and leaves *dst alone.
-func (p *problems) duration(field string, s *string, dst *time.Duration) bool {
+// (with why, when not positive) and leaves *dst alone.
+func (p *problems) duration(field string, s *string, dst *time.Duration, why string) bool {
 	if s == nil {
 		return false
 	}
@@ -178,7 +250,7 @@ func (p *problems) duration(field string, s *string, dst *time.Duration) bool {
 	case err != nil:
 		p.add(field, "%v", err)
 	case d <= 0:
-		p.add(field, "%q must be positive", *s)
+		p.add(field, "%q must be positive%s", *s, why)
 	default:
 		*dst = d
 		return true
@@ -187,23 +259,30 @@ func (p *problems) duration(field string, s *string, dst *time.Duration) bool {
 }
 
 // positive copies v, when given, into *dst; a value that is not positive is
-// recorded against field and leaves *dst alone.
-func (p *problems) positive(field string, v *int, dst *int) {
+// recorded against field (with why) and leaves *dst alone.
+func (p *problems) positive(field string, v *int, dst *int, why string) {
 	switch {
 	case v == nil:
 	case *v <= 0:
-		p.add(field, "%d must be positive", *v)
+		p.add(field, "%d must be positive%s", *v, why)
 	default:
 		*dst = *v
 	}
 }
 
+// Why selftaint refuses values NPD loads.
+const (
+	whyTimeout = " (NPD loads it, then starts no plugin)"
+	whyConc    = " (NPD loads it, then hangs or crashes)"
+	whyOutput  = " (NPD loads it, then crashes or reports empty messages)"
+)
+
 // apply sets c's global settings from pluginConfig.
 func (pc npdPluginConfig) apply(c *NPDConfig, errs *problems) {
-	errs.duration("pluginConfig.invoke_interval", pc.InvokeInterval, &c.InvokeInterval)
-	errs.duration("pluginConfig.timeout", pc.Timeout, &c.Timeout)
-	errs.positive("pluginConfig.max_output_length", pc.MaxOutputLength, &c.MaxOutputLength)
-	errs.positive("pluginConfig.concurrency", pc.Concurrency, &c.Concurrency)
+	errs.duration("pluginConfig.invoke_interval", pc.InvokeInterval, &c.InvokeInterval, "")
+	errs.duration("pluginConfig.timeout", pc.Timeout, &c.Timeout, whyTimeout)
+	errs.positive("pluginConfig.max_output_length", pc.MaxOutputLength, &c.MaxOutputLength, whyOutput)
+	errs.positive("pluginConfig.concurrency", pc.Concurrency, &c.Concurrency, whyConc)
 	if pc.EnableMessageChangeBasedConditionUpdate != nil {
 		c.EnableMessageChangeBasedConditionUpdate = *pc.EnableMessageChangeBasedConditionUpdate
 	}
@@ -216,14 +295,15 @@ func (pc npdPluginConfig) apply(c *NPDConfig, errs *problems) {
 // c.Conditions and returns their index by type.
 func (f *npdFile) addConditions(c *NPDConfig, errs *problems) map[string]int {
 	index := map[string]int{} // condition type -> c.Conditions index, before pruning
+	at := map[string]int{}    // condition type -> its index in the file
 	for i, cond := range f.Conditions {
 		field := fmt.Sprintf("conditions[%d]", i)
 		if cond.Type == "" {
 			errs.add(field+".type", "must not be empty")
 			continue
 		}
-		if j, dup := index[cond.Type]; dup {
-			errs.add(field+".type", "%q is also conditions[%d]", cond.Type, j)
+		if j, dup := at[cond.Type]; dup {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s.type: %q is also conditions[%d]; NPD uses the first, and so does selftaint", field, cond.Type, j))
 			continue
 		}
 		if cond.Reason == "" {
@@ -232,83 +312,72 @@ func (f *npdFile) addConditions(c *NPDConfig, errs *problems) map[string]int {
 		if cond.TaintEnabled {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (%s): NPD's own tainting (taintEnabled) is ignored; selftaint taints nodes through its rules", field, cond.Type))
 		}
+		at[cond.Type] = i
 		index[cond.Type] = len(c.Conditions)
 		c.Conditions = append(c.Conditions, Condition{Type: cond.Type, Reason: cond.Reason, Message: cond.Message})
 	}
 	return index
 }
 
-// ruleAt says where a condition's rule came from.
-type ruleAt struct {
-	i            int
-	timeoutField string // the field its timeout comes from
-}
-
 // addRules adds the file's permanent rules to the conditions they name
-// (index, from addConditions) and returns, for each condition, where its
-// rules came from.
-func (f *npdFile) addRules(c *NPDConfig, index map[string]int, errs *problems) [][]ruleAt {
-	rulesOf := make([][]ruleAt, len(c.Conditions))
+// (index, from addConditions) and returns its temporary rules, with their
+// fields.
+func (f *npdFile) addRules(c *NPDConfig, index map[string]int, opts NPDOptions, errs *problems) []ruleAt {
+	var temporary []ruleAt
 	for i, r := range f.Rules {
 		field := fmt.Sprintf("rules[%d]", i)
-		rule, timeoutField := r.resolve(field, c.InvokeInterval, c.Timeout, errs)
-		switch r.Type {
-		case npdTemporary:
-			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (reason %s, path %s): temporary rules only make events in NPD; selftaint makes conditions only, so it does not run this rule", field, r.Reason, r.Path))
-			continue
-		case npdPermanent:
-		default:
-			errs.add(field+".type", "%q is not %q or %q", r.Type, npdTemporary, npdPermanent)
-			continue
-		}
+		rule := r.resolve(field, c, opts, errs)
+		c.plugins = append(c.plugins, pluginAt{field: field + ".path", path: rule.Path})
 		if r.Reason == "" {
 			errs.add(field+".reason", "must not be empty")
 		}
-		j, ok := index[r.Condition]
-		if !ok {
-			errs.add(field+".condition", "%q is not defined in conditions", r.Condition)
+		j, defined := index[r.Condition]
+		switch r.Type {
+		case npdTemporary:
+			temporary = append(temporary, ruleAt{field: field, rule: rule})
 			continue
+		case npdPermanent:
+			if !defined {
+				errs.add(field+".condition", "%q is not defined in conditions", r.Condition)
+				continue
+			}
+		default:
+			// NPD's Validate checks only "permanent" rules' conditions,
+			// and its monitor treats every type but "temporary" as
+			// permanent.
+			if !defined {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%s.type: %q is neither %q nor %q, and its condition %q is not defined; NPD runs it to no effect, selftaint does not run it", field, r.Type, npdTemporary, npdPermanent, r.Condition))
+				continue
+			}
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s.type: %q is neither %q nor %q; NPD runs it as permanent, and so does selftaint", field, r.Type, npdTemporary, npdPermanent))
 		}
 		c.Conditions[j].Rules = append(c.Conditions[j].Rules, rule)
-		rulesOf[j] = append(rulesOf[j], ruleAt{i: i, timeoutField: timeoutField})
 	}
-	return rulesOf
+	return temporary
 }
 
-// resolve builds the rule at field with the global interval and timeout
-// as defaults, checking what every rule type needs. It returns the rule
-// and the field its timeout comes from.
-func (r npdRule) resolve(field string, interval, timeout time.Duration, errs *problems) (Rule, string) {
-	rule := Rule{Reason: r.Reason, Path: r.Path, Args: r.Args, Interval: interval, Timeout: timeout}
-	timeoutField := "pluginConfig.timeout"
-	if errs.duration(field+".timeout", r.Timeout, &rule.Timeout) {
-		timeoutField = field + ".timeout"
-		if rule.Timeout > timeout {
-			errs.add(field+".timeout", "%v is above pluginConfig.timeout %v", rule.Timeout, timeout)
-		}
+// ruleAt is a rule and the field it comes from.
+type ruleAt struct {
+	field string
+	rule  Rule
+}
+
+// resolve builds the rule at field with the file's interval and timeout
+// as defaults, checking what every rule type needs.
+func (r npdRule) resolve(field string, c *NPDConfig, opts NPDOptions, errs *problems) Rule {
+	rule := Rule{Reason: r.Reason, Path: r.Path, Args: r.Args, Interval: c.InvokeInterval, Timeout: c.Timeout}
+	if opts.PluginRoot != "" && filepath.IsAbs(r.Path) {
+		rule.Name = rule.label()
+		rule.Path = filepath.Join(opts.PluginRoot, r.Path)
 	}
-	errs.duration(field+".invoke_interval", r.InvokeInterval, &rule.Interval)
+	if errs.duration(field+".timeout", r.Timeout, &rule.Timeout, whyTimeout) && rule.Timeout > c.Timeout {
+		errs.add(field+".timeout", "%v is above pluginConfig.timeout %v", rule.Timeout, c.Timeout)
+	}
+	errs.duration(field+".invoke_interval", r.InvokeInterval, &rule.Interval, "")
 	if r.Path == "" {
 		errs.add(field+".path", "must not be empty")
 	}
-	return rule, timeoutField
-}
-
-// checkRuleOverlaps records each rule whose runs could overlap the next
-// run of its condition: its timeout must be below the shortest interval
-// of the condition's rules. rulesOf is from addRules.
-func checkRuleOverlaps(conds []Condition, rulesOf [][]ruleAt, errs *problems) {
-	for j, cond := range conds {
-		if len(cond.Rules) == 0 {
-			continue
-		}
-		shortest := shortestInterval(cond.Rules)
-		for k, r := range cond.Rules {
-			if r.Timeout >= shortest {
-				errs.add(rulesOf[j][k].timeoutField, "%v (for rules[%d]) must be below %v, the shortest invoke_interval of the rules of condition %q", r.Timeout, rulesOf[j][k].i, shortest, cond.Type)
-			}
-		}
-	}
+	return rule
 }
 
 // dropRuleless returns conds without the conditions that have no rules,
@@ -323,4 +392,16 @@ func dropRuleless(conds []Condition, warnings *[]string) []Condition {
 		kept = append(kept, cond)
 	}
 	return kept
+}
+
+// hostTemporary gives the temporary rules to the first condition, whose
+// probe runs them; without a condition it warns about each.
+func (c *NPDConfig) hostTemporary(temporary []ruleAt) {
+	for _, t := range temporary {
+		if len(c.Conditions) == 0 {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (reason %s, path %s): not run: selftaint runs a file's temporary rules, which NPD turns into Events, with the probe of one of its conditions, and this file reports none", t.field, t.rule.Reason, t.rule.label()))
+			continue
+		}
+		c.Conditions[0].Events = append(c.Conditions[0].Events, t.rule)
+	}
 }

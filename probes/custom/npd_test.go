@@ -1,8 +1,7 @@
 package custom
 
 import (
-	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,7 +13,396 @@ import (
 	"github.com/selftaint/selftaint/probes/probestest"
 )
 
+// npdValidate is NPD's own verdict on a custom plugin monitor config:
+// json.Unmarshal into its types, then CustomPluginConfig's
+// ApplyConfiguration and Validate, transcribed from
+// pkg/custompluginmonitor/types/config.go at the commit in
+// testdata/npd/README.md. Validate's check that every rule's path exists
+// is left out: it depends on the machine, not the file (see
+// TestLoadNPDConfigMissingPlugins). Errors are NPD's words.
+func npdValidate(data []byte) error {
+	var c npdConfigOfNPD
+	if err := json.Unmarshal(data, &c); err != nil {
+		return fmt.Errorf("Failed to unmarshal configuration file: %v", err)
+	}
+	d, err := c.applyConfiguration()
+	if err != nil {
+		return err
+	}
+	return c.validate(d)
+}
+
+// npdConfigOfNPD is NPD's CustomPluginConfig, as encoding/json reads it.
+type npdConfigOfNPD struct {
+	Plugin       string `json:"plugin"`
+	PluginConfig struct {
+		InvokeInterval    *string `json:"invoke_interval"`
+		Timeout           *string `json:"timeout"`
+		MaxOutputLength   *int    `json:"max_output_length"`
+		Concurrency       *int    `json:"concurrency"`
+		MessageUpdates    *bool   `json:"enable_message_change_based_condition_update"`
+		SkipInitialStatus *bool   `json:"skip_initial_status"`
+	} `json:"pluginConfig"`
+	Source     string `json:"source"`
+	Conditions []struct {
+		Type       string    `json:"type"`
+		Status     string    `json:"status"`
+		Transition time.Time `json:"transition"`
+		Reason     string    `json:"reason"`
+		Message    string    `json:"message"`
+	} `json:"conditions"`
+	Rules []struct {
+		Type           string   `json:"type"`
+		Condition      string   `json:"condition"`
+		Reason         string   `json:"reason"`
+		Path           string   `json:"path"`
+		Args           []string `json:"args"`
+		Timeout        *string  `json:"timeout"`
+		InvokeInterval *string  `json:"invoke_interval"`
+	} `json:"rules"`
+	MetricsReporting *bool `json:"metricsReporting"`
+}
+
+// npdDurations are the durations ApplyConfiguration parses; a rule's are
+// nil when not given.
+type npdDurations struct {
+	timeout, interval           time.Duration
+	ruleTimeouts, ruleIntervals []*time.Duration
+}
+
+// applyConfiguration is ApplyConfiguration: defaults and durations.
+func (c *npdConfigOfNPD) applyConfiguration() (npdDurations, error) {
+	parse := func(s *string, def time.Duration, what string) (*time.Duration, error) {
+		if s == nil {
+			return &def, nil
+		}
+		d, err := time.ParseDuration(*s)
+		if err != nil {
+			return nil, fmt.Errorf("error in parsing %s %q: %v", what, *s, err)
+		}
+		return &d, nil
+	}
+	var d npdDurations
+	timeout, err := parse(c.PluginConfig.Timeout, 5*time.Second, "global timeout")
+	if err != nil {
+		return d, err
+	}
+	interval, err := parse(c.PluginConfig.InvokeInterval, 30*time.Second, "invoke interval")
+	if err != nil {
+		return d, err
+	}
+	d.timeout, d.interval = *timeout, *interval
+	for _, r := range c.Rules {
+		var rt, ri *time.Duration
+		if r.Timeout != nil {
+			if rt, err = parse(r.Timeout, 0, "rule timeout"); err != nil {
+				return d, err
+			}
+		}
+		if r.InvokeInterval != nil {
+			if ri, err = parse(r.InvokeInterval, 0, "rule invoke interval"); err != nil {
+				return d, err
+			}
+		}
+		d.ruleTimeouts, d.ruleIntervals = append(d.ruleTimeouts, rt), append(d.ruleIntervals, ri)
+	}
+	return d, nil
+}
+
+// validate is Validate, but for its check that rule paths exist.
+func (c *npdConfigOfNPD) validate(d npdDurations) error {
+	if c.Plugin != "custom" {
+		return fmt.Errorf("NPD does not support %q plugin for now. Only support \"custom\"", c.Plugin)
+	}
+	if d.interval <= 0 {
+		return fmt.Errorf("global invoke interval must be greater than zero: %v", d.interval)
+	}
+	for i := range c.Rules {
+		if d.ruleIntervals[i] != nil && *d.ruleIntervals[i] <= 0 {
+			return fmt.Errorf("rule invoke interval must be greater than zero")
+		}
+		if d.ruleTimeouts[i] != nil && *d.ruleTimeouts[i] > d.timeout {
+			return fmt.Errorf("plugin timeout is greater than global timeout")
+		}
+	}
+	for _, r := range c.Rules {
+		if r.Path == "" { // os.Stat("") is always IsNotExist
+			return fmt.Errorf("rule path %q does not exist", r.Path)
+		}
+	}
+	for _, r := range c.Rules {
+		if r.Type != "permanent" {
+			continue
+		}
+		found := false
+		for _, cond := range c.Conditions {
+			found = found || cond.Type == r.Condition
+		}
+		if !found {
+			return fmt.Errorf("permanent problem %s does not have preset default condition", r.Condition)
+		}
+	}
+	return nil
+}
+
+// readNPD reads a file of testdata/npd.
+func readNPD(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "npd", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestNPDShippedConfigs loads every custom plugin monitor config NPD
+// ships, unchanged: NPD accepts each, and so must selftaint, with every
+// rule a probe can run (the runner taking the probe's Entry), including
+// the health checkers whose 3m timeout is far above their 10s interval.
+func TestNPDShippedConfigs(t *testing.T) {
+	type cond struct {
+		typ            string
+		rules, events  int
+		every, timeout time.Duration // of the probe's Entry
+	}
+	tests := []struct {
+		file   string
+		conds  []cond
+		notRun int // temporary rules with no condition to carry them
+	}{
+		{"custom-plugin-monitor.json", []cond{{"NTPProblem", 1, 1, 30 * time.Second, 27 * time.Second}}, 0},
+		{"docker-monitor-counter.json", []cond{{"CorruptDockerOverlay2", 1, 0, 5 * time.Minute, 270 * time.Second}}, 0},
+		{"health-checker-containerd.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+		{"health-checker-docker.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+		{"health-checker-kubelet.json", []cond{{"KubeletUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+		{"iptables-mode-monitor.json", nil, 1},
+		{"kernel-monitor-counter.json", []cond{{"FrequentUnregisterNetDevice", 1, 0, 5 * time.Minute, 270 * time.Second}}, 0},
+		{"network-problem-monitor.json", nil, 2},
+		{"systemd-monitor-counter.json", []cond{
+			{"FrequentKubeletRestart", 1, 0, 5 * time.Minute, 270 * time.Second},
+			{"FrequentDockerRestart", 1, 0, 5 * time.Minute, 270 * time.Second},
+			{"FrequentContainerdRestart", 1, 0, 5 * time.Minute, 270 * time.Second},
+		}, 0},
+		{"windows-defender-monitor.json", nil, 1},
+		{"windows-health-checker-containerd.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+		{"windows-health-checker-docker.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+		{"windows-health-checker-kubelet.json", []cond{{"KubeletUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+		{"windows-health-checker-kubeproxy.json", []cond{{"KubeProxyUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "npd", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(files), len(tests); got != want {
+		t.Errorf("testdata/npd holds %d configs, the table %d: keep them in step", got, want)
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			data := readNPD(t, tt.file)
+			if err := npdValidate(data); err != nil {
+				t.Fatalf("NPD refuses its own config: %v", err)
+			}
+			c, err := ParseNPDConfig(data, tt.file, NPDOptions{})
+			if err != nil {
+				t.Fatalf("NPD accepts it, selftaint refuses it: %v", err)
+			}
+			var got []cond
+			for _, e := range probeEntries(t, c) {
+				p := e.Probe.(*Probe)
+				got = append(got, cond{p.cond.Type, len(p.cond.Rules), len(p.cond.Events), e.Interval, e.Timeout})
+				if !p.cond.NPD {
+					t.Errorf("%s: not marked NPD", p.cond.Type)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.conds) {
+				t.Errorf("got conditions %v, want %v", got, tt.conds)
+			}
+			notRun := 0
+			for _, w := range c.Warnings {
+				if strings.Contains(w, "not run") {
+					notRun++
+				}
+			}
+			if notRun != tt.notRun {
+				t.Errorf("got %d temporary rules not run (warnings %q), want %d", notRun, c.Warnings, tt.notRun)
+			}
+		})
+	}
+}
+
+// probeEntries builds c's probes and returns their Entries, which the
+// runner must take.
+func probeEntries(t *testing.T, c *NPDConfig) []probes.Entry {
+	t.Helper()
+	g, err := NewGroup(c.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := g.NewProbes(c.Conditions)
+	if err != nil {
+		t.Fatalf("NewProbes: %v", err)
+	}
+	var entries []probes.Entry
+	for _, p := range ps {
+		entries = append(entries, p.Entry())
+	}
+	if _, err := probes.NewRunner(entries, probes.RunnerOptions{}); err != nil {
+		t.Errorf("the runner refuses the probes: %v", err)
+	}
+	return entries
+}
+
+// edit returns the shipped config name with old replaced by new, once.
+func edit(t *testing.T, name, old, new string) []byte {
+	t.Helper()
+	data := string(readNPD(t, name))
+	if strings.Count(data, old) != 1 {
+		t.Fatalf("%s holds %q %d times, want once", name, old, strings.Count(data, old))
+	}
+	return []byte(strings.Replace(data, old, new, 1))
+}
+
+// TestNPDConfigVerdicts runs configs through NPD's rules (npdValidate) and
+// selftaint's loader: each is a shipped config with one edit. Where NPD
+// refuses a file, selftaint must too, naming the field; where NPD loads
+// it, selftaint must too, except the differences listed, each with why.
+func TestNPDConfigVerdicts(t *testing.T) {
+	const kubelet, ntp = "health-checker-kubelet.json", "custom-plugin-monitor.json"
+	tests := []struct {
+		name     string
+		file     string
+		old, new string // the edit
+		npdErr   string // NPD's rule that refuses it; empty: NPD loads it
+		wantErr  string // selftaint's error; empty: it loads
+		differs  string // why selftaint's verdict is not NPD's
+	}{
+		// NPD refuses: so does selftaint.
+		{name: "other plugin", file: kubelet, old: `"plugin": "custom"`, new: `"plugin": "journald"`,
+			npdErr: `NPD does not support "journald" plugin`, wantErr: `plugin: "journald" is not supported, only "custom"`},
+		{name: "global timeout unparsable", file: kubelet, old: `"timeout": "3m",`, new: `"timeout": "3 minutes",`,
+			npdErr: "error in parsing global timeout", wantErr: `pluginConfig.timeout: time: unknown unit`},
+		{name: "global interval unparsable", file: kubelet, old: `"invoke_interval": "10s"`, new: `"invoke_interval": "10"`,
+			npdErr: "error in parsing invoke interval", wantErr: `pluginConfig.invoke_interval: time: missing unit in duration "10"`},
+		{name: "global interval zero", file: kubelet, old: `"invoke_interval": "10s"`, new: `"invoke_interval": "0s"`,
+			npdErr: "global invoke interval must be greater than zero", wantErr: `pluginConfig.invoke_interval: "0s" must be positive`},
+		{name: "rule timeout above global", file: kubelet, old: `"timeout": "3m"
+    }`, new: `"timeout": "4m"
+    }`,
+			npdErr: "plugin timeout is greater than global timeout", wantErr: "rules[0].timeout: 4m0s is above pluginConfig.timeout 3m0s"},
+		{name: "rule timeout unparsable", file: ntp, old: `"timeout": "3s"
+    },`, new: `"timeout": "3"
+    },`,
+			npdErr: "error in parsing rule timeout", wantErr: `rules[0].timeout: time: missing unit`},
+		{name: "rule interval unparsable", file: ntp, old: `"timeout": "3s"
+    },`, new: `"timeout": "3s", "invoke_interval": "often"
+    },`,
+			npdErr: "error in parsing rule invoke interval", wantErr: `rules[0].invoke_interval: time: invalid duration "often"`},
+		{name: "rule interval negative", file: kubelet, old: `"timeout": "3m"
+    }`, new: `"timeout": "3m", "invoke_interval": "-10s"
+    }`,
+			npdErr: "rule invoke interval must be greater than zero", wantErr: `rules[0].invoke_interval: "-10s" must be positive`},
+		{name: "permanent rule without its condition", file: kubelet, old: `"condition": "KubeletUnhealthy"`, new: `"condition": "KubeletDown"`,
+			npdErr: "permanent problem KubeletDown does not have preset default condition", wantErr: `rules[0].condition: "KubeletDown" is not defined in conditions`},
+		{name: "rule without path", file: kubelet, old: `"path": "/home/kubernetes/bin/health-checker",`, new: `"path": "",`,
+			npdErr: `rule path "" does not exist`, wantErr: "rules[0].path: must not be empty"},
+		{name: "not JSON", file: kubelet, old: `"plugin": "custom",`, new: `"plugin": "custom"`,
+			npdErr: "Failed to unmarshal", wantErr: "NPD config x.json: invalid character"},
+		{name: "wrong JSON type", file: kubelet, old: `"concurrency": 1`, new: `"concurrency": "1"`,
+			npdErr: "Failed to unmarshal", wantErr: "pluginConfig.concurrency: cannot unmarshal string"},
+
+		// NPD loads: so does selftaint.
+		{name: "unchanged", file: kubelet},
+		{name: "timeout above the interval", file: kubelet, old: `"invoke_interval": "10s"`, new: `"invoke_interval": "1s"`},
+		{name: "rule interval of its own", file: kubelet, old: `"timeout": "3m"
+    }`, new: `"timeout": "3m", "invoke_interval": "1m"
+    }`},
+		{name: "rule type NPD runs as permanent", file: kubelet, old: `"type": "permanent"`, new: `"type": "Permanent"`},
+		{name: "condition given twice", file: kubelet, old: `"conditions": [`, new: `"conditions": [{"type": "KubeletUnhealthy", "reason": "Other"},`},
+
+		// Where the verdicts differ, on purpose.
+		{name: "unknown key", file: kubelet, old: `"concurrency": 1`, new: `"concurrency": 1, "concurency": 2`,
+			wantErr: `unknown field "pluginConfig.concurency"`, differs: "the strict decoder: NPD ignores a mistyped key and runs with the default"},
+		{name: "key in another case", file: kubelet, old: `"source"`, new: `"Source"`,
+			wantErr: `unknown field "Source"`, differs: "the strict decoder: keys are case-sensitive"},
+		{name: "rule timeout zero", file: kubelet, old: `"timeout": "3m"
+    }`, new: `"timeout": "0s"
+    }`,
+			wantErr: `rules[0].timeout: "0s" must be positive (NPD loads it, then starts no plugin)`, differs: "NPD starts no plugin with a deadline already past"},
+		{name: "concurrency zero", file: kubelet, old: `"concurrency": 1`, new: `"concurrency": 0`,
+			wantErr: "pluginConfig.concurrency: 0 must be positive (NPD loads it, then hangs or crashes)", differs: "NPD's slot channel has no room: no plugin ever runs"},
+		{name: "max output length negative", file: kubelet, old: `"max_output_length": 80`, new: `"max_output_length": -1`,
+			wantErr: "pluginConfig.max_output_length: -1 must be positive", differs: "NPD slices its output with it and panics"},
+		{name: "condition without reason", file: kubelet, old: `"reason": "KubeletIsHealthy",`, new: ``,
+			wantErr: "conditions[0].reason: must not be empty", differs: "NPD would publish the condition with an empty reason"},
+		{name: "rule without reason", file: kubelet, old: `"reason": "KubeletUnhealthy",`, new: ``,
+			wantErr: "rules[0].reason: must not be empty", differs: "NPD would publish the problem with an empty reason"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := readNPD(t, tt.file)
+			if tt.old != "" {
+				data = edit(t, tt.file, tt.old, tt.new)
+			}
+			npdErr := npdValidate(data)
+			probestest.CheckError(t, "NPD", npdErr, tt.npdErr)
+			_, err := ParseNPDConfig(data, "x.json", NPDOptions{})
+			probestest.CheckError(t, "selftaint", err, tt.wantErr)
+			if sameVerdict := (npdErr == nil) == (err == nil); sameVerdict != (tt.differs == "") {
+				t.Errorf("NPD's error %v, selftaint's %v: verdicts %s, but the table says %q", npdErr, err, map[bool]string{true: "agree", false: "differ"}[sameVerdict], tt.differs)
+			}
+		})
+	}
+}
+
+// TestLoadNPDConfigMissingPlugins: NPD refuses a file whose plugin is not
+// there; selftaint loads it, warns naming the field, and the run fails.
+func TestLoadNPDConfigMissingPlugins(t *testing.T) {
+	c, err := LoadNPDConfig(filepath.Join("testdata", "npd", "health-checker-kubelet.json"), NPDOptions{PluginRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "rules[0].path: stat " + c.Conditions[0].Rules[0].Path + ": no such file or directory; NPD refuses the file, selftaint loads it and reports the plugin's failure to run"
+	if got := c.Warnings; len(got) != 1 || got[0] != want {
+		t.Errorf("got warnings %q, want [%q]", got, want)
+	}
+}
+
+func TestNPDPluginRoot(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "home/kubernetes/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeScript(t, filepath.Join(root, "home/kubernetes/bin"), "health-checker", "exit 0\n")
+	c, err := LoadNPDConfig(filepath.Join("testdata", "npd", "health-checker-kubelet.json"), NPDOptions{PluginRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Conditions[0].Rules[0]
+	want := Rule{
+		Name:   "/home/kubernetes/bin/health-checker --component=kubelet --enable-repair=true --cooldown-time=1m --loopback-time=0 --health-check-timeout=10s",
+		Reason: "KubeletUnhealthy", Path: filepath.Join(root, "home/kubernetes/bin/health-checker"),
+		Args:     []string{"--component=kubelet", "--enable-repair=true", "--cooldown-time=1m", "--loopback-time=0", "--health-check-timeout=10s"},
+		Interval: 10 * time.Second, Timeout: 3 * time.Minute,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got rule %+v, want %+v", got, want)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("got warnings %q, want none: the plugin is there", c.Warnings)
+	}
+	// Relative paths and bare names are not rooted.
+	c, err = ParseNPDConfig(readNPD(t, "custom-plugin-monitor.json"), "x.json", NPDOptions{PluginRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Conditions[0].Rules[0].Path, "./config/plugin/check_ntp.sh"; got != want {
+		t.Errorf("got path %q, want %q", got, want)
+	}
+}
+
 func TestLoadNPDConfig(t *testing.T) {
+	ntpRule := Rule{Reason: "NTPIsDown", Path: "./config/plugin/check_ntp.sh", Interval: 30 * time.Second, Timeout: 3 * time.Second}
+	const missing = "; NPD refuses the file, selftaint loads it and reports the plugin's failure to run"
 	tests := []struct {
 		file string
 		want NPDConfig
@@ -24,10 +412,11 @@ func TestLoadNPDConfig(t *testing.T) {
 			want: NPDConfig{
 				Source: "ntp-custom-plugin-monitor", InvokeInterval: 30 * time.Second, Timeout: 5 * time.Second,
 				MaxOutputLength: 80, Concurrency: 3, MetricsReporting: true,
-				Conditions: []Condition{{Type: "NTPProblem", Reason: "NTPIsUp", Message: "ntp service is up", Rules: []Rule{
-					{Reason: "NTPIsDown", Path: "./config/plugin/check_ntp.sh", Interval: 30 * time.Second, Timeout: 3 * time.Second},
-				}}},
-				Warnings: []string{"rules[0] (reason NTPIsDown, path ./config/plugin/check_ntp.sh): temporary rules only make events in NPD; selftaint makes conditions only, so it does not run this rule"},
+				Conditions: []Condition{{Type: "NTPProblem", Reason: "NTPIsUp", Message: "ntp service is up", Rules: []Rule{ntpRule}, Events: []Rule{ntpRule}, NPD: true}},
+				Warnings: []string{
+					"rules[0].path: stat ./config/plugin/check_ntp.sh: no such file or directory" + missing,
+					"rules[1].path: stat ./config/plugin/check_ntp.sh: no such file or directory" + missing,
+				},
 			},
 		},
 		{
@@ -38,16 +427,21 @@ func TestLoadNPDConfig(t *testing.T) {
 				Conditions: []Condition{
 					{Type: "ConntrackFull", Reason: "ConntrackOK", Message: "conntrack table has room", Rules: []Rule{
 						{Reason: "ConntrackTableFull", Path: "/usr/local/bin/check-conntrack", Args: []string{"--threshold", "90"}, Interval: time.Minute, Timeout: 10 * time.Second},
-					}},
+					}, Events: []Rule{
+						{Reason: "OOMKilling", Path: "/usr/local/bin/check-oom", Interval: time.Minute, Timeout: 10 * time.Second},
+					}, NPD: true, MessageUpdates: true},
 					{Type: "DNSProblem", Reason: "DNSIsUp", Message: "DNS resolves", Rules: []Rule{
 						{Reason: "ClusterDNSDown", Path: "/usr/local/bin/check-dns", Args: []string{"kubernetes.default.svc"}, Interval: 20 * time.Second, Timeout: 5 * time.Second},
 						{Reason: "UpstreamDNSDown", Path: "check-dns", Args: []string{"example.com"}, Interval: time.Minute, Timeout: 10 * time.Second},
-					}},
+					}, NPD: true, MessageUpdates: true},
 				},
 				Warnings: []string{
 					"conditions[1] (DNSProblem): NPD's own tainting (taintEnabled) is ignored; selftaint taints nodes through its rules",
-					"rules[3] (reason OOMKilling, path /usr/local/bin/check-oom): temporary rules only make events in NPD; selftaint makes conditions only, so it does not run this rule",
 					"condition NeverChecked has no permanent rule; selftaint does not report it",
+					"rules[0].path: stat /usr/local/bin/check-conntrack: no such file or directory" + missing,
+					"rules[1].path: stat /usr/local/bin/check-dns: no such file or directory" + missing,
+					`rules[2].path: exec: "check-dns": executable file not found in $PATH` + missing,
+					"rules[3].path: stat /usr/local/bin/check-oom: no such file or directory" + missing,
 				},
 			},
 		},
@@ -55,10 +449,11 @@ func TestLoadNPDConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			path := filepath.Join("testdata", tt.file)
-			got, err := LoadNPDConfig(path)
+			got, err := LoadNPDConfig(path, NPDOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
+			got.plugins = nil
 			tt.want.Path = path
 			if g, w := fmt.Sprintf("%+v", *got), fmt.Sprintf("%+v", tt.want); g != w {
 				t.Errorf("LoadNPDConfig(%s) =\n%s\nwant\n%s", path, g, w)
@@ -106,127 +501,97 @@ func TestParseNPDConfigErrors(t *testing.T) {
 		{"max output length negative", conf(`"max_output_length":-1`, perm), "pluginConfig.max_output_length: -1 must be positive"},
 		{"bad rule timeout", conf("", `{"type":"permanent","condition":"C","reason":"Down","path":"/x","timeout":"fast"}`), `rules[0].timeout: time: invalid duration "fast"`},
 		{"rule timeout above global", conf("", `{"type":"permanent","condition":"C","reason":"Down","path":"/x","timeout":"6s"}`), "rules[0].timeout: 6s is above pluginConfig.timeout 5s"},
+		{"rule timeout zero", conf("", `{"type":"permanent","condition":"C","reason":"Down","path":"/x","timeout":"0s"}`), `rules[0].timeout: "0s" must be positive (NPD loads it, then starts no plugin)`},
 		{"bad rule interval", conf("", `{"type":"permanent","condition":"C","reason":"Down","path":"/x","invoke_interval":"-1s"}`), `rules[0].invoke_interval: "-1s" must be positive`},
-		{"global timeout not below interval", conf(`"invoke_interval":"5s"`, perm), `pluginConfig.timeout: 5s (for rules[0]) must be below 5s, the shortest invoke_interval of the rules of condition "C"`},
-		{"rule timeout not below another rule's interval", conf(`"timeout":"10s"`, perm+`,{"type":"permanent","condition":"C","reason":"R","path":"/y","invoke_interval":"8s","timeout":"2s"}`), `pluginConfig.timeout: 10s (for rules[0]) must be below 8s`},
+		{"timeout equal to the interval", conf(`"invoke_interval":"5s"`, perm), ""},
+		{"timeout above another rule's interval", conf(`"timeout":"10s"`, perm+`,{"type":"permanent","condition":"C","reason":"R","path":"/y","invoke_interval":"1s","timeout":"2s"}`), ""},
 		{"undefined condition", conf("", `{"type":"permanent","condition":"Other","reason":"Down","path":"/x"}`), `rules[0].condition: "Other" is not defined in conditions`},
 		{"permanent rule without reason", conf("", `{"type":"permanent","condition":"C","path":"/x"}`), "rules[0].reason: must not be empty"},
+		{"temporary rule without reason", conf("", perm+`,{"type":"temporary","path":"/x"}`), "rules[1].reason: must not be empty"},
 		{"rule without path", conf("", `{"type":"permanent","condition":"C","reason":"Down"}`), "rules[0].path: must not be empty"},
-		{"rule type", conf("", `{"type":"perm","condition":"C","reason":"Down","path":"/x"}`), `rules[0].type: "perm" is not "temporary" or "permanent"`},
 		{"condition without type", `{"plugin":"custom","conditions":[{"reason":"Up"}],"rules":[]}`, "conditions[0].type: must not be empty"},
 		{"condition without reason", `{"plugin":"custom","conditions":[{"type":"C"}],"rules":[]}`, "conditions[0].reason: must not be empty"},
-		{"duplicate condition", `{"plugin":"custom","conditions":[{"type":"C","reason":"Up"},{"type":"C","reason":"Up"}],"rules":[]}`, `conditions[1].type: "C" is also conditions[0]`},
 		{"bad transition", `{"plugin":"custom","conditions":[{"type":"C","reason":"Up","transition":"yesterday"}],"rules":[]}`, `parsing time "yesterday"`},
-		{"errors reported together", conf(`"timeout":"x","concurrency":-1`, `{"type":"x","path":""}`), "pluginConfig.timeout: time: invalid duration \"x\"\npluginConfig.concurrency: -1 must be positive\nrules[0].path: must not be empty\nrules[0].type"},
+		{"errors reported together", conf(`"timeout":"x","concurrency":-1`, `{"type":"permanent","condition":"D","path":""}`), "pluginConfig.timeout: time: invalid duration \"x\"\npluginConfig.concurrency: -1 must be positive (NPD loads it, then hangs or crashes)\nrules[0].path: must not be empty\nrules[0].reason: must not be empty\nrules[0].condition"},
 	}
 	for _, tt := range tests {
-		_, err := ParseNPDConfig([]byte(tt.in), "x.json")
+		_, err := ParseNPDConfig([]byte(tt.in), "x.json", NPDOptions{})
 		probestest.CheckError(t, tt.name, err, tt.wantErr)
 	}
 }
 
-func TestLoadNPDConfigMissing(t *testing.T) {
-	_, err := LoadNPDConfig(filepath.Join("testdata", "missing.json"))
-	probestest.CheckError(t, "missing", err, "reading NPD config: open testdata/missing.json: no such file or directory")
-}
-
-// TestNPDConfigEndToEnd loads an NPD config whose plugin path is relative,
-// as NPD's own examples are, and runs it: the path is resolved against the
-// working directory, as NPD resolves it.
-func TestNPDConfigEndToEnd(t *testing.T) {
-	requireLinux(t)
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "config", "plugin"), 0o755); err != nil {
-		t.Fatal(err)
+// TestParseNPDConfigAsNPDRunsIt covers what NPD loads that a reader might
+// expect refused: each loads as NPD runs it, with a warning.
+func TestParseNPDConfigAsNPDRunsIt(t *testing.T) {
+	conf := func(conds, rules string) string {
+		return `{"plugin":"custom","conditions":[` + conds + `],"rules":[` + rules + `]}`
 	}
-	state := filepath.Join(dir, "ntp-state")
-	writeScript(t, filepath.Join(dir, "config", "plugin"), "check_ntp.sh", fmt.Sprintf(`case "$(cat %s)" in
-up) echo 'NTP is synchronised'; exit 0 ;;
-down) echo 'NTP service is not running'; exit 1 ;;
-*) echo 'cannot ask ntpd'; exit 2 ;;
-esac
-`, state))
-	config := filepath.Join(dir, "config", "custom-plugin-monitor.json")
-	data, err := os.ReadFile(filepath.Join("testdata", "ntp.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(config, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(dir)
-
-	cfg, err := LoadNPDConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "temporary") {
-		t.Errorf("got warnings %q, want one about the temporary rule", cfg.Warnings)
-	}
-	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	opts := cfg.Options()
-	opts.Clock = clock
-	g, err := NewGroup(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := g.NewProbes(cfg.Conditions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ps) != 1 || ps[0].Name() != "custom-NTPProblem" || ps[0].Condition() != "NTPProblem" {
-		t.Fatalf("got probes %v, want one for NTPProblem", ps)
-	}
-	if e := ps[0].Entry(); e.Interval != 30*time.Second || e.Timeout != 27*time.Second {
-		t.Errorf("Entry() every %v within %v, want every 30s within 27s", e.Interval, e.Timeout)
-	}
-	for _, step := range []struct {
-		state string
-		want  probestest.Want
-	}{
-		// OK reports the condition's own reason and message, as NPD does.
-		{"up", probestest.Want{Status: probes.StatusOK, Reason: "NTPIsUp", Message: []string{"ntp service is up"}}},
-		{"down", probestest.Want{Status: probes.StatusProblem, Reason: "NTPIsDown", Message: []string{"NTP service is not running"}}},
-		{"?", probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginUnknown, Message: []string{"./config/plugin/check_ntp.sh could not tell (exit status 2): cannot ask ntpd"}}},
-		{"up", probestest.Want{Status: probes.StatusOK, Reason: "NTPIsUp", Message: []string{"ntp service is up"}}},
-	} {
-		if err := os.WriteFile(state, []byte(step.state), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		got := ps[0].Probe(context.Background())
-		probestest.CheckResult(t, got, step.want)
-		clock.Step(30 * time.Second)
-	}
-}
-
-func TestCheckRuleOverlaps(t *testing.T) {
-	rule := func(interval, timeout time.Duration) Rule { return Rule{Interval: interval, Timeout: timeout} }
 	tests := []struct {
-		name  string
-		rules []Rule
-		want  string
+		name         string
+		in           string
+		wantRules    []string // the reasons of each condition's rules, joined by ","
+		wantEvents   int      // events rules of the first condition
+		wantWarnings []string // substrings, one per warning
 	}{
-		{"no rules", nil, ""},
-		{"below own interval", []Rule{rule(10*time.Second, 5*time.Second)}, ""},
-		{"equal to own interval", []Rule{rule(5*time.Second, 5*time.Second)}, `rules[7].timeout: 5s (for rules[7]) must be below 5s, the shortest invoke_interval of the rules of condition "C"`},
-		{"not below a sibling's interval", []Rule{rule(time.Minute, 5*time.Second), rule(3*time.Second, time.Second)},
-			`rules[7].timeout: 5s (for rules[7]) must be below 3s, the shortest invoke_interval of the rules of condition "C"`},
+		{
+			name:      "other rule type runs as permanent",
+			in:        conf(`{"type":"C","reason":"Up"}`, `{"type":"perm","condition":"C","reason":"Down","path":"/x"}`),
+			wantRules: []string{"Down"}, wantWarnings: []string{`rules[0].type: "perm" is neither "temporary" nor "permanent"; NPD runs it as permanent, and so does selftaint`},
+		},
+		{
+			name:      "other rule type without its condition does nothing",
+			in:        conf(`{"type":"C","reason":"Up"}`, `{"type":"permanent","condition":"C","reason":"Down","path":"/x"},{"type":"perm","condition":"D","reason":"Down","path":"/x"}`),
+			wantRules: []string{"Down"}, wantWarnings: []string{`rules[1].type: "perm" is neither "temporary" nor "permanent", and its condition "D" is not defined; NPD runs it to no effect, selftaint does not run it`},
+		},
+		{
+			name:      "the first of two conditions of a type",
+			in:        conf(`{"type":"C","reason":"Up"},{"type":"C","reason":"Other"}`, `{"type":"permanent","condition":"C","reason":"Down","path":"/x"}`),
+			wantRules: []string{"Down"}, wantWarnings: []string{`conditions[1].type: "C" is also conditions[0]; NPD uses the first, and so does selftaint`},
+		},
+		{
+			name:      "temporary rules go with the first condition",
+			in:        conf(`{"type":"C","reason":"Up"},{"type":"D","reason":"Up"}`, `{"type":"temporary","reason":"T1","path":"/t"},{"type":"permanent","condition":"D","reason":"Down","path":"/x"},{"type":"temporary","reason":"T2","path":"/t","condition":"ignored"},{"type":"permanent","condition":"C","reason":"Down","path":"/x"}`),
+			wantRules: []string{"Down", "Down"}, wantEvents: 2,
+		},
+		{
+			name:      "temporary rules of a file without a condition",
+			in:        conf(``, `{"type":"temporary","reason":"T1","path":"/t"}`),
+			wantRules: nil, wantWarnings: []string{"rules[0] (reason T1, path /t): not run"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var at []ruleAt
-			for i := range tt.rules {
-				at = append(at, ruleAt{i: 7 + i, timeoutField: fmt.Sprintf("rules[%d].timeout", 7+i)})
+			c, err := ParseNPDConfig([]byte(tt.in), "x.json", NPDOptions{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			var errs problems
-			checkRuleOverlaps([]Condition{{Type: "C", Rules: tt.rules}}, [][]ruleAt{at}, &errs)
-			got := ""
-			if err := errors.Join(errs...); err != nil {
-				got = err.Error()
+			var got []string
+			for _, cond := range c.Conditions {
+				var reasons []string
+				for _, r := range cond.Rules {
+					reasons = append(reasons, r.Reason)
+				}
+				got = append(got, strings.Join(reasons, ","))
 			}
-			if got != tt.want {
-				t.Errorf("got %q, want %q", got, tt.want)
+			if fmt.Sprint(got) != fmt.Sprint(tt.wantRules) {
+				t.Errorf("got rules %q, want %q", got, tt.wantRules)
+			}
+			if len(c.Conditions) > 0 && len(c.Conditions[0].Events) != tt.wantEvents {
+				t.Errorf("got %d events rules, want %d", len(c.Conditions[0].Events), tt.wantEvents)
+			}
+			if len(c.Warnings) != len(tt.wantWarnings) {
+				t.Fatalf("got warnings %q, want %q", c.Warnings, tt.wantWarnings)
+			}
+			for i, w := range tt.wantWarnings {
+				if !strings.Contains(c.Warnings[i], w) {
+					t.Errorf("got warning %q, want it to contain %q", c.Warnings[i], w)
+				}
 			}
 		})
 	}
+}
+
+func TestLoadNPDConfigMissing(t *testing.T) {
+	_, err := LoadNPDConfig(filepath.Join("testdata", "missing.json"), NPDOptions{})
+	probestest.CheckError(t, "missing", err, "reading NPD config: open testdata/missing.json: no such file or directory")
 }

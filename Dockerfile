@@ -8,9 +8,11 @@ RUN go mod download
 COPY . .
 # docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
 #   --build-arg REVISION=$(git rev-parse HEAD) .   (as `make build` stamps them)
+# -Ttext-segment=0x401000: the same link flags as SELFTAINT_LDFLAGS in the
+# Makefile, which says why (resident memory on Linux >= 6.18).
 ARG VERSION=
 ARG REVISION=
-RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/selftaint ./cmd/selftaint
+RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -extldflags=-Wl,-Ttext-segment=0x401000 -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/selftaint ./cmd/selftaint
 
 # distroless base: glibc, CA certificates, nothing else; runs as uid 65532.
 FROM gcr.io/distroless/base-debian12:nonroot

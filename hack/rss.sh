@@ -1,0 +1,393 @@
+#!/usr/bin/env bash
+# hack/rss.sh: the steady-state resident memory of `selftaint agent`, per
+# build variant, and which parts of the binary are resident.
+#
+# It starts etcd and kube-apiserver on loopback (in a temporary directory,
+# removed again at exit), creates a Node per variant, runs `selftaint agent`
+# for it with the built-in default config (the probes read this host) and,
+# after -t seconds, reads /proc/PID/smaps_rollup, /proc/PID/smaps and
+# /proc/PID/pagemap. For each variant it prints the binary's size and ELF
+# type, Rss = Anonymous + file-backed, the largest mappings, and the
+# resident part of each ELF section of the binary (section addresses from
+# readelf -S, residency from the pagemap's present bits); then a summary.
+#
+# Usage:
+#   hack/rss.sh [options] [LABEL=BINARY ...]
+#
+# Without LABEL=BINARY arguments it builds the variants named in
+# $RSS_VARIANTS (default "make unshifted") from the repository's working
+# tree:
+#   make       as `make build` and the Dockerfile build it: cgo on,
+#              -trimpath, -ldflags "$RSS_LDFLAGS" (`make rss` passes the
+#              Makefile's SELFTAINT_LDFLAGS; VERSION/REVISION stamps left out)
+#   unshifted  the same without the -Ttext-segment fix (-ldflags "-s -w")
+#   internal   -ldflags "-s -w -linkmode=internal" (Go's own linker)
+#   pie        -buildmode=pie -ldflags "-s -w"
+#
+# Options:
+#   -t SECONDS  how long each agent runs before it is measured (default 60)
+#   -n N        how many mappings to list per variant (default 8)
+#   -c MODE     the page cache of the binary when the agent starts. The
+#               binary is copied into the temporary directory first, except
+#               with asis. On Linux >= 6.18 a fault maps a whole large folio
+#               of the page cache (up to 2 MiB), so this matters:
+#                 warm   (default) dropped, then read whole with read(2):
+#                        large folios, as after a copy or an earlier read
+#                 cold   dropped: the agent's own faults read it in (with
+#                        the disk's readahead)
+#                 small  written with 4 KiB writes: order-0 folios only, so
+#                        only the kernel's fault-around (64 KiB) inflates Rss
+#                 asis   measured in place, as it is now (e.g. right after
+#                        the build: GNU ld writes 2 MiB folios)
+#   -k          keep the temporary directory (logs, kubeconfig)
+#
+# Environment: ETCD_BIN, KUBE_BIN_DIR (as for the tests), RSS_VARIANTS,
+# RSS_LDFLAGS, RSS_SRC (the tree to build the variants from, default the
+# repository), RSS_AGENT_ENV (VAR=VALUE words given to every agent, e.g.
+# "GOGC=50").
+#
+# Needs: etcd ($ETCD_BIN or $PATH; `make etcd`), kube-apiserver
+# ($KUBE_BIN_DIR or <repo>/bin; `make kube-binaries`), openssl, curl,
+# readelf, od, dd, awk; go to build variants. Linux only (procfs).
+set -Eeuo pipefail
+
+die() {
+	echo "hack/rss.sh: $*" >&2
+	exit 1
+}
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DURATION=60
+TOPN=8
+CACHE=warm
+KEEP=0
+while getopts "t:n:c:kh" opt; do
+	case $opt in
+	t) DURATION=$OPTARG ;;
+	n) TOPN=$OPTARG ;;
+	c) CACHE=$OPTARG ;;
+	k) KEEP=1 ;;
+	h)
+		sed -n '2,/^set -Eeuo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "unknown option (see -h)" ;;
+	esac
+done
+shift $((OPTIND - 1))
+case $CACHE in warm | cold | small | asis) ;; *) die "-c must be warm, cold, small or asis" ;; esac
+[[ $DURATION =~ ^[0-9]+$ ]] || die "-t wants whole seconds"
+[[ $TOPN =~ ^[0-9]+$ ]] || die "-n wants a number"
+
+# Keep in step with SELFTAINT_LDFLAGS in the Makefile (`make rss` passes it).
+RSS_LDFLAGS=${RSS_LDFLAGS:--s -w -extldflags=-Wl,-Ttext-segment=0x401000}
+
+# variant_cmd NAME prints the build command of a named variant, without -o
+# and the package.
+variant_cmd() {
+	case $1 in
+	make) echo "CGO_ENABLED=1 go build -trimpath -ldflags '$RSS_LDFLAGS'" ;;
+	unshifted) echo "CGO_ENABLED=1 go build -trimpath -ldflags '-s -w'" ;;
+	internal) echo "CGO_ENABLED=1 go build -trimpath -ldflags '-s -w -linkmode=internal'" ;;
+	pie) echo "CGO_ENABLED=1 go build -trimpath -buildmode=pie -ldflags '-s -w'" ;;
+	*) return 1 ;;
+	esac
+}
+
+# --- preflight -------------------------------------------------------------
+
+[[ $(uname -s) == Linux ]] || die "needs Linux (/proc/PID/smaps, pagemap)"
+for tool in openssl curl readelf od dd awk; do
+	command -v "$tool" >/dev/null 2>&1 || die "$tool not found on PATH"
+done
+ETCD=${ETCD_BIN:-$(command -v etcd || true)}
+[[ -n $ETCD && -x $ETCD ]] ||
+	die "etcd not found: install it with 'make etcd' (apt-get install etcd-server) or set ETCD_BIN"
+APISERVER=${KUBE_BIN_DIR:-$REPO/bin}/kube-apiserver
+if [[ ! -x $APISERVER ]]; then
+	[[ -e $APISERVER.tmp ]] && die "kube-apiserver is still being built ($APISERVER.tmp); wait for 'make deps'"
+	die "kube-apiserver not found at $APISERVER: build it with 'make kube-binaries' or set KUBE_BIN_DIR"
+fi
+if (($# == 0)); then
+	command -v go >/dev/null 2>&1 || die "go not found on PATH (needed to build the variants)"
+fi
+read -r -a AGENT_ENV <<<"${RSS_AGENT_ENV:-}"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/selftaint-rss.XXXXXX")
+PIDS=()
+cleanup() {
+	local rc=$? p
+	trap - ERR
+	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do
+		for _ in $(seq 50); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -KILL "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	if [[ $KEEP == 1 ]]; then
+		echo "kept $WORK" >&2
+	else
+		rm -rf "$WORK"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "hack/rss.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# stop PID: SIGTERM, SIGKILL after 10 s, reap it and forget it.
+stop() {
+	local p keep=()
+	kill -TERM "$1" 2>/dev/null || true
+	for _ in $(seq 50); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.2
+	done
+	kill -KILL "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+	for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+	PIDS=(${keep[@]+"${keep[@]}"})
+}
+
+# --- variants ---------------------------------------------------------------
+
+LABELS=()
+BINS=()
+if (($# > 0)); then
+	for a in "$@"; do
+		[[ $a == *=* ]] || die "arguments are LABEL=BINARY, got '$a'"
+		[[ -f ${a#*=} && -x ${a#*=} ]] || die "${a#*=}: not an executable file"
+		LABELS+=("${a%%=*}")
+		BINS+=("$(cd "$(dirname "${a#*=}")" && pwd)/$(basename "${a#*=}")")
+	done
+else
+	for v in ${RSS_VARIANTS:-make unshifted}; do
+		cmd=$(variant_cmd "$v") || die "unknown variant '$v' in RSS_VARIANTS (make, unshifted, internal, pie)"
+		echo "building variant $v: $cmd" >&2
+		(cd "${RSS_SRC:-$REPO}" && eval "env $cmd -o '$WORK/build-$v' ./cmd/selftaint") ||
+			die "building variant $v failed"
+		LABELS+=("$v")
+		BINS+=("$WORK/build-$v")
+	done
+fi
+
+# --- control plane ----------------------------------------------------------
+
+free_port() {
+	# A port that was free a moment ago (the kernel's pick for port 0).
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $((20000 + RANDOM % 20000))
+}
+
+PKI=$WORK/pki
+mkdir -p "$PKI" "$WORK/etcd" "$WORK/apiserver" "$WORK/run"
+openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
+openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+TOKEN=$(openssl rand -hex 16)
+echo "$TOKEN,rss-admin,rss-admin,system:masters" >"$PKI/tokens.csv"
+
+ETCD_PORT=$(free_port)
+PEER_PORT=$(free_port)
+API_PORT=$(free_port)
+ETCD_URL=http://127.0.0.1:$ETCD_PORT
+API=https://127.0.0.1:$API_PORT
+
+# ETCD_* variables would be read as etcd flags.
+mapfile -t unset_etcd < <(env | awk -F= '/^ETCD_/ { print "-u"; print $1 }')
+env ${unset_etcd[@]+"${unset_etcd[@]}"} "$ETCD" \
+	--name=default --data-dir="$WORK/etcd" \
+	--listen-client-urls="$ETCD_URL" --advertise-client-urls="$ETCD_URL" \
+	--listen-peer-urls="http://127.0.0.1:$PEER_PORT" \
+	--initial-advertise-peer-urls="http://127.0.0.1:$PEER_PORT" \
+	--initial-cluster="default=http://127.0.0.1:$PEER_PORT" --initial-cluster-state=new \
+	--logger=zap --log-outputs=stderr >"$WORK/etcd.log" 2>&1 &
+ETCD_PID=$!
+PIDS+=("$ETCD_PID")
+
+# wait_for NAME PID CMD...: retry CMD for up to a minute while PID lives.
+wait_for() {
+	local what=$1 pid=$2
+	shift 2
+	for _ in $(seq 600); do
+		"$@" >/dev/null 2>&1 && return 0
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail -20 "$WORK/$what.log" >&2
+			die "$what exited before it was ready (log above)"
+		fi
+		sleep 0.1
+	done
+	tail -20 "$WORK/$what.log" >&2
+	die "$what not ready after a minute (log above)"
+}
+wait_for etcd "$ETCD_PID" curl -fsS "$ETCD_URL/health"
+
+# No --tls-cert-file: kube-apiserver writes a self-signed serving certificate
+# into --cert-dir, and curl and the kubeconfig skip verification (loopback).
+"$APISERVER" \
+	--etcd-servers="$ETCD_URL" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+	--secure-port="$API_PORT" --cert-dir="$WORK/apiserver" \
+	--token-auth-file="$PKI/tokens.csv" --authorization-mode=RBAC \
+	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+	--service-account-issuer=https://kubernetes.default.svc \
+	--service-cluster-ip-range=10.0.0.0/24 --enable-priority-and-fairness=false \
+	--disable-admission-plugins=ServiceAccount --profiling=false >"$WORK/kube-apiserver.log" 2>&1 &
+API_PID=$!
+PIDS+=("$API_PID")
+kapi() { curl -ksS --fail -H "Authorization: Bearer $TOKEN" "$@"; }
+wait_for kube-apiserver "$API_PID" kapi "$API/readyz"
+
+KUBECONFIG_FILE=$WORK/kubeconfig
+cat >"$KUBECONFIG_FILE" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: rss, cluster: {server: "$API", insecure-skip-tls-verify: true}}]
+users: [{name: rss-admin, user: {token: "$TOKEN"}}]
+contexts: [{name: rss, context: {cluster: rss, user: rss-admin}}]
+current-context: rss
+KC
+echo "control plane up: etcd $ETCD_URL, kube-apiserver $API (dir $WORK)" >&2
+
+# --- measuring ---------------------------------------------------------------
+
+PAGE=$(getconf PAGESIZE)
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+
+# drop FILE: drop FILE's clean pages from the page cache.
+drop() { dd if="$1" iflag=nocache count=0 status=none; }
+
+# prepare LABEL BIN: prints the path to run BIN from, its page cache set up
+# as -c asks.
+prepare() {
+	local out=$WORK/run/$1
+	case $CACHE in
+	asis)
+		echo "$2"
+		return
+		;;
+	small) dd if="$2" of="$out" bs=4096 conv=fsync status=none ;;
+	*) dd if="$2" of="$out" bs=1M conv=fsync status=none ;;
+	esac
+	chmod +x "$out"
+	case $CACHE in
+	warm) drop "$out" && cat "$out" >/dev/null ;;
+	cold) drop "$out" ;;
+	esac
+	echo "$out"
+}
+
+# resident PID START END: how many pages of [START, END) are present, and how
+# many of those are file pages (pagemap bits 63 and 61), as "present file".
+resident() {
+	local pid=$1 start=$(($2 / PAGE * PAGE)) end=$((($3 + PAGE - 1) / PAGE * PAGE))
+	if ((end <= start)); then
+		echo "0 0"
+		return
+	fi
+	dd if="/proc/$pid/pagemap" bs=65536 iflag=skip_bytes,count_bytes \
+		skip=$((start / PAGE * 8)) count=$(((end - start) / PAGE * 8)) status=none |
+		od -An -v -tx8 -w8 |
+		awk '{ d = index("0123456789abcdef", substr($1, 1, 1)) - 1
+		       if (d >= 8) { p++; if (d % 4 >= 2) f++ } }
+		     END { printf "%d %d\n", p, f }'
+}
+
+# sections_report PID BIN: resident KiB of each allocated section of BIN.
+sections_report() {
+	local pid=$1 bin=$2 bias=0 first_vaddr map_start name addr size a s p f pages
+	if [[ $(readelf -hW "$bin") == *"Type:"*DYN* ]]; then
+		# Position independent: sections are at their address plus the
+		# load bias (where the mapping of file offset 0 starts, less the
+		# first PT_LOAD's page-aligned address).
+		first_vaddr=$(readelf -lW "$bin" | awk '$1 == "LOAD" && !n++ { print $3 }')
+		map_start=$(awk -v b="$bin" '$6 == b && $3 == "00000000" && !n++ { split($1, r, "-"); print r[1] }' "/proc/$pid/maps")
+		bias=$((0x$map_start - (first_vaddr / PAGE * PAGE)))
+	fi
+	printf '  %-20s %10s %10s %9s %10s\n' section size-KiB rss-KiB "of-pages" anon-KiB
+	while read -r name addr size; do
+		a=$((0x$addr + bias))
+		s=$((0x$size))
+		((s > 0)) || continue
+		read -r p f < <(resident "$pid" "$a" $((a + s)))
+		pages=$(((a + s + PAGE - 1) / PAGE - a / PAGE))
+		printf '  %-20s %10d %10d %8d%% %10d\n' "$name" $((s / 1024)) $((p * PAGE / 1024)) \
+			$((100 * p / pages)) $(((p - f) * PAGE / 1024))
+	done < <(readelf -SW "$bin" | sed 's/^ *\[ *[0-9]*\] *//' |
+		awk '$1 ~ /^\./ && $2 != "NULL" && $7 ~ /A/ { print $1, $3, $5 }')
+}
+
+# mappings_report PID: the TOPN largest mappings by Rss.
+mappings_report() {
+	awk '
+		/^[0-9a-f]+-[0-9a-f]+ / { key = $1 " " $2 " " $3 " " ($6 == "" ? "[anon]" : $6); next }
+		/^Rss:/ { rss[key] = $2 }
+		/^Anonymous:/ { anon[key] = $2 }
+		END { for (k in rss) printf "%d %d %s\n", rss[k], anon[k], k }' "/proc/$1/smaps" |
+		sort -k1,1nr |
+		awk -v top="$TOPN" 'NR <= top { printf "  %8d %8d  %s %s %s %s\n", $1, $2, $3, $4, $5, $6 }'
+}
+
+SUMMARY=()
+for i in "${!LABELS[@]}"; do
+	label=${LABELS[$i]}
+	bin=$(prepare "$label" "${BINS[$i]}")
+	node=$(echo "rss-$label" | tr 'A-Z_.' 'a-z--' | tr -cd 'a-z0-9-' | cut -c1-60)
+	kapi -X POST -H 'Content-Type: application/json' "$API/api/v1/nodes" \
+		-d "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$node\"}}" >/dev/null ||
+		die "creating Node $node failed"
+	log=$WORK/agent-$node.log
+	args=(agent --node-name="$node" --kubeconfig="$KUBECONFIG_FILE" --log-level=warn)
+	# Older agents have no metrics server; newer ones must not take :9746.
+	if [[ $("$bin" agent -h 2>&1 || true) == *-metrics-address* ]]; then
+		args+=(--metrics-address=127.0.0.1:0)
+	fi
+	env ${AGENT_ENV[@]+"${AGENT_ENV[@]}"} "$bin" "${args[@]}" >"$log" 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	echo "variant $label: agent pid $pid on node $node; measuring after ${DURATION}s..." >&2
+	for _ in $(seq "$DURATION"); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail -20 "$log" >&2
+			die "agent ($label) exited early (log above)"
+		fi
+		sleep 1
+	done
+	conds=$(kapi "$API/api/v1/nodes/$node" | grep -c '"lastHeartbeatTime"' || true)
+
+	read -r rss anon pmd < <(awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } /^FilePmdMapped:/ { p = $2 }
+		END { print r, a, p + 0 }' "/proc/$pid/smaps_rollup")
+	file=$((rss - anon))
+	hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
+	size=$(stat -c %s "$bin")
+	etype=$(readelf -hW "$bin" | awk -F: '/Type:/ { sub(/^ +/, "", $2); print $2 }')
+	needed=$(readelf -dW "$bin" | awk '/NEEDED/ { printf "%s ", $5 }')
+	echo
+	echo "=== $label ($bin)"
+	echo "size $(mib $((size / 1024))) MiB; ELF type $etype; NEEDED ${needed:-none}"
+	echo "LOAD segments: offset vaddr filesz flags, and (vaddr - offset) mod 2 MiB: a 2 MiB folio fits a page table only where that is 0"
+	readelf -lW "$bin" | awk '$1 == "LOAD" { f = $7; for (i = 8; i < NF; i++) f = f $i; print $2, $3, $5, f }' |
+		while read -r off vaddr fsz flags; do
+			printf '  %-10s %-18s %-10s %-3s %#x\n' "$off" "$vaddr" "$fsz" "$flags" $(((vaddr - off) % 0x200000))
+		done
+	echo "after ${DURATION}s (page cache: $CACHE): Rss $(mib "$rss") MiB = Anonymous $(mib "$anon") + file-backed $(mib "$file")" \
+		"(of which PMD-mapped $(mib "$pmd")); peak (VmHWM) $(mib "$hwm") MiB; Node conditions: $conds"
+	((conds > 0)) || echo "warning: the agent has published no condition: not a steady state (see $log, -k keeps it)"
+	echo "largest mappings (KiB):"
+	echo "       rss     anon  range perms offset path"
+	mappings_report "$pid"
+	echo "resident part of each section of the binary (pagemap):"
+	sections_report "$pid" "$bin"
+	SUMMARY+=("$(printf '%-14s %7s %-5s %7s %7s %7s %7s %7s' "$label" "$(mib $((size / 1024)))" "${etype%% *}" \
+		"$(mib "$rss")" "$(mib "$anon")" "$(mib "$file")" "$(mib "$hwm")" "$conds")")
+
+	stop "$pid"
+	kapi -X DELETE "$API/api/v1/nodes/$node" >/dev/null || true
+done
+
+echo
+echo "summary (MiB; page cache: $CACHE; measured ${DURATION}s after start${RSS_AGENT_ENV:+; agent env: $RSS_AGENT_ENV})"
+printf '%-14s %7s %-5s %7s %7s %7s %7s %7s\n' variant size elf rss anon file peak conds
+printf '%s\n' "${SUMMARY[@]}"

@@ -19,7 +19,7 @@ func TestMetadataPatch(t *testing.T) {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "42", Annotations: ann}, Spec: corev1.NodeSpec{Taints: ts}}
 	}
 	withRecord := map[string]string{taints.OwnedTaintsAnnotation: "", "other": "x"}
-	add := taints.MetadataPlan{Taints: taints.Plan{Taints: []corev1.Taint{foreign, ours}, Owned: []taints.TaintID{taints.IDOf(ours)}}}
+	add := taints.MetadataPlan{Taints: taints.Plan{Taints: []corev1.Taint{foreign, ours}, Owned: []taints.OwnedTaint{taints.OwnedOf(ours)}}}
 	tests := []struct {
 		name     string
 		node     *corev1.Node
@@ -34,7 +34,7 @@ func TestMetadataPatch(t *testing.T) {
 				`{"op":"test","path":"/metadata/annotations/selftaint.io~1owned-taints","value":""}`,
 				`{"op":"add","path":"/spec/taints"`, `{"op":"add","path":"/metadata/annotations/selftaint.io~1owned-taints","value":"selftaint.io/x:NoSchedule"}`},
 			[]string{"resourceVersion", `"other"`}},
-		{"no taints yet: tests the spec", node(withRecord), taints.MetadataPlan{Taints: taints.Plan{Taints: []corev1.Taint{ours}, Owned: []taints.TaintID{taints.IDOf(ours)}}}, nil, types.JSONPatchType,
+		{"no taints yet: tests the spec", node(withRecord), taints.MetadataPlan{Taints: taints.Plan{Taints: []corev1.Taint{ours}, Owned: []taints.OwnedTaint{taints.OwnedOf(ours)}}}, nil, types.JSONPatchType,
 			[]string{`{"op":"test","path":"/spec","value":{}}`}, nil},
 		{"last taint removed", node(map[string]string{taints.OwnedTaintsAnnotation: "selftaint.io/x:NoSchedule"}, ours), taints.MetadataPlan{}, nil, types.JSONPatchType,
 			[]string{`{"op":"remove","path":"/spec/taints"}`, `{"op":"add","path":"/metadata/annotations/selftaint.io~1owned-taints","value":""}`}, nil},

@@ -121,7 +121,8 @@ func asServiceAccountIn(cp *testcp.ControlPlane, ns, sa, node string) *rest.Conf
 }
 
 // kubeletNode fills a Node as the kubelet and other writers leave it: a
-// foreign taint and one of selftaint's, labels, an annotation and a fault,
+// foreign taint, an operator's taint under selftaint's prefix that no
+// config names, and one of selftaint's, labels, an annotation and a fault,
 // the kubelet's Ready condition and one of selftaint's, capacity with
 // another writer's extended resource, addresses, the kubelet's endpoint.
 func kubeletNode(n *corev1.Node) {
@@ -135,6 +136,7 @@ func kubeletNode(n *corev1.Node) {
 	}
 	n.Spec.Taints = []corev1.Taint{
 		{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "selftaint.io/maintenance", Effect: corev1.TaintEffectNoSchedule},
 		{Key: "selftaint.io/memory-pressure", Effect: corev1.TaintEffectNoSchedule},
 	}
 	now := metav1.Now()
@@ -284,6 +286,9 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 	attacks = append(attacks,
 		own("remove a foreign taint", removeTaint("dedicated"), "only its own taints (owned-taints), not dedicated:NoSchedule"),
 		own("remove the API server's not-ready taint", removeTaint(corev1.TaintNodeNotReady), "not node.kubernetes.io/not-ready:NoSchedule"),
+		// The prefix alone makes no taint selftaint's (see
+		// taints.OwnedByKey): only the key:effects the parameters list.
+		own("remove an operator's selftaint.io/ taint no config names", removeTaint("selftaint.io/maintenance"), "not selftaint.io/maintenance:NoSchedule"),
 		own("change a foreign taint's value", setTaintValue("dedicated", "cpu"), "not dedicated:NoSchedule"),
 		own("add a taint under any key", addTaint("evil", corev1.TaintEffectNoExecute), "not evil:NoExecute"),
 		own("add its own key with another effect", addTaint("selftaint.io/memory-pressure", corev1.TaintEffectNoExecute), "not selftaint.io/memory-pressure:NoExecute"),
@@ -326,6 +331,7 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		{"set its hardware label", mergeMeta(`{"labels":{"example.com/fpga.present":"true"}}`)},
 		{"remove its hardware label", mergeMeta(`{"labels":{"example.com/fpga.present":null}}`)},
 		{"write its ownership records and initialized-at", mergeMeta(`{"annotations":{"selftaint.io/owned-taints":"selftaint.io/deploy-test:NoSchedule","selftaint.io/owned-labels":"example.com/fpga.present","selftaint.io/initialized-at":"2026-01-01T00:00:00Z"}}`)},
+		{"write its ownership record with a timeAdded", mergeMeta(`{"annotations":{"selftaint.io/owned-taints":"selftaint.io/deploy-test:NoSchedule@2026-01-01T00:00:00Z"}}`)},
 		{"remove an expired fault", mergeMeta(`{"annotations":{"fault.selftaint.io/memory":null}}`)},
 		{"apply its own condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"True","reason":"Test"}]}`, testCondition))},
 		{"patch its own condition", statusSMP(fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":"Test"}]}}`, quietCondition))},
@@ -335,8 +341,16 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 	for _, w := range allowed {
 		attack{"own node: " + w.name, w.w.do(bound, a), "", ""}.check(t)
 	}
+	// A writer with a stale list (kubectl taint) puts the agent's taint
+	// back, unrecorded: it is the agent's by key, and it may remove it.
+	for _, at := range []attack{
+		{"admin: a stale list puts the agent's taint back", addTaint(testTaintKey, corev1.TaintEffectNoSchedule).do(admin.CoreV1(), a), "", ""},
+		{"own node: remove its rule's taint it did not record", removeTaint(testTaintKey).do(bound, a), "", ""},
+	} {
+		at.check(t)
+	}
 	after := getNode(t, admin, a)
-	if !hasTaint(after, "dedicated") || after.Labels["team"] != "infra" || after.Annotations["example.com/owner"] != "team-a" {
+	if !hasTaint(after, "dedicated") || !hasTaint(after, "selftaint.io/maintenance") || after.Labels["team"] != "infra" || after.Annotations["example.com/owner"] != "team-a" {
 		t.Errorf("after the agent's writes, node %s lost a foreign taint, label or annotation: %+v", a, after.ObjectMeta)
 	}
 	if c := taints.FindCondition(after, corev1.NodeReady); c == nil || c.Status != corev1.ConditionTrue {

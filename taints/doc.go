@@ -19,8 +19,10 @@
 //
 // Around the plan: the Damper turns raw probe verdicts into condition states
 // that flip only after holding; rules map conditions to taints; PlanTaints
-// changes spec.taints touching only the taints selftaint owns, by the
-// ownership record (trusted only for what the config could produce); and
+// changes spec.taints touching only the taints selftaint owns: by the
+// ownership record (trusted only for what the config could produce, and
+// keeping each taint's timeAdded for a restore), and by key
+// (OwnedByKey: its own keys, whoever wrote them); and
 // Explain tells which pods on a node the taint-eviction controller would
 // delete, and when, and which new pods could still be scheduled there.
 // Fault annotations' format is the sub-package faults.

@@ -69,6 +69,12 @@ type MetadataPlan struct {
 	// Held are taints the rules ask for that the disruption guard holds
 	// back (not on the Node, and not added).
 	Held []corev1.Taint
+	// Claimed are taints on the Node that are ours by key (OwnedByKey)
+	// and that the record did not name: put back by a writer that sent the
+	// whole list from a stale read, or the record lost or edited. They are
+	// planned as ours: removed if nothing asks for them, else kept and
+	// recorded (never reported as held by another writer).
+	Claimed []TaintID
 	// UntrustedTaints and UntrustedLabels are ownership record entries
 	// outside Ownable: ignored, and dropped by this write.
 	UntrustedTaints []TaintID
@@ -88,27 +94,31 @@ type MetadataPlan struct {
 //     is undecided (no verdict since start and nothing on the Node to
 //     adopt), owned taints no rule makes before the first inventory, and the
 //     uninitialized taint while initialization is undecided;
-//   - only taints and labels the trusted records say are ours are removed;
-//     the uninitialized taint is ours whoever put it there.
+//   - only taints we own are removed: those the trusted record names, those
+//     ours by key (OwnedByKey) whoever put them there, and the
+//     uninitialized taint whoever put it there; labels only by the record;
+//   - a taint we restore gets back the timeAdded its record entry kept.
 func PlanMetadata(in MetadataInput) MetadataPlan {
 	var p MetadataPlan
 	node := in.Node
-	owned, err := ParseOwned(node.Annotations[OwnedTaintsAnnotation])
+	record, err := ParseRecord(node.Annotations[OwnedTaintsAnnotation])
 	if err != nil {
 		p.BadRecords = append(p.BadRecords, err)
-		owned = nil
+		record = nil
 	}
 	ownedLabels, err := ParseOwnedLabels(node.Annotations[OwnedLabelsAnnotation])
 	if err != nil {
 		p.BadRecords = append(p.BadRecords, err)
 		ownedLabels = nil
 	}
-	owned, p.UntrustedTaints = in.Ownable.TrustOwned(owned)
+	owned, untrusted := partition(record, func(o OwnedTaint) bool { return in.Ownable.Taints[o.TaintID] })
+	p.UntrustedTaints = IDs(untrusted)
 	ownedLabels, p.UntrustedLabels = in.Ownable.TrustOwnedLabels(ownedLabels)
 	if in.Init != nil {
 		owned = claimInitTaint(node, owned, IDOf(in.Init.Taint))
 	}
-	desired, held := desiredTaints(in, owned)
+	owned, p.Claimed = claimByKey(node, owned, in.Ownable, in.Rules)
+	desired, held := desiredTaints(in, IDs(owned))
 	p.Held = held
 	p.Annotations = map[string]string{}
 	if v, change := PlanRequest(node, in.Request, in.Now); change && v != "" {
@@ -129,8 +139,34 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 		// Rewrite the records without the entries ignored.
 		p.Taints.Changed, p.Labels.Changed = true, true
 	}
+	if keepsAny(p.Taints.Owned, p.Claimed) {
+		// Record what we claimed and keep: the coordinator counts NoExecute
+		// taints by the record.
+		p.Taints.Changed = true
+	}
 	p.Changed = p.Taints.Changed || p.Labels.Changed || len(p.Annotations)+len(p.RemoveAnnotations) > 0
 	return p
+}
+
+// claimByKey adds to owned the taints on the Node that are ours by key
+// (OwnedByKey) and that owned does not name yet, with their timeAdded, and
+// returns them as claimed too.
+func claimByKey(node *corev1.Node, owned []OwnedTaint, ownable Ownable, rules []Rule) ([]OwnedTaint, []TaintID) {
+	var claimed []TaintID
+	for _, t := range node.Spec.Taints {
+		id := IDOf(t)
+		if !OwnedByKey(id, ownable, rules) || slices.ContainsFunc(owned, func(o OwnedTaint) bool { return o.TaintID == id }) {
+			continue
+		}
+		owned = append(slices.Clip(owned), OwnedOf(t))
+		claimed = append(claimed, id)
+	}
+	return owned, claimed
+}
+
+// keepsAny reports whether the record owned names any of ids.
+func keepsAny(owned []OwnedTaint, ids []TaintID) bool {
+	return slices.ContainsFunc(owned, func(o OwnedTaint) bool { return slices.Contains(ids, o.TaintID) })
 }
 
 // planAnnotations adds to p the annotations of wanted that differ from
@@ -224,13 +260,13 @@ func desiredLabels(node *corev1.Node, owned []string, in MetadataInput) map[stri
 // claimInitTaint adds the uninitialized taint to what we own when it is on
 // the Node: whoever put it there (the kubelet at registration), removing it
 // is our job.
-func claimInitTaint(node *corev1.Node, owned []TaintID, id TaintID) []TaintID {
-	if slices.Contains(owned, id) {
+func claimInitTaint(node *corev1.Node, owned []OwnedTaint, id TaintID) []OwnedTaint {
+	if slices.ContainsFunc(owned, func(o OwnedTaint) bool { return o.TaintID == id }) {
 		return owned
 	}
 	for _, t := range node.Spec.Taints {
 		if IDOf(t) == id {
-			return append(slices.Clone(owned), id)
+			return append(slices.Clone(owned), OwnedOf(t))
 		}
 	}
 	return owned

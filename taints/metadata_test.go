@@ -15,10 +15,25 @@ func TestPlanMetadata(t *testing.T) {
 	const mem, ev corev1.NodeConditionType = "SelftaintMemoryPressure", "SelftaintEvict"
 	memTaint := corev1.Taint{Key: "selftaint.io/memory-pressure", Effect: corev1.TaintEffectNoSchedule}
 	evict := corev1.Taint{Key: "selftaint.io/evict", Effect: corev1.TaintEffectNoExecute}
+	const pids, disk corev1.NodeConditionType = "SelftaintPIDPressure", "SelftaintDiskPressure"
+	pidsTaint := corev1.Taint{Key: "example.com/pids", Effect: corev1.TaintEffectNoSchedule}
+	reservedTaint := corev1.Taint{Key: "node.kubernetes.io/disk-pressure", Effect: corev1.TaintEffectNoSchedule}
 	rules := []Rule{
 		{Condition: mem, Status: corev1.ConditionTrue, Taint: memTaint},
 		{Condition: ev, Status: corev1.ConditionTrue, Taint: evict},
+		{Condition: pids, Status: corev1.ConditionTrue, Taint: pidsTaint},
+		{Condition: disk, Status: corev1.ConditionTrue, Taint: reservedTaint, AllowReservedKey: true},
 	}
+	then := now.Add(-time.Hour)
+	evictSince := func(at time.Time) corev1.Taint {
+		t := evict
+		t.TimeAdded = ptr.To(metav1.NewTime(at))
+		return t
+	}
+	// Under our prefix, but nothing the config produces: an operator's, and
+	// the one virtual nodes register with.
+	maintenance := corev1.Taint{Key: "selftaint.io/maintenance", Effect: corev1.TaintEffectNoSchedule}
+	virtualTaint := corev1.Taint{Key: "selftaint.io/virtual", Value: "true", Effect: corev1.TaintEffectNoSchedule}
 	dedicated := corev1.Taint{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}
 	fpga := Hardware{Name: "example.com/fpga", Count: 1, Advertise: true, Taint: true, Label: true}
 	fpgaGone := fpga
@@ -27,7 +42,8 @@ func TestPlanMetadata(t *testing.T) {
 	const fpgaLabel = "example.com/fpga.present"
 	initTaint := corev1.Taint{Key: "selftaint.io/uninitialized", Effect: corev1.TaintEffectNoSchedule}
 	ownable := Ownable{
-		Taints: map[TaintID]bool{IDOf(memTaint): true, IDOf(evict): true, IDOf(fpgaTaint): true, IDOf(initTaint): true},
+		Taints: map[TaintID]bool{IDOf(memTaint): true, IDOf(evict): true, IDOf(fpgaTaint): true, IDOf(initTaint): true,
+			IDOf(pidsTaint): true, IDOf(reservedTaint): true},
 		Labels: map[string]bool{fpgaLabel: true},
 	}
 	node := func(ts []corev1.Taint, labels map[string]string, annotations map[string]string) *corev1.Node {
@@ -64,6 +80,8 @@ func TestPlanMetadata(t *testing.T) {
 		wantUntrusted   string
 		wantAnnotations map[string]string
 		wantBad         int
+		wantClaimed     string
+		wantRestored    []corev1.Taint
 	}{
 		{
 			name:        "a rule fires: taint added after the foreign one, recorded",
@@ -73,11 +91,92 @@ func TestPlanMetadata(t *testing.T) {
 			wantChanged: true,
 		},
 		{
-			name: "NoExecute taints are stamped with timeAdded",
+			name: "NoExecute taints are stamped with timeAdded, recorded",
 			in: MetadataInput{Node: node(nil, nil, nil), Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true,
 				Gates: map[corev1.NodeConditionType]Gate{ev: {NoExecute: true}}},
 			wantTaints:  []corev1.Taint{{Key: evict.Key, Effect: evict.Effect, TimeAdded: ptr.To(metav1.NewTime(now))}},
-			wantOwned:   "selftaint.io/evict:NoExecute",
+			wantOwned:   "selftaint.io/evict:NoExecute@2026-11-23T10:00:00Z",
+			wantChanged: true,
+		},
+		{
+			name: "deleted by hand: restored with the timeAdded the record kept",
+			in: MetadataInput{Node: node([]corev1.Taint{dedicated}, nil, map[string]string{OwnedTaintsAnnotation: "selftaint.io/evict:NoExecute@2026-11-23T09:00:00Z"}),
+				Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true, Gates: map[corev1.NodeConditionType]Gate{ev: {NoExecute: true}}},
+			wantTaints:   []corev1.Taint{dedicated, evictSince(then)},
+			wantOwned:    "selftaint.io/evict:NoExecute@2026-11-23T09:00:00Z",
+			wantChanged:  true,
+			wantRestored: []corev1.Taint{evictSince(then)},
+		},
+		{
+			name: "a record with timeAdded, as on the Node: nothing to write",
+			in: MetadataInput{Node: node([]corev1.Taint{evictSince(then)}, nil, map[string]string{OwnedTaintsAnnotation: "selftaint.io/evict:NoExecute@2026-11-23T09:00:00Z"}),
+				Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true, Gates: map[corev1.NodeConditionType]Gate{ev: {NoExecute: true}}},
+			wantTaints: []corev1.Taint{evictSince(then)},
+			wantOwned:  "selftaint.io/evict:NoExecute@2026-11-23T09:00:00Z",
+		},
+		{
+			name: "a record of the first format: rewritten with the timeAdded on the Node",
+			in: MetadataInput{Node: node([]corev1.Taint{evictSince(then)}, nil, owns(evict)),
+				Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true, Gates: map[corev1.NodeConditionType]Gate{ev: {NoExecute: true}}},
+			wantTaints:  []corev1.Taint{evictSince(then)},
+			wantOwned:   "selftaint.io/evict:NoExecute@2026-11-23T09:00:00Z",
+			wantChanged: true,
+		},
+		{
+			name: "ours by key, put back by a stale writer after we removed it: removed again",
+			in: MetadataInput{Node: node([]corev1.Taint{dedicated, memTaint, evictSince(then)}, nil, nil),
+				Statuses: statuses(corev1.ConditionFalse, corev1.ConditionFalse), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{dedicated},
+			wantOwned:   "",
+			wantChanged: true,
+			wantClaimed: "selftaint.io/evict:NoExecute,selftaint.io/memory-pressure:NoSchedule",
+		},
+		{
+			name: "ours by key, unrecorded, while its rule holds: adopted with its timeAdded and recorded, not held by another",
+			in: MetadataInput{Node: node([]corev1.Taint{evictSince(then)}, nil, nil),
+				Statuses: statuses(corev1.ConditionFalse, corev1.ConditionTrue), HardwareKnown: true, Gates: map[corev1.NodeConditionType]Gate{ev: {NoExecute: true}}},
+			wantTaints:  []corev1.Taint{evictSince(then)},
+			wantOwned:   "selftaint.io/evict:NoExecute@2026-11-23T09:00:00Z",
+			wantChanged: true,
+			wantClaimed: "selftaint.io/evict:NoExecute",
+		},
+		{
+			name:        "ours by key, unrecorded, its condition undecided: kept and recorded",
+			in:          MetadataInput{Node: node([]corev1.Taint{memTaint}, nil, nil), Statuses: statuses("", corev1.ConditionFalse), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{memTaint},
+			wantOwned:   "selftaint.io/memory-pressure:NoSchedule",
+			wantChanged: true,
+			wantClaimed: "selftaint.io/memory-pressure:NoSchedule",
+		},
+		{
+			name: "a rule's key outside the prefix is ours by key too",
+			in: MetadataInput{Node: node([]corev1.Taint{dedicated, pidsTaint}, nil, nil),
+				Statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{pids: corev1.ConditionFalse}, HardwareKnown: true},
+			wantTaints:  []corev1.Taint{dedicated},
+			wantOwned:   "",
+			wantChanged: true,
+			wantClaimed: "example.com/pids:NoSchedule",
+		},
+		{
+			name: "a foreign-key taint we may own but did not record (a hardware taint): kept",
+			in: MetadataInput{Node: node([]corev1.Taint{fpgaTaint}, nil, nil), Statuses: statuses(corev1.ConditionFalse, ""),
+				Hardware: []Hardware{fpgaGone}, HardwareKnown: true},
+			wantTaints: []corev1.Taint{fpgaTaint},
+			wantOwned:  "",
+		},
+		{
+			name: "a rule's key under a reserved prefix, unrecorded: kept",
+			in: MetadataInput{Node: node([]corev1.Taint{reservedTaint}, nil, nil),
+				Statuses: map[corev1.NodeConditionType]corev1.ConditionStatus{disk: corev1.ConditionFalse}, HardwareKnown: true},
+			wantTaints: []corev1.Taint{reservedTaint},
+			wantOwned:  "",
+		},
+		{
+			name: "selftaint.io/ taints the config cannot produce: never touched",
+			in: MetadataInput{Node: node([]corev1.Taint{maintenance, virtualTaint, {Key: memTaint.Key, Effect: corev1.TaintEffectNoExecute}}, nil, nil),
+				Statuses: statuses(corev1.ConditionTrue, corev1.ConditionFalse), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{maintenance, virtualTaint, {Key: memTaint.Key, Effect: corev1.TaintEffectNoExecute}, memTaint},
+			wantOwned:   "selftaint.io/memory-pressure:NoSchedule",
 			wantChanged: true,
 		},
 		{
@@ -94,11 +193,23 @@ func TestPlanMetadata(t *testing.T) {
 			wantOwned:  "selftaint.io/memory-pressure:NoSchedule",
 		},
 		{
-			name:        "someone else holds our key and effect: left alone, not claimed",
-			in:          MetadataInput{Node: node([]corev1.Taint{{Key: memTaint.Key, Value: "theirs", Effect: memTaint.Effect}}, nil, nil), Statuses: statuses(corev1.ConditionTrue, ""), HardwareKnown: true},
-			wantTaints:  []corev1.Taint{{Key: memTaint.Key, Value: "theirs", Effect: memTaint.Effect}},
+			name: "someone else holds a foreign-key taint we want: left alone, not claimed",
+			in: MetadataInput{Node: node([]corev1.Taint{{Key: fpgaTaint.Key, Value: "present", Effect: fpgaTaint.Effect}}, nil, nil),
+				Statuses: statuses(corev1.ConditionFalse, ""), Hardware: []Hardware{fpga}, HardwareKnown: true},
+			wantTaints:  []corev1.Taint{{Key: fpgaTaint.Key, Value: "present", Effect: fpgaTaint.Effect}},
+			wantLabels:  map[string]string{fpgaLabel: "true"},
 			wantOwned:   "",
-			wantForeign: []corev1.Taint{memTaint},
+			wantChanged: true, // the label
+			wantForeign: []corev1.Taint{fpgaTaint},
+		},
+		{
+			name: "someone else set a taint ours by key, with another value: ours, value set, recorded",
+			in: MetadataInput{Node: node([]corev1.Taint{{Key: memTaint.Key, Value: "theirs", Effect: memTaint.Effect}}, nil, nil),
+				Statuses: statuses(corev1.ConditionTrue, ""), HardwareKnown: true},
+			wantTaints:  []corev1.Taint{memTaint},
+			wantOwned:   "selftaint.io/memory-pressure:NoSchedule",
+			wantChanged: true,
+			wantClaimed: "selftaint.io/memory-pressure:NoSchedule",
 		},
 		{
 			name:        "hardware present: its taint and label",
@@ -138,10 +249,27 @@ func TestPlanMetadata(t *testing.T) {
 			wantUntrusted: "dedicated:NoSchedule",
 		},
 		{
-			name: "an unreadable record owns nothing: our taint is not removed",
+			name: "an unreadable record owns nothing: our foreign-key taint is not removed",
+			in: MetadataInput{Node: node([]corev1.Taint{fpgaTaint}, nil, map[string]string{OwnedTaintsAnnotation: "no effect here"}),
+				Statuses: statuses(corev1.ConditionFalse, ""), Hardware: []Hardware{fpgaGone}, HardwareKnown: true},
+			wantTaints: []corev1.Taint{fpgaTaint},
+			wantOwned:  "",
+			wantBad:    1,
+		},
+		{
+			name: "an unreadable record: a taint ours by key still goes",
 			in: MetadataInput{Node: node([]corev1.Taint{memTaint}, nil, map[string]string{OwnedTaintsAnnotation: "no effect here"}),
 				Statuses: statuses(corev1.ConditionFalse, ""), HardwareKnown: true},
-			wantTaints: []corev1.Taint{memTaint},
+			wantOwned:   "",
+			wantChanged: true,
+			wantBad:     1,
+			wantClaimed: "selftaint.io/memory-pressure:NoSchedule",
+		},
+		{
+			name: "an unreadable timeAdded spoils the record: the foreign-key taint stays",
+			in: MetadataInput{Node: node([]corev1.Taint{fpgaTaint}, nil, map[string]string{OwnedTaintsAnnotation: "example.com/fpga:NoSchedule@soon"}),
+				Statuses: statuses(corev1.ConditionFalse, ""), Hardware: []Hardware{fpgaGone}, HardwareKnown: true},
+			wantTaints: []corev1.Taint{fpgaTaint},
 			wantOwned:  "",
 			wantBad:    1,
 		},
@@ -192,6 +320,12 @@ func TestPlanMetadata(t *testing.T) {
 		}
 		if got := FormatOwned(p.UntrustedTaints); got != tt.wantUntrusted {
 			t.Errorf("%s: untrusted %q, want %q", tt.name, got, tt.wantUntrusted)
+		}
+		if got := FormatOwned(p.Claimed); got != tt.wantClaimed {
+			t.Errorf("%s: claimed %q, want %q", tt.name, got, tt.wantClaimed)
+		}
+		if !slices.EqualFunc(p.Taints.Restored, tt.wantRestored, taintsEqual) {
+			t.Errorf("%s: restored %v, want %v", tt.name, p.Taints.Restored, tt.wantRestored)
 		}
 		if len(p.BadRecords) != tt.wantBad {
 			t.Errorf("%s: %d bad records, want %d", tt.name, len(p.BadRecords), tt.wantBad)

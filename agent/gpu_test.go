@@ -30,8 +30,8 @@ type gpuFake struct {
 	// noRecovery: the driver has no recovery action field (older drivers).
 	noRecovery bool
 	mu         sync.Mutex // guards the fields below
-	recovery map[int]uint64
-	queue    []nvml.EventData
+	recovery   map[int]uint64
+	queue      []nvml.EventData
 }
 
 func newGPUFake() *gpuFake {

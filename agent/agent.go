@@ -67,7 +67,13 @@ const maxConflicts = 5
 
 // ProbeSpec is one probe, how it is scheduled, and the condition it feeds.
 type ProbeSpec struct {
-	Entry     probes.Entry
+	Entry probes.Entry
+	// Condition is the condition the probe feeds. Empty makes the probe
+	// events-only (NPD's files of temporary rules only): the agent runs
+	// it and records the Events its results carry (events.go), and
+	// nothing else: it has no damper, condition, taint, fault target or
+	// ownership, and initialization does not wait for it. The fields
+	// below are then ignored.
 	Condition corev1.NodeConditionType
 	Damping   taints.Damping
 	// Healthy is the condition's status when the probe finds no problem.
@@ -75,7 +81,19 @@ type ProbeSpec struct {
 	// pressure conditions, say "there is a problem". A virtual node's Ready
 	// condition is the one that says True when all is well.
 	Healthy corev1.ConditionStatus
+	// MessageUpdates writes a new message of the condition to the Node as
+	// soon as it changes while the condition reports a problem
+	// (taints.MessageIsNews), as NPD does with
+	// enable_message_change_based_condition_update. Without it a new
+	// message alone rides the next write (a status or reason change, or
+	// the heartbeat): leave it off where messages carry live readings, or
+	// every reading costs a write.
+	MessageUpdates bool
 }
+
+// EventsOnly reports whether the probe feeds no condition, only Events
+// (see Condition).
+func (p ProbeSpec) EventsOnly() bool { return p.Condition == "" }
 
 // HealthyStatus is the status the spec's condition has when all is well.
 func (p ProbeSpec) HealthyStatus() corev1.ConditionStatus {
@@ -319,12 +337,18 @@ func New(opts Options) (*Agent, error) {
 }
 
 // addProbes gives each probe spec its damper, fault targets and healthy
-// status, and returns the runner's entries.
+// status, and returns the runner's entries. An events-only spec gets none
+// of these: only its entry, and its place in byProbe for Observe.
 func (a *Agent) addProbes(specs []ProbeSpec) ([]probes.Entry, error) {
 	entries := make([]probes.Entry, 0, len(specs))
 	for _, p := range specs {
 		if p.Entry.Probe == nil {
 			return nil, errors.New("agent: probe spec without a probe")
+		}
+		if p.EventsOnly() {
+			a.byProbe[p.Entry.Probe.Name()] = p
+			entries = append(entries, a.addStateful(p.Entry))
+			continue
 		}
 		if _, dup := a.dampers[p.Condition]; dup {
 			return nil, fmt.Errorf("agent: condition %s is fed by two probes", p.Condition)
@@ -495,10 +519,12 @@ func ConditionStatus(s probes.Status, healthy corev1.ConditionStatus) corev1.Con
 	return taints.StatusFor(Verdict(s), healthy)
 }
 
-// Observe feeds one probe result to its condition's damper and enqueues a
-// reconcile when the condition's status or reason changed, or a Stateful
-// probe's state differs from the one on the Node, or schedules one for when
-// a pending flip is due. It is the probe runner's sink.
+// Observe records the Events one probe result carries and feeds it to its
+// condition's damper. It enqueues a reconcile when the condition's status
+// or reason changed, or its message while that is news (the spec's
+// MessageUpdates), or a Stateful probe's state differs from the one on the
+// Node, or schedules one for when a pending flip is due. An events-only
+// probe's result stops at its Events. It is the probe runner's sink.
 func (a *Agent) Observe(r probes.Result) {
 	spec, ok := a.byProbe[r.Probe]
 	if !ok {
@@ -506,6 +532,9 @@ func (a *Agent) Observe(r probes.Result) {
 		return
 	}
 	a.recordProbeEvents(r)
+	if spec.EventsOnly() {
+		return
+	}
 	now := a.clock.Now()
 	a.mu.Lock()
 	d := a.dampers[spec.Condition]
@@ -522,7 +551,8 @@ func (a *Agent) Observe(r probes.Result) {
 	if a.queue == nil {
 		return // not running yet; the first sync picks the state up
 	}
-	if firstVerdict || stateChanged || hadBefore != hasAfter || before.Status != after.Status || before.Reason != after.Reason {
+	news := spec.MessageUpdates && before.Message != after.Message && taints.MessageIsNews(after.Status, spec.HealthyStatus())
+	if firstVerdict || stateChanged || hadBefore != hasAfter || before.Status != after.Status || before.Reason != after.Reason || news {
 		a.queue.Add(a.opts.NodeName)
 	}
 	if pending {
@@ -588,8 +618,9 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 }
 
 // snapshotLocked takes what the agent knows at now: the dampers, the fault
-// annotations judged, what it published, the hardware and its config,
-// adopting the Node's state first after a start. a.mu is held.
+// annotations judged, what it published, the hardware and its config (the
+// conditions with message updates among it), adopting the Node's state
+// first after a start. a.mu is held.
 func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot {
 	if !a.adopted {
 		a.adoptLocked(node, now)
@@ -612,6 +643,14 @@ func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot
 		NoExecute:       a.noExecuteInputLocked(now),
 	}
 	snap.Damped, snap.Pending = a.dampedLocked(now)
+	for _, p := range a.byProbe {
+		if p.MessageUpdates && !p.EventsOnly() {
+			if snap.MessageUpdates == nil {
+				snap.MessageUpdates = map[corev1.NodeConditionType]bool{}
+			}
+			snap.MessageUpdates[p.Condition] = true
+		}
+	}
 	if in := a.opts.Init; in != nil {
 		snap.InitCondition, snap.InitTaint = in.Condition, in.Taint
 		snap.Init = a.initInputLocked(node, snap.HardwareKnown)

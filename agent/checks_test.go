@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,6 +119,17 @@ func TestNPDChecksOnTheNode(t *testing.T) {
 	}
 
 	// The hung plugin's background child went with it: no process left.
+	waitGone(t, pidFile)
+
+	// The agent's own probe is unaffected.
+	own.set(probes.StatusProblem)
+	waitNode(t, c, "npd", 5*time.Second, "the agent's own condition True", conditionIs(corev1.ConditionTrue))
+}
+
+// waitGone waits up to 5s for the process whose pid is in pidFile to be
+// gone.
+func waitGone(t *testing.T, pidFile string) {
+	t.Helper()
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatalf("the hang plugin never ran: %v", err)
@@ -133,10 +145,6 @@ func TestNPDChecksOnTheNode(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-
-	// The agent's own probe is unaffected.
-	own.set(probes.StatusProblem)
-	waitNode(t, c, "npd", 5*time.Second, "the agent's own condition True", conditionIs(corev1.ConditionTrue))
 }
 
 // writeExec writes an executable shell script at path, making its
@@ -315,4 +323,207 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 	waitEvent(t, c, node, "ConditionChanged", 20*time.Second, "NPDCheck is now True (CheckFailed): first message")
 	writeFile(t, state, "1 second message\n")
 	waitEvent(t, c, node, "CheckFailed", 20*time.Second, `Node condition NPDCheck is now: True, reason: CheckFailed, message: "second message"`)
+}
+
+// stalledProbe never finishes a run before its context ends: an
+// events-only probe whose first result does not come.
+type stalledProbe struct{}
+
+func (stalledProbe) Name() string { return "stalled-events" }
+func (stalledProbe) Probe(ctx context.Context) probes.Result {
+	<-ctx.Done()
+	return probes.Result{Status: probes.StatusUnknown, Reason: "Canceled", Message: "canceled"}
+}
+
+// TestNPDTemporaryOnlyFilesOnTheNode runs NPD's iptables-mode-monitor.json
+// and network-problem-monitor.json, files of temporary rules only,
+// unchanged (iptables-mode-monitor runs once a day) on a real API server.
+// Their plugins are stubs at the paths the files give,
+// ./config/plugin/<name>, which NPD and selftaint resolve against the
+// working directory (checks.npdPluginRoot moves only absolute paths), so
+// the test runs from a directory holding them. Each file is one
+// events-only probe: every failing run is a Warning Event on the Node
+// with the rule's reason and the plugin's message, a passing one none,
+// and no condition is ever written for them, nor does initialization wait
+// for an events-only probe (one here never reports at all).
+func TestNPDTemporaryOnlyFilesOnTheNode(t *testing.T) {
+	root := t.TempDir()
+	writeExec(t, filepath.Join(root, "config/plugin/iptables_mode.sh"), "echo 'iptables-legacy rules found beside iptables-nft'\nexit 1\n")
+	writeExec(t, filepath.Join(root, "config/plugin/network_problem.sh"), "echo 'conntrack table has room'\nexit 0\n")
+	writeExec(t, filepath.Join(root, "config/plugin/dns_problem.sh"), "echo 'cannot resolve kubernetes.default'\nexit 1\n")
+	specs := temporaryOnlySpecs(t, "iptables-mode-monitor.json", "network-problem-monitor.json")
+	if e := specs[0].Entry; e.Interval != 24*time.Hour {
+		t.Errorf("iptables-mode-monitor.json's probe runs every %v, want the file's 86400s", e.Interval)
+	}
+	t.Chdir(root)
+
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "npd-temporary"
+	cp.CreateNode(t, node, func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{initTaint} })
+	w := startWatch(t, c, node, getNode(t, c, node).ResourceVersion)
+	own := newSwitchProbe(probes.StatusOK)
+	specs = append(specs,
+		agent.ProbeSpec{Entry: probes.Entry{Probe: stalledProbe{}, Interval: 2 * time.Hour, Timeout: time.Hour}},
+		agent.ProbeSpec{Entry: probes.Entry{Probe: own, Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond}, Condition: cond},
+	)
+	a, _ := startAgent(t, agent.Options{
+		NodeName: node, Client: c.CoreV1(), Probes: specs, Rules: rules,
+		Init: &agent.InitOptions{Condition: initCond, Taint: initTaint, Required: []corev1.NodeConditionType{cond}},
+	})
+
+	for _, want := range []struct{ reason, msg string }{
+		{"IPTablesVersionsMismatch", "iptables-legacy rules found beside iptables-nft"},
+		{"DNSUnreachable", "cannot resolve kubernetes.default"},
+	} {
+		e := waitEvent(t, c, node, want.reason, 20*time.Second, want.msg)
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != node || e.Source.Component != "selftaint" {
+			t.Errorf("%s: got a %s event on %s %s from %q, want a Warning on Node %s from selftaint", want.reason, e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Source.Component, node)
+		}
+	}
+	n := waitNode(t, c, node, 10*time.Second, "initialized, the stalled events-only probe not waited for", func(n *corev1.Node) bool {
+		ic := condition(n, initCond)
+		return !hasTaint(n, initTaint) && ic != nil && ic.Status == corev1.ConditionFalse
+	})
+	if evs := nodeEvents(t, c, node, "ConntrackFull"); len(evs) != 0 {
+		t.Errorf("a passing temporary rule recorded %d ConntrackFull events, want none", len(evs))
+	}
+	for _, st := range a.ProbeStats() {
+		if strings.HasPrefix(st.Name, "custom-npd:") && (st.Runs == 0 || st.LastStatus != probes.StatusOK) {
+			t.Errorf("probe %s: %d runs, last %s; want runs, OK (events only)", st.Name, st.Runs, st.LastStatus)
+		}
+	}
+
+	// Our own condition goes on as before; on no version of the Node is
+	// there a condition but the agent's own two.
+	own.set(probes.StatusProblem)
+	waitNode(t, c, node, 10*time.Second, "the agent's own condition True", conditionIs(corev1.ConditionTrue))
+	onlyConditions(t, append(w.seen(), n), cond, initCond)
+}
+
+// temporaryOnlySpecs builds the probe specs of the shipped NPD files of
+// temporary rules only named, in order, and checks that each is one
+// events-only spec named after its file.
+func temporaryOnlySpecs(t *testing.T, files ...string) []agent.ProbeSpec {
+	t.Helper()
+	var paths, want []string
+	for _, f := range files {
+		path, err := filepath.Abs(filepath.Join("../probes/custom/testdata/npd", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, path)
+		want = append(want, "custom-npd:"+strings.TrimSuffix(f, ".json"))
+	}
+	specs := checkSpecs(t, "checks:\n  npdConfigs: ["+strings.Join(paths, ", ")+"]\n")
+	var got []string
+	for _, s := range specs {
+		if !s.EventsOnly() {
+			t.Errorf("spec of %s feeds condition %q, want events only", s.Entry.Probe.Name(), s.Condition)
+		}
+		got = append(got, s.Entry.Probe.Name())
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got probes %v, want %v", got, want)
+	}
+	return specs
+}
+
+// onlyConditions checks that every version of the Node has no condition
+// but those allowed.
+func onlyConditions(t *testing.T, versions []*corev1.Node, allowed ...corev1.NodeConditionType) {
+	t.Helper()
+	for _, n := range versions {
+		for _, got := range n.Status.Conditions {
+			if !slices.Contains(allowed, got.Type) {
+				t.Errorf("node version %s: condition %s (%s: %s), want only %v", n.ResourceVersion, got.Type, got.Reason, got.Message, allowed)
+			}
+		}
+	}
+}
+
+// TestNPDMessageUpdatesOnTheNode runs, on a real API server, an NPD
+// config with enable_message_change_based_condition_update beside a custom
+// check, both failing all along with a message that changes. The NPD
+// condition's new message reaches the Node at once, as NPD writes it; the
+// custom check's waits: no write for it before the heartbeat (an hour
+// here), and it rides the next write there is.
+func TestNPDMessageUpdatesOnTheNode(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name string) (path string, set func(code int, msg string)) {
+		state := filepath.Join(dir, name+".state")
+		path = filepath.Join(dir, name+".sh")
+		writeExec(t, path, fmt.Sprintf("read code msg < %s\necho \"$msg\"\nexit \"$code\"\n", state))
+		return path, func(code int, msg string) { writeFile(t, state, fmt.Sprintf("%d %s\n", code, msg)) }
+	}
+	npdPlugin, setNPD := script("npd")
+	ownPlugin, setOwn := script("own")
+	setNPD(1, "first npd message")
+	setOwn(1, "first own message")
+	npdPath := filepath.Join(dir, "npd.json")
+	writeFile(t, npdPath, fmt.Sprintf(`{
+  "plugin": "custom",
+  "pluginConfig": {"invoke_interval": "500ms", "timeout": "400ms", "enable_message_change_based_condition_update": true},
+  "source": "message-monitor",
+  "conditions": [{"type": "NPDMessages", "reason": "NPDIsFine", "message": "all good"}],
+  "rules": [{"type": "permanent", "condition": "NPDMessages", "reason": "NPDBroken", "path": %q}]
+}`, npdPlugin))
+	specs := checkSpecs(t, fmt.Sprintf("checks:\n  custom:\n  - {name: own, condition: OwnMessages, reason: OwnBroken, path: %s, interval: 500ms, timeout: 400ms}\n  npdConfigs: [%s]\n", ownPlugin, npdPath))
+	updates := map[corev1.NodeConditionType]bool{}
+	for _, s := range specs {
+		updates[s.Condition] = s.MessageUpdates
+	}
+	if want := map[corev1.NodeConditionType]bool{"NPDMessages": true, "OwnMessages": false}; fmt.Sprint(updates) != fmt.Sprint(want) {
+		t.Fatalf("got message updates %v, want %v", updates, want)
+	}
+
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "npd-messages"
+	cp.CreateNode(t, node, nil)
+	a, _ := startAgent(t, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: specs, HeartbeatPeriod: time.Hour})
+	message := func(n *corev1.Node, t corev1.NodeConditionType) string {
+		if c := condition(n, t); c != nil && c.Status == corev1.ConditionTrue {
+			return c.Message
+		}
+		return ""
+	}
+	waitNode(t, c, node, 20*time.Second, "both conditions True with their first messages", func(n *corev1.Node) bool {
+		return message(n, "NPDMessages") == "first npd message" && message(n, "OwnMessages") == "first own message"
+	})
+
+	// The custom check's new message: no write before the heartbeat.
+	writes := a.Stats().ConditionWrites
+	runs := func() uint64 {
+		for _, s := range a.ProbeStats() {
+			if s.Name == "custom-OwnMessages" {
+				return s.Runs
+			}
+		}
+		return 0
+	}
+	before := runs()
+	setOwn(1, "second own message")
+	time.Sleep(3 * time.Second)
+	if got, want := message(getNode(t, c, node), "OwnMessages"), "first own message"; got != want {
+		t.Errorf("without message updates, 3s (%d runs) after the message changed: got %q on the Node, want %q until the heartbeat", runs()-before, got, want)
+	}
+	if got := a.Stats().ConditionWrites; got != writes || runs()-before < 3 {
+		t.Errorf("without message updates: %d condition writes in %d runs after the message changed, want none in 3 or more", got-writes, runs()-before)
+	}
+
+	// The NPD condition's new message: written at once, the other's
+	// riding along.
+	start := time.Now()
+	setNPD(1, "second npd message")
+	n := waitNode(t, c, node, 5*time.Second, "NPDMessages' second message", func(n *corev1.Node) bool {
+		return message(n, "NPDMessages") == "second npd message"
+	})
+	t.Logf("the NPD condition's new message reached the Node %v after the plugin's output changed", time.Since(start))
+	if got, want := message(n, "OwnMessages"), "second own message"; got != want {
+		t.Errorf("the custom check's message with the next write: got %q, want %q", got, want)
+	}
+	if got := condition(n, "NPDMessages"); got.Reason != "NPDBroken" {
+		t.Errorf("NPDMessages reason %s, want NPDBroken still", got.Reason)
+	}
 }

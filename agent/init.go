@@ -52,7 +52,8 @@ func (a *Agent) initInputLocked(node *corev1.Node, hwKnown bool) *taints.InitInp
 	o := a.opts.Init
 	var waiting []string
 	for _, p := range a.opts.Probes {
-		if p.Condition != o.Condition && !a.reported[p.Entry.Probe.Name()] {
+		// An events-only probe decides nothing initialization waits for.
+		if !p.EventsOnly() && p.Condition != o.Condition && !a.reported[p.Entry.Probe.Name()] {
 			waiting = append(waiting, p.Entry.Probe.Name())
 		}
 	}

@@ -38,6 +38,13 @@ type ConditionsInput struct {
 	Limiter LimiterConfig
 	Limits  map[corev1.NodeConditionType]LimitState
 	Rules   []Rule
+	// MessageUpdates are the conditions whose new message is news while
+	// they report a problem (node-problem-detector's
+	// enable_message_change_based_condition_update): see
+	// ConditionsPlan.MessageNow. Healthy is each condition's status when
+	// all is well (False when absent), which tells a problem.
+	MessageUpdates map[corev1.NodeConditionType]bool
+	Healthy        map[corev1.NodeConditionType]corev1.ConditionStatus
 }
 
 // ConditionsPlan is the conditions to publish.
@@ -53,6 +60,13 @@ type ConditionsPlan struct {
 	Flapping               map[corev1.NodeConditionType]bool
 	FlapStarted, FlapEnded []corev1.NodeConditionType
 	LimitWake              time.Time
+	// MessageNow are the conditions whose message is written as soon as
+	// it differs from the Node's: a fault's (what the operator asked for)
+	// and, while it reports a problem, one with MessageUpdates (see
+	// MessageIsNews). Any other message carries live readings and rides
+	// the next write (a status, reason or transition change, or the
+	// heartbeat): writing each would cost a write per probe run.
+	MessageNow map[corev1.NodeConditionType]bool
 }
 
 // PlanConditions decides every condition to publish and its
@@ -71,8 +85,12 @@ func PlanConditions(in ConditionsInput) ConditionsPlan {
 		p.FromFault[t] = true
 	}
 	limit(&p, in)
+	p.MessageNow = map[corev1.NodeConditionType]bool{}
 	for t, s := range p.States {
 		p.States[t] = transition(in.Published, t, s, p.FromFault[t], in.Now)
+		if p.FromFault[t] || (in.MessageUpdates[t] && MessageIsNews(s.Status, healthyOf(in.Healthy, t))) {
+			p.MessageNow[t] = true
+		}
 	}
 	if in.Init != nil {
 		init := *in.Init
@@ -85,6 +103,24 @@ func PlanConditions(in ConditionsInput) ConditionsPlan {
 		p.Init = &v
 	}
 	return p
+}
+
+// MessageIsNews reports whether a new message of a condition with message
+// updates (ConditionsInput.MessageUpdates) is news at status, the status
+// being healthy when all is well: while the condition reports a problem
+// (neither its healthy status nor Unknown), as node-problem-detector
+// updates a condition that stays True. An OK or Unknown message rides the
+// next write, as NPD leaves it alone.
+func MessageIsNews(status, healthy corev1.ConditionStatus) bool {
+	return verdictOf(status, healthy) == VerdictProblem
+}
+
+// healthyOf is condition t's healthy status in healthy, False when absent.
+func healthyOf(healthy map[corev1.NodeConditionType]corev1.ConditionStatus, t corev1.NodeConditionType) corev1.ConditionStatus {
+	if h, ok := healthy[t]; ok {
+		return h
+	}
+	return corev1.ConditionFalse
 }
 
 // limit passes every condition with rules through its change limiter.

@@ -96,3 +96,73 @@ func TestPlanConditions(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanConditionsMessageNow: which conditions' messages are written as
+// soon as they change (ConditionsPlan.MessageNow), not with the next
+// write.
+func TestPlanConditionsMessageNow(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	const npd, ready corev1.NodeConditionType = "KubeletUnhealthy", "Ready"
+	fault := faults.Fault{Key: "fault.selftaint.io/kubelet", Condition: npd, Status: corev1.ConditionFalse, Reason: faults.DefaultReason, Message: "drill"}
+	st := func(s corev1.ConditionStatus) State {
+		return State{Status: s, Reason: "R", Message: "m", LastTransitionTime: now}
+	}
+	tests := []struct {
+		name    string
+		in      ConditionsInput
+		of      corev1.NodeConditionType
+		healthy corev1.ConditionStatus // "" leaves Healthy unset: False
+		want    bool
+	}{
+		{name: "message updates, a problem: news", of: npd, want: true,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{npd: st("True")}, MessageUpdates: map[corev1.NodeConditionType]bool{npd: true}}},
+		{name: "message updates, OK: rides the next write", of: npd,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{npd: st("False")}, MessageUpdates: map[corev1.NodeConditionType]bool{npd: true}}},
+		{name: "message updates, Unknown: rides the next write, as NPD leaves it", of: npd,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{npd: st("Unknown")}, MessageUpdates: map[corev1.NodeConditionType]bool{npd: true}}},
+		{name: "no message updates, a problem: rides the next write", of: npd,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{npd: st("True")}}},
+		{name: "message updates of another condition", of: npd,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{npd: st("True")}, MessageUpdates: map[corev1.NodeConditionType]bool{ready: true}}},
+		{name: "message updates, healthy True, False is the problem: news", of: ready, healthy: "True", want: true,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{ready: st("False")}, MessageUpdates: map[corev1.NodeConditionType]bool{ready: true}}},
+		{name: "message updates, healthy True, True: rides the next write", of: ready, healthy: "True",
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{ready: st("True")}, MessageUpdates: map[corev1.NodeConditionType]bool{ready: true}}},
+		{name: "a fault, whatever its status: what the operator asked for", of: npd, want: true,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{npd: st("True")}, Faults: map[corev1.NodeConditionType]faults.Fault{npd: fault}}},
+		{name: "message updates under a fault that says OK: the fault's", of: npd, want: true,
+			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{npd: st("True")}, Faults: map[corev1.NodeConditionType]faults.Fault{npd: fault}, MessageUpdates: map[corev1.NodeConditionType]bool{npd: true}}},
+	}
+	for _, tt := range tests {
+		tt.in.Now = now
+		if tt.healthy != "" {
+			tt.in.Healthy = map[corev1.NodeConditionType]corev1.ConditionStatus{tt.of: tt.healthy}
+		}
+		p := PlanConditions(tt.in)
+		if _, ok := p.States[tt.of]; !ok {
+			t.Fatalf("%s: %s not planned", tt.name, tt.of)
+		}
+		if got := p.MessageNow[tt.of]; got != tt.want {
+			t.Errorf("%s: message of %s written at once %v, want %v", tt.name, tt.of, got, tt.want)
+		}
+	}
+}
+
+func TestMessageIsNews(t *testing.T) {
+	tests := []struct {
+		status, healthy corev1.ConditionStatus
+		want            bool
+	}{
+		{"True", "False", true},
+		{"False", "False", false},
+		{"Unknown", "False", false},
+		{"False", "True", true},
+		{"True", "True", false},
+		{"Unknown", "True", false},
+	}
+	for _, tt := range tests {
+		if got := MessageIsNews(tt.status, tt.healthy); got != tt.want {
+			t.Errorf("MessageIsNews(%s, healthy %s) = %v, want %v", tt.status, tt.healthy, got, tt.want)
+		}
+	}
+}

@@ -49,6 +49,9 @@ type Snapshot struct {
 	MaxMessageLen   int
 	// Healthy is each condition's status when all is well.
 	Healthy map[corev1.NodeConditionType]corev1.ConditionStatus
+	// MessageUpdates are the conditions whose new message is written at
+	// once while they report a problem (ConditionsInput.MessageUpdates).
+	MessageUpdates map[corev1.NodeConditionType]bool
 	// Limiter is the change limiter and Limits each condition's state.
 	Limiter LimiterConfig
 	Limits  map[corev1.NodeConditionType]LimitState
@@ -120,6 +123,7 @@ func PlanNode(s Snapshot) NodePlan {
 	in := ConditionsInput{
 		Now: s.Now, Damped: s.Damped, Faults: s.Faults.Apply, Published: s.Published,
 		Limiter: s.Limiter, Limits: s.Limits, Rules: s.Rules,
+		MessageUpdates: s.MessageUpdates, Healthy: s.Healthy,
 	}
 	if s.Init != nil {
 		in.InitCondition, in.Init = s.InitCondition, s.Init
@@ -275,8 +279,9 @@ func capacityKeys(raw []byte) map[corev1.ResourceName]bool {
 // conditionsNeedWrite reports whether a condition's status, reason or
 // transition time differs from the Node, or a heartbeat is due. A changed
 // message alone waits for the heartbeat: messages carry live readings and
-// would otherwise cause a write on every probe run. A fault's message is
-// written at once: it is what the operator asked for, not a live reading.
+// would otherwise cause a write on every probe run. The messages of
+// c.MessageNow are written at once: a fault's, what the operator asked
+// for, and a problem's with message updates (NPD's).
 func conditionsNeedWrite(s Snapshot, c ConditionsPlan) bool {
 	for t, st := range c.States {
 		nc := FindCondition(s.Node, t)
@@ -284,7 +289,7 @@ func conditionsNeedWrite(s Snapshot, c ConditionsPlan) bool {
 			!nc.LastTransitionTime.Time.Truncate(time.Second).Equal(st.LastTransitionTime.Truncate(time.Second)) {
 			return true
 		}
-		if c.FromFault[t] && nc.Message != Truncate(st.Message, s.MaxMessageLen) {
+		if c.MessageNow[t] && nc.Message != Truncate(st.Message, s.MaxMessageLen) {
 			return true
 		}
 		if !s.Now.Before(nc.LastHeartbeatTime.Add(s.HeartbeatPeriod)) {

@@ -66,6 +66,40 @@ func TestPlanNode(t *testing.T) {
 			write: false, next: now.Add(4 * time.Minute),
 		},
 		{
+			name: "a new message of a problem with message updates: written at once",
+			snap: base(func(s *Snapshot) {
+				s.Node.Status.Conditions[0].Status, s.Node.Status.Conditions[0].Reason = corev1.ConditionTrue, "Low"
+				s.Damped = map[corev1.NodeConditionType]State{mem: {Status: corev1.ConditionTrue, Reason: "Low", Message: "new reading", LastTransitionTime: fine.LastTransitionTime}}
+				s.MessageUpdates = map[corev1.NodeConditionType]bool{mem: true}
+			}),
+			write: true, next: now.Add(5 * time.Minute),
+		},
+		{
+			name: "the same message of a problem with message updates: no write",
+			snap: base(func(s *Snapshot) {
+				s.Node.Status.Conditions[0].Status, s.Node.Status.Conditions[0].Reason = corev1.ConditionTrue, "Low"
+				s.Damped = map[corev1.NodeConditionType]State{mem: {Status: corev1.ConditionTrue, Reason: "Low", Message: fine.Message, LastTransitionTime: fine.LastTransitionTime}}
+				s.MessageUpdates = map[corev1.NodeConditionType]bool{mem: true}
+			}),
+			write: false, next: now.Add(4 * time.Minute),
+		},
+		{
+			name: "a new OK message with message updates waits for the heartbeat",
+			snap: base(func(s *Snapshot) {
+				s.Damped = map[corev1.NodeConditionType]State{mem: {Status: fine.Status, Reason: fine.Reason, Message: "new reading", LastTransitionTime: fine.LastTransitionTime}}
+				s.MessageUpdates = map[corev1.NodeConditionType]bool{mem: true}
+			}),
+			write: false, next: now.Add(4 * time.Minute),
+		},
+		{
+			name: "a new message of a problem without message updates waits for the heartbeat",
+			snap: base(func(s *Snapshot) {
+				s.Node.Status.Conditions[0].Status, s.Node.Status.Conditions[0].Reason = corev1.ConditionTrue, "Low"
+				s.Damped = map[corev1.NodeConditionType]State{mem: {Status: corev1.ConditionTrue, Reason: "Low", Message: "new reading", LastTransitionTime: fine.LastTransitionTime}}
+			}),
+			write: false, next: now.Add(4 * time.Minute),
+		},
+		{
 			name: "a pending flip or a fault's expiry comes first",
 			snap: base(func(s *Snapshot) {
 				s.Pending = now.Add(20 * time.Second)

@@ -79,25 +79,37 @@ func (c *Config) probeList() []namedProbe {
 // CheckProbeSpecs builds the checks users bring: the custom checks, sharing
 // one concurrency limit, and each NPD config's rules (permanent rules feed
 // conditions, temporary rules make Events), with the file's own limits as
-// NPD runs them. What an NPD file asks that selftaint does not do (NPD's
-// own tainting, temporary rules of a file without a condition) or does
+// NPD runs them. A file of temporary rules only becomes an events-only
+// spec (no Condition) whose probe is named after the file: two such files
+// must not share a base name. An NPD condition with
+// enable_message_change_based_condition_update gets MessageUpdates. What
+// an NPD file asks that selftaint does not do (NPD's own tainting) or does
 // differently is logged.
 func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
 	var specs []agent.ProbeSpec
-	fed := map[string]string{}
+	fed := map[string]string{}   // condition -> where it comes from
+	named := map[string]string{} // events-only probe -> where it comes from
 	add := func(g *custom.Group, conds []custom.Condition, from string) error {
 		ps, err := g.NewProbes(conds)
 		if err != nil {
 			return fmt.Errorf("%s: %w", from, err)
 		}
 		for _, p := range ps {
+			if p.Condition() == "" {
+				if prev, dup := named[p.Name()]; dup {
+					return fmt.Errorf("%s: its events-only probe %s, named after the file, is also %s's: give the files different names", from, p.Name(), prev)
+				}
+				named[p.Name()] = from
+				specs = append(specs, agent.ProbeSpec{Entry: p.Entry()})
+				continue
+			}
 			if prev, dup := fed[p.Condition()]; dup {
 				return fmt.Errorf("%s: condition %s is also fed by %s", from, p.Condition(), prev)
 			}
 			fed[p.Condition()] = from
 			// NPD updates a permanent condition as soon as a plugin
 			// reports: no damping.
-			specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition())})
+			specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition()), MessageUpdates: p.MessageUpdates()})
 		}
 		return nil
 	}
@@ -132,7 +144,7 @@ func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", from, err)
 		}
-		if err := add(g, npd.Conditions, from); err != nil {
+		if err := add(g, npd.ProbeConditions(), from); err != nil {
 			return nil, err
 		}
 	}

@@ -91,7 +91,7 @@ func (c *Config) Ownership(checkConditions []corev1.NodeConditionType) agent.Own
 
 // CheckConditions is the conditions the config's checks feed: the custom
 // checks' and those of every NPD file's permanent rules (the files are
-// read, so they must be there).
+// read, so they must be there). Files of temporary rules only feed none.
 func (c *Config) CheckConditions(log *slog.Logger) ([]corev1.NodeConditionType, error) {
 	specs, err := c.CheckProbeSpecs(log)
 	if err != nil {
@@ -99,7 +99,9 @@ func (c *Config) CheckConditions(log *slog.Logger) ([]corev1.NodeConditionType, 
 	}
 	out := make([]corev1.NodeConditionType, 0, len(specs))
 	for _, s := range specs {
-		out = append(out, s.Condition)
+		if !s.EventsOnly() {
+			out = append(out, s.Condition)
+		}
 	}
 	return out, nil
 }

@@ -21,11 +21,12 @@ import (
 	"github.com/selftaint/selftaint/taints"
 )
 
-// checkRow is one probe's line in selftaint check.
+// checkRow is one probe's line in selftaint check. An events-only probe's
+// has no condition (its Events are in the Result).
 type checkRow struct {
 	probes.Result
-	Condition       corev1.NodeConditionType `json:"condition"`
-	ConditionStatus corev1.ConditionStatus   `json:"conditionStatus"`
+	Condition       corev1.NodeConditionType `json:"condition,omitempty"`
+	ConditionStatus corev1.ConditionStatus   `json:"conditionStatus,omitempty"`
 }
 
 // checkReport is selftaint check's whole output.
@@ -87,7 +88,10 @@ func check(ctx context.Context, specs []agent.ProbeSpec) []checkRow {
 	for i, s := range specs {
 		wg.Go(func() {
 			res := probes.RunOnce(ctx, s.Entry.Probe, s.Entry.Timeout, probes.RealClock{})
-			rows[i] = checkRow{Result: res, Condition: s.Condition, ConditionStatus: agent.ConditionStatus(res.Status, s.HealthyStatus())}
+			rows[i] = checkRow{Result: res}
+			if !s.EventsOnly() {
+				rows[i].Condition, rows[i].ConditionStatus = s.Condition, agent.ConditionStatus(res.Status, s.HealthyStatus())
+			}
 		})
 	}
 	wg.Wait()
@@ -115,6 +119,9 @@ func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, now t
 	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
 	gates := map[corev1.NodeConditionType]taints.Gate{}
 	for _, r := range rows {
+		if r.Condition == "" {
+			continue // events only
+		}
 		statuses[r.Condition] = r.ConditionStatus
 		gates[r.Condition] = taints.Gate{NoExecute: granted}
 	}
@@ -138,7 +145,11 @@ func printCheck(w io.Writer, rep checkReport) error {
 		for _, x := range r.Readings {
 			rd = append(rd, x.Name+"="+x.Value)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Status, r.Condition, r.ConditionStatus, r.Reason, strings.Join(rd, " "))
+		cond, status := string(r.Condition), string(r.ConditionStatus)
+		if cond == "" {
+			cond, status = "-", "-" // events only
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Probe, r.Status, cond, status, r.Reason, strings.Join(rd, " "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -146,6 +157,9 @@ func printCheck(w io.Writer, rep checkReport) error {
 	fmt.Fprintln(w)
 	for _, r := range rep.Probes {
 		fmt.Fprintf(w, "%s: %s\n", r.Probe, r.Message)
+		for _, e := range r.Events {
+			fmt.Fprintf(w, "%s: event %s: %s\n", r.Probe, e.Reason, e.Message)
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "GPU support: %s\n", rep.GPUSupport)

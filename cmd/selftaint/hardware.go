@@ -41,11 +41,13 @@ type machine struct {
 	close  func()
 }
 
-// conditionsOf is the conditions specs feed.
+// conditionsOf is the conditions specs feed; events-only specs feed none.
 func conditionsOf(specs []agent.ProbeSpec) []corev1.NodeConditionType {
-	out := make([]corev1.NodeConditionType, len(specs))
-	for i, s := range specs {
-		out[i] = s.Condition
+	out := make([]corev1.NodeConditionType, 0, len(specs))
+	for _, s := range specs {
+		if !s.EventsOnly() {
+			out = append(out, s.Condition)
+		}
 	}
 	return out
 }

@@ -26,7 +26,8 @@
 // and timeout, which may be longer than the interval (a rule never runs
 // twice at once); the probe's Entry tells the runner how to schedule it.
 // A probe may also run events rules (NPD's temporary rules), whose
-// findings become probes.Events, paced per reason by the group.
+// findings become probes.Events, paced per reason by the group; an
+// events-only probe runs nothing else and feeds no condition.
 package custom
 
 import (
@@ -67,7 +68,7 @@ const (
 const pipeGrace = time.Second
 
 // ProbeNamePrefix starts the name of every custom probe; the condition
-// type follows.
+// type follows, or an events-only probe's Condition.Name.
 const ProbeNamePrefix = "custom-"
 
 // Reasons custom probes report besides the rules' and conditions' own.
@@ -88,6 +89,10 @@ const (
 	ReasonCheckFailed = "CustomCheckFailed"
 	// ReasonChecksPassed is the OK reason of conditions fed by Checks.
 	ReasonChecksPassed = "CustomChecksPassed"
+	// ReasonEventsOnly is the reason of every result of an events-only
+	// probe (see Condition.Name): it feeds no condition, so its result is
+	// always OK, and what its rules find is its Events.
+	ReasonEventsOnly = "EventsOnly"
 )
 
 // Rule is one plugin run for a condition.
@@ -122,9 +127,19 @@ func (r Rule) label() string {
 // Condition is a condition fed by rules: Problem while any rule reports a
 // problem (with that rule's reason and message), else Unknown while any
 // rule cannot tell, else OK with Reason and Message.
+//
+// A Condition without a Type is events-only: it has Events and no Rules,
+// and its probe, named after Name, feeds no condition. It runs NPD's
+// temporary rules of a file that has no condition to carry them.
 type Condition struct {
-	// Type is the condition type, e.g. "NTPProblem".
+	// Type is the condition type, e.g. "NTPProblem"; empty for an
+	// events-only condition.
 	Type string
+	// Name names an events-only condition's probe: ProbeNamePrefix +
+	// Name. It is set exactly when Type is empty; give it a character no
+	// condition type has (NPD files use "npd:" and the file's base name),
+	// so it never names the probe of a condition.
+	Name string
 	// Reason and Message are reported while every rule passes. An empty
 	// Message means the rules' own output.
 	Reason  string
@@ -241,19 +256,13 @@ type run struct {
 func (g *Group) NewProbe(c Condition) (*Probe, error) {
 	c.Rules = append([]Rule(nil), c.Rules...)
 	c.Events = append([]Rule(nil), c.Events...)
-	var errs []error
-	if c.Type == "" || strings.ContainsFunc(c.Type, unicode.IsSpace) {
-		errs = append(errs, fmt.Errorf("Type: %q is not a condition type", c.Type))
-	}
-	if c.Reason == "" {
-		errs = append(errs, errors.New("Reason: must not be empty"))
-	}
-	if len(c.Rules) == 0 {
-		errs = append(errs, errors.New("Rules: a condition needs at least one rule"))
-	}
+	errs := c.fieldErrors()
 	errs = append(errs, ruleErrors("Rules", c.Rules)...)
 	errs = append(errs, ruleErrors("Events", c.Events)...)
 	if err := errors.Join(errs...); err != nil {
+		if c.Type == "" {
+			return nil, fmt.Errorf("custom events-only probe %q: %w", c.Name, err)
+		}
 		return nil, fmt.Errorf("custom condition %q: %w", c.Type, err)
 	}
 	rules := append(append([]Rule(nil), c.Rules...), c.Events...)
@@ -269,6 +278,38 @@ func (g *Group) NewProbe(c Condition) (*Probe, error) {
 		wait:  interval * 7 / 10,
 		state: make([]ruleState, len(rules)),
 	}, nil
+}
+
+// fieldErrors checks c's own fields, not its rules': a condition needs a
+// valid Type, a Reason and a rule; an events-only one (no Type) a Name,
+// events rules and no other rules.
+func (c Condition) fieldErrors() []error {
+	var errs []error
+	if c.Type == "" {
+		if c.Name == "" {
+			errs = append(errs, errors.New("Name: an events-only condition (no Type) needs a name"))
+		}
+		if len(c.Rules) > 0 {
+			errs = append(errs, errors.New("Rules: an events-only condition (no Type) has no condition to feed"))
+		}
+		if len(c.Events) == 0 {
+			errs = append(errs, errors.New("Events: an events-only condition (no Type) needs at least one events rule"))
+		}
+		return errs
+	}
+	if strings.ContainsFunc(c.Type, unicode.IsSpace) {
+		errs = append(errs, fmt.Errorf("Type: %q is not a condition type", c.Type))
+	}
+	if c.Name != "" {
+		errs = append(errs, fmt.Errorf("Name: %q names events-only probes; a condition's probe is named after its Type", c.Name))
+	}
+	if c.Reason == "" {
+		errs = append(errs, errors.New("Reason: must not be empty"))
+	}
+	if len(c.Rules) == 0 {
+		errs = append(errs, errors.New("Rules: a condition needs at least one rule"))
+	}
+	return errs
 }
 
 // ruleErrors checks the rules of the list named field on their own.
@@ -292,19 +333,25 @@ func ruleErrors(field string, rules []Rule) []error {
 	return errs
 }
 
-// NewProbes returns a probe per condition; condition types must be unique.
+// NewProbes returns a probe per condition; condition types, and the names
+// of events-only conditions, must be unique.
 func (g *Group) NewProbes(conds []Condition) ([]*Probe, error) {
 	var (
 		ps   []*Probe
 		errs []error
-		seen = map[string]bool{}
+		seen = map[string]bool{} // probe names
 	)
 	for _, c := range conds {
-		if seen[c.Type] {
-			errs = append(errs, fmt.Errorf("custom condition %q is defined twice", c.Type))
+		name := c.probeName()
+		if seen[name] {
+			if c.Type == "" {
+				errs = append(errs, fmt.Errorf("custom events-only probe %q is defined twice", c.Name))
+			} else {
+				errs = append(errs, fmt.Errorf("custom condition %q is defined twice", c.Type))
+			}
 			continue
 		}
-		seen[c.Type] = true
+		seen[name] = true
 		p, err := g.NewProbe(c)
 		if err != nil {
 			errs = append(errs, err)
@@ -318,11 +365,27 @@ func (g *Group) NewProbes(conds []Condition) ([]*Probe, error) {
 	return ps, nil
 }
 
-// Name returns ProbeNamePrefix and the condition type.
-func (p *Probe) Name() string { return ProbeNamePrefix + p.cond.Type }
+// probeName is the name of c's probe: ProbeNamePrefix and the condition
+// type, or an events-only condition's Name.
+func (c Condition) probeName() string {
+	if c.Type == "" {
+		return ProbeNamePrefix + c.Name
+	}
+	return ProbeNamePrefix + c.Type
+}
 
-// Condition returns the condition type the probe feeds.
+// Name returns ProbeNamePrefix and the condition type, or, for an
+// events-only probe, its condition's Name.
+func (p *Probe) Name() string { return p.cond.probeName() }
+
+// Condition returns the condition type the probe feeds; empty for an
+// events-only probe, which feeds none.
 func (p *Probe) Condition() string { return p.cond.Type }
+
+// MessageUpdates reports whether the probe's condition is an NPD
+// condition with enable_message_change_based_condition_update: a new
+// message while it stays in a problem is news, to be published at once.
+func (p *Probe) MessageUpdates() bool { return p.cond.NPD && p.cond.MessageUpdates }
 
 // Entry schedules the probe: every shortest rule interval, with a timeout
 // of nine tenths of it. A rule's own timeout may be longer (see Probe).
@@ -502,9 +565,14 @@ func (p *Probe) npdLocked(res probes.Result) (probes.Result, *probes.Event) {
 	return res, update
 }
 
-// judge turns the outcomes of the condition's rules into its Result.
+// judge turns the outcomes of the condition's rules into its Result; an
+// events-only probe's is OK with ReasonEventsOnly.
 func (p *Probe) judge(outs []outcome) probes.Result {
 	rules := p.cond.Rules
+	if p.cond.Type == "" {
+		return probes.Result{Status: probes.StatusOK, Reason: ReasonEventsOnly,
+			Message: fmt.Sprintf("no condition: what its %d events rules find is recorded as Events", len(p.cond.Events))}
+	}
 	readings := make([]probes.Reading, len(rules))
 	for i, o := range outs {
 		readings[i] = probes.Reading{Name: rules[i].label(), Value: o.reading}

@@ -608,7 +608,14 @@ func TestNewProbeValidates(t *testing.T) {
 		wantErr string // empty: valid
 	}{
 		{"valid", Condition{Type: "NTPProblem", Reason: "NTPIsUp", Rules: []Rule{ok}}, ""},
-		{"no type", Condition{Reason: "Up", Rules: []Rule{ok}}, `custom condition "": Type: "" is not a condition type`},
+		{"no type: events-only, not a condition", Condition{Reason: "Up", Rules: []Rule{ok}},
+			"custom events-only probe \"\": Name: an events-only condition (no Type) needs a name\nRules: an events-only condition (no Type) has no condition to feed\nEvents: an events-only condition (no Type) needs at least one events rule"},
+		{"events-only", Condition{Name: "npd:iptables-mode-monitor", Events: []Rule{ok}}, ""},
+		{"events-only without a name", Condition{Events: []Rule{ok}}, `custom events-only probe "": Name: an events-only condition (no Type) needs a name`},
+		{"events-only with rules", Condition{Name: "npd:x", Rules: []Rule{ok}, Events: []Rule{ok}}, `custom events-only probe "npd:x": Rules: an events-only condition (no Type) has no condition to feed`},
+		{"events-only without events", Condition{Name: "npd:x"}, "Events: an events-only condition (no Type) needs at least one events rule"},
+		{"events-only rules checked", Condition{Name: "npd:x", Events: with(func(r *Rule) { r.Timeout = 0 })}, "Events[0].Timeout: 0s must be positive"},
+		{"a condition with a name", Condition{Type: "T", Name: "npd:x", Reason: "Up", Rules: []Rule{ok}}, `custom condition "T": Name: "npd:x" names events-only probes; a condition's probe is named after its Type`},
 		{"type with space", Condition{Type: "NTP Problem", Reason: "Up", Rules: []Rule{ok}}, `Type: "NTP Problem" is not a condition type`},
 		{"no reason", Condition{Type: "T", Rules: []Rule{ok}}, "Reason: must not be empty"},
 		{"no rules", Condition{Type: "T", Reason: "Up"}, "Rules: a condition needs at least one rule"},
@@ -636,6 +643,21 @@ func TestNewProbeValidates(t *testing.T) {
 	ps, err := g.NewProbes([]Condition{{Type: "A", Reason: "Up", Rules: []Rule{ok}}, {Type: "B", Reason: "Up", Rules: []Rule{ok}}})
 	if err != nil || len(ps) != 2 || ps[1].Name() != "custom-B" {
 		t.Errorf("NewProbes = %v, %v, want probes custom-A and custom-B", ps, err)
+	}
+	_, err = g.NewProbes([]Condition{{Name: "npd:x", Events: []Rule{ok}}, {Name: "npd:x", Events: []Rule{ok}}})
+	probestest.CheckError(t, "duplicate events-only probes", err, `custom events-only probe "npd:x" is defined twice`)
+	// Events-only probes have no condition type: two of them are not a
+	// condition defined twice.
+	ps, err = g.NewProbes([]Condition{{Name: "npd:x", Events: []Rule{ok}}, {Name: "npd:y", Events: []Rule{ok}}, {Type: "npd", Reason: "Up", Rules: []Rule{ok}}})
+	if err != nil {
+		t.Fatalf("two events-only probes and a condition: %v", err)
+	}
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.Name()+"="+p.Condition())
+	}
+	if want := []string{"custom-npd:x=", "custom-npd:y=", "custom-npd=npd"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got probes %q, want %q", got, want)
 	}
 }
 

@@ -100,9 +100,14 @@ type NPDConfig struct {
 	// order, each with its rules in file order, marked NPD. The first
 	// also carries the file's temporary rules as its Events.
 	Conditions []Condition
+	// EventsOnly, for a file with temporary rules and no condition to
+	// carry them (NPD's network-problem-monitor.json,
+	// iptables-mode-monitor.json, windows-defender-monitor.json), is an
+	// events-only condition (no Type) that runs them, marked NPD. Its
+	// Name is EventsOnlyName of the file's path. Nil otherwise.
+	EventsOnly *Condition
 	// Warnings say what of the file selftaint does not act on, or acts
-	// on where NPD would not: temporary rules of a file without a
-	// condition to carry them, conditions without permanent rules, NPD's
+	// on where NPD would not: conditions without permanent rules, NPD's
 	// own tainting, rule types NPD runs as permanent, and (from
 	// LoadNPDConfig) plugins that are not there. Log them.
 	Warnings []string
@@ -115,6 +120,27 @@ type NPDConfig struct {
 // pluginAt is one rule's plugin path and where the file gives it.
 type pluginAt struct {
 	field, path string
+}
+
+// ProbeConditions is what to build the file's probes from: its
+// Conditions, then EventsOnly if set.
+func (c *NPDConfig) ProbeConditions() []Condition {
+	conds := append([]Condition(nil), c.Conditions...)
+	if c.EventsOnly != nil {
+		conds = append(conds, *c.EventsOnly)
+	}
+	return conds
+}
+
+// EventsOnlyName names the events-only condition of the NPD file at path,
+// and so its probe (ProbeNamePrefix + the name): "npd:" and the file's
+// base name without its extension, e.g. "npd:iptables-mode-monitor". It
+// is stable across restarts and edits of the file, and never the name of
+// a condition's probe: no condition type has a ':'. Two files of
+// temporary rules only must not share a base name.
+func EventsOnlyName(path string) string {
+	base := filepath.Base(path)
+	return "npd:" + strings.TrimSuffix(base, filepath.Ext(base))
 }
 
 // Options returns group options with the file's concurrency and maximum
@@ -156,7 +182,8 @@ func pluginThere(path string) error {
 }
 
 // ParseNPDConfig parses an NPD custom plugin monitor config; path names it
-// in errors. It loads what NPD loads (NPD's CustomPluginConfig
+// in errors, and its events-only probe if it has one (EventsOnlyName). It
+// loads what NPD loads (NPD's CustomPluginConfig
 // ApplyConfiguration and Validate), field names in errors:
 //
 //   - plugin must be "custom";
@@ -179,8 +206,9 @@ func pluginThere(path string) error {
 // warning.
 //
 // Permanent rules become their condition's Rules; temporary rules the
-// first condition's Events (a file without a condition gets a warning for
-// each: selftaint runs them only with a condition's probe). Plugin paths
+// first condition's Events, or, in a file without a condition, those of
+// its EventsOnly condition, whose probe reports them and feeds no
+// condition, as NPD turns them into Events and nothing else. Plugin paths
 // are kept as written, under opts.PluginRoot when absolute, and resolved
 // as NPD resolves them when run: a relative path against the working
 // directory (not the config file's directory), a bare name through $PATH.
@@ -395,13 +423,20 @@ func dropRuleless(conds []Condition, warnings *[]string) []Condition {
 }
 
 // hostTemporary gives the temporary rules to the first condition, whose
-// probe runs them; without a condition it warns about each.
+// probe runs them, or, when the file reports no condition, to an
+// events-only condition of their own (EventsOnly).
 func (c *NPDConfig) hostTemporary(temporary []ruleAt) {
+	if len(temporary) == 0 {
+		return
+	}
+	var host *Condition
+	if len(c.Conditions) > 0 {
+		host = &c.Conditions[0]
+	} else {
+		c.EventsOnly = &Condition{Name: EventsOnlyName(c.Path), NPD: true}
+		host = c.EventsOnly
+	}
 	for _, t := range temporary {
-		if len(c.Conditions) == 0 {
-			c.Warnings = append(c.Warnings, fmt.Sprintf("%s (reason %s, path %s): not run: selftaint runs a file's temporary rules, which NPD turns into Events, with the probe of one of its conditions, and this file reports none", t.field, t.rule.Reason, t.rule.label()))
-			continue
-		}
-		c.Conditions[0].Events = append(c.Conditions[0].Events, t.rule)
+		host.Events = append(host.Events, t.rule)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,6 +87,106 @@ esac
 		}
 		clock.Step(30 * time.Second)
 	}
+}
+
+// TestNPDEventsOnlyFiles loads NPD's files of temporary rules only,
+// unchanged, with their plugins where their relative paths say, and runs
+// them as NPD does: the file's events-only probe runs every rule, reports
+// OK (ReasonEventsOnly) whatever they find, feeds no condition, and turns
+// every exit status but 0 into an Event with the rule's reason.
+func TestNPDEventsOnlyFiles(t *testing.T) {
+	requireLinux(t)
+	tests := []struct {
+		file    string
+		name    string
+		plugins map[string]string // plugin under config/plugin -> the reason of its rule
+	}{
+		{"iptables-mode-monitor.json", "custom-npd:iptables-mode-monitor", map[string]string{"iptables_mode.sh": "IPTablesVersionsMismatch"}},
+		{"network-problem-monitor.json", "custom-npd:network-problem-monitor", map[string]string{"network_problem.sh": "ConntrackFull", "dns_problem.sh": "DNSUnreachable"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			p, set, clock := eventsOnlyProbe(t, tt.file, tt.plugins)
+			if p.Name() != tt.name || p.Condition() != "" || p.MessageUpdates() {
+				t.Fatalf("got probe %s for condition %q, want %s, feeding no condition", p.Name(), p.Condition(), tt.name)
+			}
+			for _, exit := range []int{0, 1, 2, 0} {
+				var want []probes.Event
+				for plugin, reason := range tt.plugins {
+					set[plugin](exit, fmt.Sprintf("exit %d", exit))
+					switch exit {
+					case 1:
+						want = append(want, probes.Event{Reason: reason, Message: "exit 1"})
+					case 2:
+						want = append(want, probes.Event{Reason: reason, Message: "./config/plugin/" + plugin + " could not tell (exit status 2): exit 2"})
+					}
+				}
+				got := p.Probe(context.Background())
+				probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusOK, Reason: ReasonEventsOnly, Message: []string{"no condition"}})
+				if len(got.Readings) != len(tt.plugins) {
+					t.Errorf("exit %d: got readings %v, want one per rule", exit, got.Readings)
+				}
+				byReason := func(a, b probes.Event) int { return strings.Compare(a.Reason, b.Reason) }
+				slices.SortFunc(want, byReason)
+				slices.SortFunc(got.Events, byReason)
+				if fmt.Sprint(got.Events) != fmt.Sprint(want) {
+					t.Errorf("exit %d: got events %v, want %v", exit, got.Events, want)
+				}
+				// Past the longest interval (iptables-mode-monitor.json:
+				// a day): every rule is due again.
+				clock.Step(24 * time.Hour)
+			}
+		})
+	}
+}
+
+// eventsOnlyProbe writes the shipped NPD file, unchanged, to a new
+// directory, with a state script (see stateScript) at each of its plugins'
+// relative paths (config/plugin/<name>, the map's keys), changes into the
+// directory, loads the file and returns its one probe, the scripts'
+// setters by plugin and the group's clock. The file must have no condition
+// and load without warnings.
+func eventsOnlyProbe(t *testing.T, file string, plugins map[string]string) (*Probe, map[string]func(int, string), *probestest.FakeClock) {
+	t.Helper()
+	dir := t.TempDir()
+	pluginDir := filepath.Join(dir, "config", "plugin")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]func(int, string){}
+	for plugin := range plugins {
+		base := strings.TrimSuffix(plugin, ".sh")
+		var script string
+		script, set[plugin] = stateScript(t, dir, base)
+		writeScript(t, pluginDir, plugin, fmt.Sprintf("exec %s\n", script))
+	}
+	config := filepath.Join(dir, "config", file)
+	if err := os.WriteFile(config, readNPD(t, file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	cfg, err := LoadNPDConfig(config, NPDOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Warnings) != 0 || len(cfg.Conditions) != 0 || cfg.EventsOnly == nil {
+		t.Fatalf("got warnings %q, conditions %v, events-only %v; want no warning, no condition, an events-only condition", cfg.Warnings, cfg.Conditions, cfg.EventsOnly)
+	}
+	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	opts := cfg.Options()
+	opts.Clock = clock
+	g, err := NewGroup(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := g.NewProbes(cfg.ProbeConditions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 {
+		t.Fatalf("got probes %v, want one", ps)
+	}
+	return ps[0], set, clock
 }
 
 // TestRuleTimeoutAboveInterval runs a rule the way NPD's health checkers

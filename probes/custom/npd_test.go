@@ -158,36 +158,39 @@ func readNPD(t *testing.T, name string) []byte {
 // TestNPDShippedConfigs loads every custom plugin monitor config NPD
 // ships, unchanged: NPD accepts each, and so must selftaint, with every
 // rule a probe can run (the runner taking the probe's Entry), including
-// the health checkers whose 3m timeout is far above their 10s interval.
+// the health checkers whose 3m timeout is far above their 10s interval,
+// and the files of temporary rules only, whose events-only probe is named
+// after the file and feeds no condition.
 func TestNPDShippedConfigs(t *testing.T) {
-	type cond struct {
-		typ            string
+	type probe struct {
+		name, cond     string // the probe's name and condition ("": events only)
 		rules, events  int
 		every, timeout time.Duration // of the probe's Entry
 	}
+	health := func(cond string) []probe {
+		return []probe{{"custom-" + cond, cond, 1, 0, 10 * time.Second, 9 * time.Second}}
+	}
+	counter := func(cond string) probe {
+		return probe{"custom-" + cond, cond, 1, 0, 5 * time.Minute, 270 * time.Second}
+	}
 	tests := []struct {
 		file   string
-		conds  []cond
-		notRun int // temporary rules with no condition to carry them
+		probes []probe
 	}{
-		{"custom-plugin-monitor.json", []cond{{"NTPProblem", 1, 1, 30 * time.Second, 27 * time.Second}}, 0},
-		{"docker-monitor-counter.json", []cond{{"CorruptDockerOverlay2", 1, 0, 5 * time.Minute, 270 * time.Second}}, 0},
-		{"health-checker-containerd.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
-		{"health-checker-docker.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
-		{"health-checker-kubelet.json", []cond{{"KubeletUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
-		{"iptables-mode-monitor.json", nil, 1},
-		{"kernel-monitor-counter.json", []cond{{"FrequentUnregisterNetDevice", 1, 0, 5 * time.Minute, 270 * time.Second}}, 0},
-		{"network-problem-monitor.json", nil, 2},
-		{"systemd-monitor-counter.json", []cond{
-			{"FrequentKubeletRestart", 1, 0, 5 * time.Minute, 270 * time.Second},
-			{"FrequentDockerRestart", 1, 0, 5 * time.Minute, 270 * time.Second},
-			{"FrequentContainerdRestart", 1, 0, 5 * time.Minute, 270 * time.Second},
-		}, 0},
-		{"windows-defender-monitor.json", nil, 1},
-		{"windows-health-checker-containerd.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
-		{"windows-health-checker-docker.json", []cond{{"ContainerRuntimeUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
-		{"windows-health-checker-kubelet.json", []cond{{"KubeletUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
-		{"windows-health-checker-kubeproxy.json", []cond{{"KubeProxyUnhealthy", 1, 0, 10 * time.Second, 9 * time.Second}}, 0},
+		{"custom-plugin-monitor.json", []probe{{"custom-NTPProblem", "NTPProblem", 1, 1, 30 * time.Second, 27 * time.Second}}},
+		{"docker-monitor-counter.json", []probe{counter("CorruptDockerOverlay2")}},
+		{"health-checker-containerd.json", health("ContainerRuntimeUnhealthy")},
+		{"health-checker-docker.json", health("ContainerRuntimeUnhealthy")},
+		{"health-checker-kubelet.json", health("KubeletUnhealthy")},
+		{"iptables-mode-monitor.json", []probe{{"custom-npd:iptables-mode-monitor", "", 0, 1, 86400 * time.Second, 77760 * time.Second}}},
+		{"kernel-monitor-counter.json", []probe{counter("FrequentUnregisterNetDevice")}},
+		{"network-problem-monitor.json", []probe{{"custom-npd:network-problem-monitor", "", 0, 2, 30 * time.Second, 27 * time.Second}}},
+		{"systemd-monitor-counter.json", []probe{counter("FrequentKubeletRestart"), counter("FrequentDockerRestart"), counter("FrequentContainerdRestart")}},
+		{"windows-defender-monitor.json", []probe{{"custom-npd:windows-defender-monitor", "", 0, 1, 10 * time.Minute, 9 * time.Minute}}},
+		{"windows-health-checker-containerd.json", health("ContainerRuntimeUnhealthy")},
+		{"windows-health-checker-docker.json", health("ContainerRuntimeUnhealthy")},
+		{"windows-health-checker-kubelet.json", health("KubeletUnhealthy")},
+		{"windows-health-checker-kubeproxy.json", health("KubeProxyUnhealthy")},
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "npd", "*.json"))
 	if err != nil {
@@ -202,29 +205,25 @@ func TestNPDShippedConfigs(t *testing.T) {
 			if err := npdValidate(data); err != nil {
 				t.Fatalf("NPD refuses its own config: %v", err)
 			}
-			c, err := ParseNPDConfig(data, tt.file, NPDOptions{})
+			c, err := ParseNPDConfig(data, filepath.Join("/etc/node-problem-detector/config", tt.file), NPDOptions{})
 			if err != nil {
 				t.Fatalf("NPD accepts it, selftaint refuses it: %v", err)
 			}
-			var got []cond
+			var got []probe
 			for _, e := range probeEntries(t, c) {
 				p := e.Probe.(*Probe)
-				got = append(got, cond{p.cond.Type, len(p.cond.Rules), len(p.cond.Events), e.Interval, e.Timeout})
+				got = append(got, probe{p.Name(), p.Condition(), len(p.cond.Rules), len(p.cond.Events), e.Interval, e.Timeout})
 				if !p.cond.NPD {
-					t.Errorf("%s: not marked NPD", p.cond.Type)
+					t.Errorf("%s: not marked NPD", p.Name())
 				}
 			}
-			if fmt.Sprint(got) != fmt.Sprint(tt.conds) {
-				t.Errorf("got conditions %v, want %v", got, tt.conds)
+			if fmt.Sprint(got) != fmt.Sprint(tt.probes) {
+				t.Errorf("got probes %v, want %v", got, tt.probes)
 			}
-			notRun := 0
 			for _, w := range c.Warnings {
 				if strings.Contains(w, "not run") {
-					notRun++
+					t.Errorf("got warning %q: every rule runs", w)
 				}
-			}
-			if notRun != tt.notRun {
-				t.Errorf("got %d temporary rules not run (warnings %q), want %d", notRun, c.Warnings, tt.notRun)
 			}
 		})
 	}
@@ -238,7 +237,7 @@ func probeEntries(t *testing.T, c *NPDConfig) []probes.Entry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := g.NewProbes(c.Conditions)
+	ps, err := g.NewProbes(c.ProbeConditions())
 	if err != nil {
 		t.Fatalf("NewProbes: %v", err)
 	}
@@ -527,11 +526,12 @@ func TestParseNPDConfigAsNPDRunsIt(t *testing.T) {
 		return `{"plugin":"custom","conditions":[` + conds + `],"rules":[` + rules + `]}`
 	}
 	tests := []struct {
-		name         string
-		in           string
-		wantRules    []string // the reasons of each condition's rules, joined by ","
-		wantEvents   int      // events rules of the first condition
-		wantWarnings []string // substrings, one per warning
+		name           string
+		in             string
+		wantRules      []string // the reasons of each condition's rules, joined by ","
+		wantEvents     int      // events rules of the first condition, or of the events-only one
+		wantEventsOnly string   // the events-only condition's name; empty: none
+		wantWarnings   []string // substrings, one per warning
 	}{
 		{
 			name:      "other rule type runs as permanent",
@@ -554,9 +554,16 @@ func TestParseNPDConfigAsNPDRunsIt(t *testing.T) {
 			wantRules: []string{"Down", "Down"}, wantEvents: 2,
 		},
 		{
-			name:      "temporary rules of a file without a condition",
-			in:        conf(``, `{"type":"temporary","reason":"T1","path":"/t"}`),
-			wantRules: nil, wantWarnings: []string{"rules[0] (reason T1, path /t): not run"},
+			name:       "temporary rules of a file without a condition: an events-only probe runs them",
+			in:         conf(``, `{"type":"temporary","reason":"T1","path":"/t"},{"type":"temporary","reason":"T2","path":"/u"}`),
+			wantRules:  nil,
+			wantEvents: 2, wantEventsOnly: "npd:x",
+		},
+		{
+			name:       "temporary rules of a file whose only condition has no permanent rule",
+			in:         conf(`{"type":"C","reason":"Up"}`, `{"type":"temporary","reason":"T1","path":"/t"}`),
+			wantRules:  nil,
+			wantEvents: 1, wantEventsOnly: "npd:x", wantWarnings: []string{"condition C has no permanent rule; selftaint does not report it"},
 		},
 	}
 	for _, tt := range tests {
@@ -576,8 +583,19 @@ func TestParseNPDConfigAsNPDRunsIt(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tt.wantRules) {
 				t.Errorf("got rules %q, want %q", got, tt.wantRules)
 			}
-			if len(c.Conditions) > 0 && len(c.Conditions[0].Events) != tt.wantEvents {
-				t.Errorf("got %d events rules, want %d", len(c.Conditions[0].Events), tt.wantEvents)
+			var events []Rule
+			var eventsOnly string
+			switch {
+			case c.EventsOnly != nil:
+				events, eventsOnly = c.EventsOnly.Events, c.EventsOnly.Name
+				if c.EventsOnly.Type != "" || len(c.EventsOnly.Rules) != 0 || !c.EventsOnly.NPD {
+					t.Errorf("events-only condition %+v: want no type, no rules, marked NPD", *c.EventsOnly)
+				}
+			case len(c.Conditions) > 0:
+				events = c.Conditions[0].Events
+			}
+			if len(events) != tt.wantEvents || eventsOnly != tt.wantEventsOnly {
+				t.Errorf("got %d events rules, events-only %q; want %d, %q", len(events), eventsOnly, tt.wantEvents, tt.wantEventsOnly)
 			}
 			if len(c.Warnings) != len(tt.wantWarnings) {
 				t.Fatalf("got warnings %q, want %q", c.Warnings, tt.wantWarnings)

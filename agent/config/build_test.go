@@ -1,0 +1,102 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckProbeSpecs builds the specs of checks sections: NPD files of
+// temporary rules only are events-only specs, named after the file, as
+// many as there are files; NPD conditions with
+// enable_message_change_based_condition_update carry MessageUpdates,
+// other conditions not.
+func TestCheckProbeSpecs(t *testing.T) {
+	npd := func(name string) string {
+		path, err := filepath.Abs(filepath.Join("../../probes/custom/testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// The same file under a second directory: the same base name.
+	again := filepath.Join(t.TempDir(), "iptables-mode-monitor.json")
+	data, err := os.ReadFile(npd("npd/iptables-mode-monitor.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(again, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		checks  string
+		want    []string // probe=condition, with " messageUpdates" where set
+		wantErr string
+	}{
+		{
+			name:   "files of temporary rules only: one events-only spec each",
+			checks: fmt.Sprintf("npdConfigs: [%s, %s, %s]", npd("npd/iptables-mode-monitor.json"), npd("npd/network-problem-monitor.json"), npd("npd/windows-defender-monitor.json")),
+			want:   []string{"custom-npd:iptables-mode-monitor=", "custom-npd:network-problem-monitor=", "custom-npd:windows-defender-monitor="},
+		},
+		{
+			name:   "beside conditions and custom checks",
+			checks: fmt.Sprintf("custom: [{name: ntp, condition: NTPProblem, path: /bin/true}]\n  npdConfigs: [%s, %s]", npd("npd/health-checker-kubelet.json"), npd("npd/iptables-mode-monitor.json")),
+			want:   []string{"custom-NTPProblem=NTPProblem", "custom-KubeletUnhealthy=KubeletUnhealthy", "custom-npd:iptables-mode-monitor="},
+		},
+		{
+			name:   "enable_message_change_based_condition_update",
+			checks: fmt.Sprintf("npdConfigs: [%s]", npd("network-problems.json")),
+			want:   []string{"custom-ConntrackFull=ConntrackFull messageUpdates", "custom-DNSProblem=DNSProblem messageUpdates"},
+		},
+		{
+			name:    "two files of temporary rules only with one base name",
+			checks:  fmt.Sprintf("npdConfigs: [%s, %s]", npd("npd/iptables-mode-monitor.json"), again),
+			wantErr: "checks.npdConfigs[1] (" + again + "): its events-only probe custom-npd:iptables-mode-monitor, named after the file, is also checks.npdConfigs[0] (" + npd("npd/iptables-mode-monitor.json") + ")'s",
+		},
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tt := range tests {
+		cfg, err := Parse([]byte("checks:\n  " + tt.checks + "\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		specs, err := cfg.CheckProbeSpecs(log)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: got error %v, want one containing %q", tt.name, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		var got []string
+		for _, s := range specs {
+			g := s.Entry.Probe.Name() + "=" + string(s.Condition)
+			if s.MessageUpdates {
+				g += " messageUpdates"
+			}
+			if s.EventsOnly() != (s.Condition == "") {
+				t.Errorf("%s: %s: EventsOnly() %v with condition %q", tt.name, g, s.EventsOnly(), s.Condition)
+			}
+			got = append(got, g)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: got specs %q, want %q", tt.name, got, tt.want)
+		}
+		conds, err := cfg.CheckConditions(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range conds {
+			if c == "" {
+				t.Errorf("%s: CheckConditions %q names an empty condition", tt.name, conds)
+			}
+		}
+	}
+}

@@ -427,30 +427,38 @@ func (spec readSpec) readers() []reader {
 	return rs
 }
 
-// fieldValue reads one NVML field as an unsigned integer.
-func fieldValue(h nvml.Device, id uint32) (uint64, nvml.Return) {
-	fv := []nvml.FieldValue{{FieldId: id}}
+// fieldValues reads NVML fields as unsigned integers, all or none.
+func fieldValues(h nvml.Device, ids ...uint32) ([]uint64, nvml.Return) {
+	fv := make([]nvml.FieldValue, len(ids))
+	for i, id := range ids {
+		fv[i].FieldId = id
+	}
 	if ret := h.GetFieldValues(fv); ret != nvml.SUCCESS {
-		return 0, ret
+		return nil, ret
 	}
-	switch ret := nvml.Return(fv[0].NvmlReturn); ret {
-	case nvml.SUCCESS:
-	case nvml.ERROR_INVALID_ARGUMENT:
-		// A driver older than the field answers so: not offered.
-		return 0, nvml.ERROR_NOT_SUPPORTED
-	default:
-		return 0, ret
+	out := make([]uint64, len(fv))
+	for i, f := range fv {
+		switch ret := nvml.Return(f.NvmlReturn); ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_INVALID_ARGUMENT:
+			// A driver older than the field answers so: not offered.
+			return nil, nvml.ERROR_NOT_SUPPORTED
+		default:
+			return nil, ret
+		}
+		out[i] = binary.NativeEndian.Uint64(f.Value[:])
+		if nvml.ValueType(f.ValueType) == nvml.VALUE_TYPE_UNSIGNED_INT {
+			out[i] = uint64(binary.NativeEndian.Uint32(f.Value[:4]))
+		}
 	}
-	switch nvml.ValueType(fv[0].ValueType) {
-	case nvml.VALUE_TYPE_UNSIGNED_INT:
-		return uint64(binary.NativeEndian.Uint32(fv[0].Value[:4])), nvml.SUCCESS
-	default:
-		return binary.NativeEndian.Uint64(fv[0].Value[:]), nvml.SUCCESS
-	}
+	return out, nvml.SUCCESS
 }
 
-func readRecovery(h nvml.Device, v *values) (ret nvml.Return) {
-	v.recovery, ret = fieldValue(h, fieldRecoveryAction)
+func readRecovery(h nvml.Device, v *values) nvml.Return {
+	n, ret := fieldValues(h, fieldRecoveryAction)
+	if ret == nvml.SUCCESS {
+		v.recovery = n[0]
+	}
 	return ret
 }
 
@@ -464,19 +472,9 @@ func readRemap(h nvml.Device, v *values, has symbols) nvml.Return {
 	if ret != nvml.ERROR_NOT_SUPPORTED || !has.fields {
 		return ret
 	}
-	fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_REMAPPED_COR}, {FieldId: nvml.FI_DEV_REMAPPED_UNC}, {FieldId: nvml.FI_DEV_REMAPPED_PENDING}, {FieldId: nvml.FI_DEV_REMAPPED_FAILURE}}
-	if ret := h.GetFieldValues(fv); ret != nvml.SUCCESS {
+	n, ret := fieldValues(h, nvml.FI_DEV_REMAPPED_COR, nvml.FI_DEV_REMAPPED_UNC, nvml.FI_DEV_REMAPPED_PENDING, nvml.FI_DEV_REMAPPED_FAILURE)
+	if ret != nvml.SUCCESS {
 		return ret
-	}
-	var n [4]uint64
-	for i := range fv {
-		if r := nvml.Return(fv[i].NvmlReturn); r != nvml.SUCCESS {
-			return r
-		}
-		n[i] = binary.NativeEndian.Uint64(fv[i].Value[:])
-		if nvml.ValueType(fv[i].ValueType) == nvml.VALUE_TYPE_UNSIGNED_INT {
-			n[i] = uint64(binary.NativeEndian.Uint32(fv[i].Value[:4]))
-		}
 	}
 	v.remapCorr, v.remapUnc, v.remapPending, v.remapFailed = int(n[0]), int(n[1]), n[2] != 0, n[3] != 0
 	return nvml.SUCCESS

@@ -5,11 +5,22 @@
 # It starts etcd and kube-apiserver on loopback (in a temporary directory,
 # removed again at exit), creates a Node per variant, runs `selftaint agent`
 # for it with the built-in default config (the probes read this host) and,
-# after -t seconds, reads /proc/PID/smaps_rollup, /proc/PID/smaps and
-# /proc/PID/pagemap. For each variant it prints the binary's size and ELF
-# type, Rss = Anonymous + file-backed, the largest mappings, and the
-# resident part of each ELF section of the binary (section addresses from
-# readelf -S, residency from the pagemap's present bits); then a summary.
+# at each of the -t times after its start, reads /proc/PID/smaps_rollup,
+# /proc/PID/smaps, /proc/PID/pagemap and /proc/PID/stat. For each variant
+# and time it prints the binary's size and ELF type, Rss = Anonymous +
+# file-backed, the CPU time and page faults since the start, the largest
+# mappings, and the resident part of each ELF section of the binary (section
+# addresses from readelf -S, residency from the pagemap's present bits);
+# then a summary, a row per variant and time.
+#
+# The agent sheds its start-up pages (--shed-startup-memory, on by default:
+# madvise(MADV_PAGEOUT) over its binary's read-only mappings) 30 s after its
+# first sync, which is a few seconds after the start here: a time under
+# about 40 s measures it before the shed. RSS_AGENT_ARGS=
+# --shed-startup-memory=false measures without it (an agent older than the
+# flag refuses it). To see whether Rss creeps back as the steady-state loop
+# touches code, measure twice, e.g. -t 60,180: the CPU time and faults
+# between the two show whether pages fault back in a storm.
 #
 # Usage:
 #   hack/rss.sh [options] [LABEL=BINARY ...]
@@ -25,7 +36,9 @@
 #   pie        -buildmode=pie -ldflags "-s -w"
 #
 # Options:
-#   -t SECONDS  how long each agent runs before it is measured (default 60)
+#   -t SECONDS[,SECONDS...]
+#               when to measure each agent, in seconds after its start
+#               (default 60); several times, ascending, measure it at each
 #   -n N        how many mappings to list per variant (default 8)
 #   -c MODE     the page cache of the binary when the agent starts. The
 #               binary is copied into the temporary directory first, except
@@ -44,7 +57,9 @@
 # Environment: ETCD_BIN, KUBE_BIN_DIR (as for the tests), RSS_VARIANTS,
 # RSS_LDFLAGS, RSS_SRC (the tree to build the variants from, default the
 # repository), RSS_AGENT_ENV (VAR=VALUE words given to every agent, e.g.
-# "GOGC=50").
+# "GOGC=50"), RSS_AGENT_ARGS (more flags for every agent, after the
+# script's: e.g. "--shed-startup-memory=false", or "--log-level=info" to
+# see the agent's one line about the shed in its log, printed per variant).
 #
 # Needs: etcd ($ETCD_BIN or $PATH; `make etcd`), kube-apiserver
 # ($KUBE_BIN_DIR or <repo>/bin; `make kube-binaries`), openssl, curl,
@@ -57,13 +72,13 @@ die() {
 }
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DURATION=60
+TIMES=60
 TOPN=8
 CACHE=warm
 KEEP=0
 while getopts "t:n:c:kh" opt; do
 	case $opt in
-	t) DURATION=$OPTARG ;;
+	t) TIMES=$OPTARG ;;
 	n) TOPN=$OPTARG ;;
 	c) CACHE=$OPTARG ;;
 	k) KEEP=1 ;;
@@ -76,7 +91,11 @@ while getopts "t:n:c:kh" opt; do
 done
 shift $((OPTIND - 1))
 case $CACHE in warm | cold | small | asis) ;; *) die "-c must be warm, cold, small or asis" ;; esac
-[[ $DURATION =~ ^[0-9]+$ ]] || die "-t wants whole seconds"
+[[ $TIMES =~ ^[0-9]+(,[0-9]+)*$ ]] || die "-t wants whole seconds, or several separated by commas"
+IFS=, read -r -a AT <<<"$TIMES"
+for ((i = 1; i < ${#AT[@]}; i++)); do
+	((AT[i] > AT[i - 1])) || die "-t: the times must ascend"
+done
 [[ $TOPN =~ ^[0-9]+$ ]] || die "-n wants a number"
 
 # Keep in step with SELFTAINT_LDFLAGS in the Makefile (`make rss` passes it).
@@ -112,6 +131,7 @@ if (($# == 0)); then
 	command -v go >/dev/null 2>&1 || die "go not found on PATH (needed to build the variants)"
 fi
 read -r -a AGENT_ENV <<<"${RSS_AGENT_ENV:-}"
+read -r -a AGENT_ARGS <<<"${RSS_AGENT_ARGS:-}"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/selftaint-rss.XXXXXX")
 PIDS=()
@@ -254,6 +274,7 @@ echo "control plane up: etcd $ETCD_URL, kube-apiserver $API (dir $WORK)" >&2
 # --- measuring ---------------------------------------------------------------
 
 PAGE=$(getconf PAGESIZE)
+TICKS=$(getconf CLK_TCK)
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
 # drop FILE: drop FILE's clean pages from the page cache.
@@ -330,6 +351,55 @@ mappings_report() {
 		awk -v top="$TOPN" 'NR <= top { printf "  %8d %8d  %s %s %s %s\n", $1, $2, $3, $4, $5, $6 }'
 }
 
+# cpu_faults PID: the CPU time (user + system, seconds) and the minor and
+# major page faults of PID since its start, from /proc/PID/stat (fields after
+# the command name, which may hold spaces: minflt 10, majflt 12, utime 14,
+# stime 15).
+cpu_faults() {
+	local stat
+	stat=$(<"/proc/$1/stat")
+	stat=${stat##*) }
+	# shellcheck disable=SC2086
+	set -- $stat
+	awk -v u="${12}" -v s="${13}" -v t="$TICKS" -v mi="${8}" -v ma="${10}" \
+		'BEGIN { printf "%.2f %d %d\n", (u + s) / t, mi, ma }'
+}
+
+# report LABEL BIN PID NODE LOG SECONDS: one measurement of a running agent;
+# appends a row to SUMMARY.
+report() {
+	local label=$1 bin=$2 pid=$3 node=$4 log=$5 at=$6 conds rss anon pmd file hwm size etype needed cpu minflt majflt
+	conds=$(kapi "$API/api/v1/nodes/$node" | grep -c '"lastHeartbeatTime"' || true)
+	read -r rss anon pmd < <(awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } /^FilePmdMapped:/ { p = $2 }
+		END { print r, a, p + 0 }' "/proc/$pid/smaps_rollup")
+	read -r cpu minflt majflt < <(cpu_faults "$pid")
+	file=$((rss - anon))
+	hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
+	size=$(stat -c %s "$bin")
+	etype=$(readelf -hW "$bin" | awk -F: '/Type:/ { sub(/^ +/, "", $2); print $2 }')
+	needed=$(readelf -dW "$bin" | awk '/NEEDED/ { printf "%s ", $5 }')
+	echo
+	echo "=== $label ($bin) at ${at}s"
+	echo "size $(mib $((size / 1024))) MiB; ELF type $etype; NEEDED ${needed:-none}"
+	echo "LOAD segments: offset vaddr filesz flags, and (vaddr - offset) mod 2 MiB: a 2 MiB folio fits a page table only where that is 0"
+	readelf -lW "$bin" | awk '$1 == "LOAD" { f = $7; for (i = 8; i < NF; i++) f = f $i; print $2, $3, $5, f }' |
+		while read -r off vaddr fsz flags; do
+			printf '  %-10s %-18s %-10s %-3s %#x\n' "$off" "$vaddr" "$fsz" "$flags" $(((vaddr - off) % 0x200000))
+		done
+	echo "after ${at}s (page cache: $CACHE): Rss $(mib "$rss") MiB = Anonymous $(mib "$anon") + file-backed $(mib "$file")" \
+		"(of which PMD-mapped $(mib "$pmd")); peak (VmHWM) $(mib "$hwm") MiB; Node conditions: $conds"
+	echo "since the start: CPU (user + system) ${cpu}s; page faults: $minflt minor, $majflt major"
+	grep -h 'shed start-up memory' "$log" 2>/dev/null | sed 's/^/agent log: /' || true
+	((conds > 0)) || echo "warning: the agent has published no condition: not a steady state (see $log, -k keeps it)"
+	echo "largest mappings (KiB):"
+	echo "       rss     anon  range perms offset path"
+	mappings_report "$pid"
+	echo "resident part of each section of the binary (pagemap):"
+	sections_report "$pid" "$bin"
+	SUMMARY+=("$(printf '%-14s %5s %7s %-5s %7s %7s %7s %7s %7s %8s %6s %5s' "$label" "$at" "$(mib $((size / 1024)))" "${etype%% *}" \
+		"$(mib "$rss")" "$(mib "$anon")" "$(mib "$file")" "$(mib "$hwm")" "$cpu" "$minflt" "$majflt" "$conds")")
+}
+
 SUMMARY=()
 for i in "${!LABELS[@]}"; do
 	label=${LABELS[$i]}
@@ -344,50 +414,29 @@ for i in "${!LABELS[@]}"; do
 	if [[ $("$bin" agent -h 2>&1 || true) == *-metrics-address* ]]; then
 		args+=(--metrics-address=127.0.0.1:0)
 	fi
+	args+=(${AGENT_ARGS[@]+"${AGENT_ARGS[@]}"})
 	env ${AGENT_ENV[@]+"${AGENT_ENV[@]}"} "$bin" "${args[@]}" >"$log" 2>&1 &
 	pid=$!
 	PIDS+=("$pid")
-	echo "variant $label: agent pid $pid on node $node; measuring after ${DURATION}s..." >&2
-	for _ in $(seq "$DURATION"); do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			tail -20 "$log" >&2
-			die "agent ($label) exited early (log above)"
-		fi
-		sleep 1
-	done
-	conds=$(kapi "$API/api/v1/nodes/$node" | grep -c '"lastHeartbeatTime"' || true)
-
-	read -r rss anon pmd < <(awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } /^FilePmdMapped:/ { p = $2 }
-		END { print r, a, p + 0 }' "/proc/$pid/smaps_rollup")
-	file=$((rss - anon))
-	hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
-	size=$(stat -c %s "$bin")
-	etype=$(readelf -hW "$bin" | awk -F: '/Type:/ { sub(/^ +/, "", $2); print $2 }')
-	needed=$(readelf -dW "$bin" | awk '/NEEDED/ { printf "%s ", $5 }')
-	echo
-	echo "=== $label ($bin)"
-	echo "size $(mib $((size / 1024))) MiB; ELF type $etype; NEEDED ${needed:-none}"
-	echo "LOAD segments: offset vaddr filesz flags, and (vaddr - offset) mod 2 MiB: a 2 MiB folio fits a page table only where that is 0"
-	readelf -lW "$bin" | awk '$1 == "LOAD" { f = $7; for (i = 8; i < NF; i++) f = f $i; print $2, $3, $5, f }' |
-		while read -r off vaddr fsz flags; do
-			printf '  %-10s %-18s %-10s %-3s %#x\n' "$off" "$vaddr" "$fsz" "$flags" $(((vaddr - off) % 0x200000))
+	started=$SECONDS
+	echo "variant $label: agent pid $pid on node $node; measuring after ${TIMES//,/, }s..." >&2
+	for at in "${AT[@]}"; do
+		while ((SECONDS - started < at)); do
+			if ! kill -0 "$pid" 2>/dev/null; then
+				tail -20 "$log" >&2
+				die "agent ($label) exited early (log above)"
+			fi
+			sleep 1
 		done
-	echo "after ${DURATION}s (page cache: $CACHE): Rss $(mib "$rss") MiB = Anonymous $(mib "$anon") + file-backed $(mib "$file")" \
-		"(of which PMD-mapped $(mib "$pmd")); peak (VmHWM) $(mib "$hwm") MiB; Node conditions: $conds"
-	((conds > 0)) || echo "warning: the agent has published no condition: not a steady state (see $log, -k keeps it)"
-	echo "largest mappings (KiB):"
-	echo "       rss     anon  range perms offset path"
-	mappings_report "$pid"
-	echo "resident part of each section of the binary (pagemap):"
-	sections_report "$pid" "$bin"
-	SUMMARY+=("$(printf '%-14s %7s %-5s %7s %7s %7s %7s %7s' "$label" "$(mib $((size / 1024)))" "${etype%% *}" \
-		"$(mib "$rss")" "$(mib "$anon")" "$(mib "$file")" "$(mib "$hwm")" "$conds")")
+		report "$label" "$bin" "$pid" "$node" "$log" "$at"
+	done
 
 	stop "$pid"
 	kapi -X DELETE "$API/api/v1/nodes/$node" >/dev/null || true
 done
 
 echo
-echo "summary (MiB; page cache: $CACHE; measured ${DURATION}s after start${RSS_AGENT_ENV:+; agent env: $RSS_AGENT_ENV})"
-printf '%-14s %7s %-5s %7s %7s %7s %7s %7s\n' variant size elf rss anon file peak conds
+echo "summary (MiB; page cache: $CACHE; at: seconds after the agent's start; cpu: user + system seconds since the start;" \
+	"faults since the start${RSS_AGENT_ENV:+; agent env: $RSS_AGENT_ENV}${RSS_AGENT_ARGS:+; agent args: $RSS_AGENT_ARGS})"
+printf '%-14s %5s %7s %-5s %7s %7s %7s %7s %7s %8s %6s %5s\n' variant at size elf rss anon file peak cpu-s minflt majflt conds
 printf '%s\n' "${SUMMARY[@]}"

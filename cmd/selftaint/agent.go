@@ -31,7 +31,10 @@ type agentFlags struct {
 	// admissionPolicy is the policy the agent checks its config against
 	// at start-up.
 	admissionPolicy string
-	observe         observeFlags
+	// shedStartupMemory: page out the binary's start-up-only pages once
+	// the agent is in steady state (memory.go).
+	shedStartupMemory bool
+	observe           observeFlags
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet) {
@@ -43,6 +46,7 @@ func (f *agentFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.qps, "kube-api-qps", 5, "client-side limit on API requests per second")
 	fs.IntVar(&f.burst, "kube-api-burst", 10, "client-side burst of API requests")
 	fs.StringVar(&f.admissionPolicy, "admission-policy", "selftaint-own-node", "the ValidatingAdmissionPolicy that confines the agent: read at start-up to warn when its parameters do not match the config; empty skips the check")
+	fs.BoolVar(&f.shedStartupMemory, "shed-startup-memory", true, "30s after the first sync, page out the binary's pages (madvise MADV_PAGEOUT, Linux >= 5.4) so that only those the steady-state loop touches become resident again: lower Rss for a few page faults once")
 	f.observe.register(fs)
 }
 
@@ -123,6 +127,9 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	wait, err := obs.serve(ctx, a, logger)
 	if err != nil {
 		return err
+	}
+	if f.shedStartupMemory {
+		startShedding(ctx, a.Ready, logger)
 	}
 	runErr := a.Run(ctx)
 	cancel()

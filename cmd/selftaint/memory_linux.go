@@ -1,0 +1,121 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// shedExecutable pages out the file-backed pages of the process's own
+// executable (see memory.go) and logs the outcome once.
+func shedExecutable(logger *slog.Logger) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		logger.Debug("shed start-up memory: skipped", "err", err)
+		return
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		logger.Debug("shed start-up memory: skipped", "err", err)
+		return
+	}
+	ranges, err := exeRanges(f, exe)
+	_ = f.Close()
+	if err != nil {
+		logger.Debug("shed start-up memory: skipped", "err", err)
+		return
+	}
+	before := fileRSS()
+	advised, ok := pageOut(ranges, madvisePageout, logger)
+	if !ok {
+		return
+	}
+	after := fileRSS()
+	attrs := []any{"binary", exe, "advisedMiB", mib(int64(advised)), "fileBackedRssMiB", mib(before), "afterMiB", mib(after)}
+	if before >= 0 && after >= 0 && after > before*9/10 {
+		// Pages another process maps too are left alone as well.
+		if hint := pageoutHint(exe); hint != "" {
+			attrs = append(attrs, "hint", hint)
+		}
+		logger.Info("shed start-up memory: the kernel paged out little or nothing", attrs...)
+		return
+	}
+	logger.Info("shed start-up memory: paged out the binary's file-backed pages", attrs...)
+}
+
+// pageOut advises each range with advise (madvisePageout) and returns how
+// many bytes it advised; ok is false, with one debug line logged, when the
+// kernel refuses the advice as unknown (EINVAL on the first range).
+func pageOut(ranges []memRange, advise func(memRange) error, logger *slog.Logger) (advised uintptr, ok bool) {
+	for i, r := range ranges {
+		if err := advise(r); err != nil {
+			if errors.Is(err, unix.EINVAL) && i == 0 {
+				logger.Debug("shed start-up memory: madvise(MADV_PAGEOUT) refused (EINVAL: Linux < 5.4, or locked memory); nothing shed")
+				return 0, false
+			}
+			// ENOMEM: the range is no longer mapped; go on with the rest.
+			logger.Debug("shed start-up memory: madvise failed", "range", fmt.Sprintf("%#x-%#x", r.start, r.end), "err", err)
+			continue
+		}
+		advised += r.size()
+	}
+	return advised, true
+}
+
+// madvisePageout is madvise(MADV_PAGEOUT) over r: the raw system call, as r
+// is memory this program does not own as a Go value.
+func madvisePageout(r memRange) error {
+	_, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.size(), unix.MADV_PAGEOUT)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// fileRSS is the process's resident file-backed (and shared) memory in
+// bytes, from /proc/self/statm's third field; -1 when unknown.
+func fileRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return -1
+	}
+	pages, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+// pageoutHint says why MADV_PAGEOUT may have left the binary's pages alone:
+// the kernel pages out a file's pages only for its owner (or a process with
+// CAP_FOWNER) or one that may write it, and a container image's binary is
+// usually root's while the agent runs as another user.
+func pageoutHint(exe string) string {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &st); err != nil {
+		return ""
+	}
+	euid := os.Geteuid()
+	if euid == 0 || int(st.Uid) == euid {
+		return ""
+	}
+	return fmt.Sprintf("the kernel pages out a file's pages only for its owner or a process that may write it: %s is owned by uid %d, the agent runs as uid %d (chown the binary to the agent's user in the image)", exe, st.Uid, euid)
+}
+
+func mib(b int64) string {
+	if b < 0 {
+		return "unknown"
+	}
+	return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64)
+}

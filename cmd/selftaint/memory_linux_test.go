@@ -1,0 +1,89 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestShedExecutableSelf runs the real thing on the test binary: the binary's
+// text and rodata are found, paging them out leaves the process working, and
+// the outcome is logged once.
+func TestShedExecutableSelf(t *testing.T) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Skip(err)
+	}
+	smaps, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skip(err)
+	}
+	ranges, err := exeRanges(smaps, exe)
+	_ = smaps.Close()
+	if err != nil || len(ranges) < 2 {
+		t.Fatalf("exeRanges of %s: %v, %v; want at least text and rodata", exe, ranges, err)
+	}
+	var text bool
+	for _, r := range ranges {
+		if r.size() == 0 || r.start%uintptr(os.Getpagesize()) != 0 {
+			t.Errorf("range %#x-%#x not page-aligned or empty", r.start, r.end)
+		}
+		text = text || r.size() > 1<<20
+	}
+	if !text {
+		t.Errorf("no range over 1 MiB (the text) in %v", ranges)
+	}
+
+	var buf bytes.Buffer
+	before := fileRSS()
+	shedExecutable(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	after := fileRSS()
+	out := buf.String()
+	t.Logf("file-backed Rss %s -> %s MiB; log: %s", mib(before), mib(after), out)
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "shed start-up memory") {
+		t.Errorf("want one log line about the shed, got %q", out)
+	}
+	// The code paged out still runs (it faults back in).
+	if got := strings.Repeat("ok", 2); got != "okok" {
+		t.Fatal(got)
+	}
+}
+
+func TestPageOut(t *testing.T) {
+	ranges := []memRange{{0x1000, 0x3000}, {0x3000, 0x4000}, {0x8000, 0x10000}}
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+	// A kernel without MADV_PAGEOUT: one debug line, nothing more tried.
+	calls := 0
+	advised, ok := pageOut(ranges, func(memRange) error { calls++; return unix.EINVAL }, logger)
+	if ok || advised != 0 || calls != 1 {
+		t.Errorf("EINVAL: advised %d, ok %v after %d calls; want 0, false after 1", advised, ok, calls)
+	}
+	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "level=DEBUG") || !strings.Contains(out, "Linux < 5.4") {
+		t.Errorf("EINVAL logged %q, want one debug line", out)
+	}
+
+	// A range unmapped meanwhile (ENOMEM) is skipped; the rest are advised.
+	buf.Reset()
+	var seen []memRange
+	advised, ok = pageOut(ranges, func(r memRange) error {
+		seen = append(seen, r)
+		if r.start == 0x3000 {
+			return unix.ENOMEM
+		}
+		return nil
+	}, logger)
+	if !ok || advised != 0x2000+0x8000 || len(seen) != 3 {
+		t.Errorf("ENOMEM on one: advised %#x, ok %v, calls %d; want 0xa000, true, 3", advised, ok, len(seen))
+	}
+	if !strings.Contains(buf.String(), "level=DEBUG") {
+		t.Errorf("ENOMEM not logged at debug: %q", buf.String())
+	}
+}

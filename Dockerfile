@@ -15,8 +15,12 @@ ARG REVISION=
 RUN CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -extldflags=-Wl,-Ttext-segment=0x401000 -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/selftaint ./cmd/selftaint
 
 # distroless base: glibc, CA certificates, nothing else; runs as uid 65532.
+# The binary is owned by the agent's user, read-only (0555; the manifests
+# also mount the root filesystem read-only): the kernel pages a file out of a
+# process's memory with madvise(MADV_PAGEOUT) only for the file's owner, and
+# --shed-startup-memory relies on it (README, Memory).
 FROM gcr.io/distroless/base-debian12:nonroot
-COPY --from=build /out/selftaint /usr/local/bin/selftaint
+COPY --from=build --chown=65532:65532 --chmod=0555 /out/selftaint /usr/local/bin/selftaint
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/selftaint"]
 CMD ["agent", "--host-root=/host", "--config=/etc/selftaint/config.yaml"]

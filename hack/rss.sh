@@ -59,7 +59,10 @@
 # repository), RSS_AGENT_ENV (VAR=VALUE words given to every agent, e.g.
 # "GOGC=50"), RSS_AGENT_ARGS (more flags for every agent, after the
 # script's: e.g. "--shed-startup-memory=false", or "--log-level=info" to
-# see the agent's one line about the shed in its log, printed per variant).
+# see the agent's one line about the shed in its log, printed per variant),
+# RSS_AGENT_USER (UID:GID: run every agent as that user, with its binary
+# owned by it and mode 0555, as the image installs it; needs root and
+# setpriv; not with -c asis).
 #
 # Needs: etcd ($ETCD_BIN or $PATH; `make etcd`), kube-apiserver
 # ($KUBE_BIN_DIR or <repo>/bin; `make kube-binaries`), openssl, curl,
@@ -132,6 +135,14 @@ if (($# == 0)); then
 fi
 read -r -a AGENT_ENV <<<"${RSS_AGENT_ENV:-}"
 read -r -a AGENT_ARGS <<<"${RSS_AGENT_ARGS:-}"
+AS_USER=()
+if [[ -n ${RSS_AGENT_USER:-} ]]; then
+	[[ $RSS_AGENT_USER =~ ^[0-9]+:[0-9]+$ ]] || die "RSS_AGENT_USER=$RSS_AGENT_USER: want UID:GID (e.g. 65532:65532)"
+	[[ $CACHE != asis ]] || die "RSS_AGENT_USER needs a copy of the binary to chown: not with -c asis"
+	((EUID == 0)) || die "RSS_AGENT_USER needs root (to chown the binary and change user)"
+	command -v setpriv >/dev/null 2>&1 || die "setpriv not found (util-linux)"
+	AS_USER=(setpriv --reuid="${RSS_AGENT_USER%%:*}" --regid="${RSS_AGENT_USER##*:}" --clear-groups)
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/selftaint-rss.XXXXXX")
 PIDS=()
@@ -269,6 +280,11 @@ users: [{name: rss-admin, user: {token: "$TOKEN"}}]
 contexts: [{name: rss, context: {cluster: rss, user: rss-admin}}]
 current-context: rss
 KC
+if ((${#AS_USER[@]})); then
+	# The agent's user reads the kubeconfig (and nothing else here).
+	chmod 0755 "$WORK"
+	chmod 0644 "$KUBECONFIG_FILE"
+fi
 echo "control plane up: etcd $ETCD_URL, kube-apiserver $API (dir $WORK)" >&2
 
 # --- measuring ---------------------------------------------------------------
@@ -293,6 +309,10 @@ prepare() {
 	*) dd if="$2" of="$out" bs=1M conv=fsync status=none ;;
 	esac
 	chmod +x "$out"
+	if ((${#AS_USER[@]})); then
+		chown "$RSS_AGENT_USER" "$out"
+		chmod 0555 "$out"
+	fi
 	case $CACHE in
 	warm) drop "$out" && cat "$out" >/dev/null ;;
 	cold) drop "$out" ;;
@@ -415,7 +435,7 @@ for i in "${!LABELS[@]}"; do
 		args+=(--metrics-address=127.0.0.1:0)
 	fi
 	args+=(${AGENT_ARGS[@]+"${AGENT_ARGS[@]}"})
-	env ${AGENT_ENV[@]+"${AGENT_ENV[@]}"} "$bin" "${args[@]}" >"$log" 2>&1 &
+	${AS_USER[@]+"${AS_USER[@]}"} env ${AGENT_ENV[@]+"${AGENT_ENV[@]}"} "$bin" "${args[@]}" >"$log" 2>&1 &
 	pid=$!
 	PIDS+=("$pid")
 	started=$SECONDS
@@ -437,6 +457,6 @@ done
 
 echo
 echo "summary (MiB; page cache: $CACHE; at: seconds after the agent's start; cpu: user + system seconds since the start;" \
-	"faults since the start${RSS_AGENT_ENV:+; agent env: $RSS_AGENT_ENV}${RSS_AGENT_ARGS:+; agent args: $RSS_AGENT_ARGS})"
+	"faults since the start${RSS_AGENT_USER:+; agent user: $RSS_AGENT_USER}${RSS_AGENT_ENV:+; agent env: $RSS_AGENT_ENV}${RSS_AGENT_ARGS:+; agent args: $RSS_AGENT_ARGS})"
 printf '%-14s %5s %7s %-5s %7s %7s %7s %7s %7s %8s %6s %5s\n' variant at size elf rss anon file peak cpu-s minflt majflt conds
 printf '%s\n' "${SUMMARY[@]}"

@@ -26,8 +26,9 @@ import (
 func BenchmarkAgentSteadyState(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "selftaint")
-	// Built as the Dockerfile and make build do: stripped, cgo on.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	// Built as the Dockerfile and make build do: cgo on, the Makefile's
+	// link flags.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags="+makefileLDFlags(b), "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)

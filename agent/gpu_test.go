@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/gpu"
 )
 
@@ -267,4 +270,89 @@ func TestGPUXidHeldAcrossRestartUntilCleared(t *testing.T) {
 		_, pending := n.Annotations[agent.ClearAnnotation(gpu.NameFatal)]
 		return !hasTaint(n, gpuFailureTaint) && cd != nil && cd.Status == corev1.ConditionFalse && !pending
 	})
+}
+
+// TestGPUInventoryHeldWhileNVMLHangs: the GPU resource is advertised from
+// the GPU monitor's count; when every NVML call the monitor makes hangs,
+// the inventory fails within the read's deadline and the last good count
+// stays: every watched Node version keeps nvidia.com/gpu=8 and its taint,
+// the GPU condition is not lifted, and the agent still stops at once (the
+// inventory no longer sits in an NVML call that never returns).
+func TestGPUInventoryHeldWhileNVMLHangs(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "gpu-hung-inventory"
+	cp.CreateNode(t, node, withForeign)
+
+	f := newGPUFake()
+	release := make(chan struct{})
+	defer close(release)
+	var hung atomic.Bool
+	wait := func() {
+		if hung.Load() {
+			<-release
+		}
+	}
+	count := f.DeviceGetCountFunc
+	f.DeviceGetCountFunc = func() (int, nvml.Return) { wait(); return count() }
+	for i := range f.Devices {
+		d := f.Devices[i].(*dgxa100.Device)
+		uuid := d.GetUUIDFunc
+		d.GetUUIDFunc = func() (string, nvml.Return) { wait(); return uuid() }
+	}
+
+	cfg, err := config.Parse([]byte("hardware:\n  gpu: {advertise: true}\nprobes:\n  gpu:\n    interval: 500ms\n    timeout: 400ms\n    clearAfter: 2s\n    degraded: {clearAfter: 2s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, closer, err := cfg.GPUProbeSpecs(gpu.Env{Lib: f, BootID: func() (string, error) { return "boot-1", nil }})
+	if err != nil {
+		t.Fatalf("GPUProbeSpecs: %v", err)
+	}
+	t.Cleanup(func() { _ = closer.Close() })
+	counter, ok := closer.(config.GPUCounter)
+	if !ok {
+		t.Fatalf("the GPU monitor (%T) counts no GPUs", closer)
+	}
+	_, stop := startAgent(t, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: specs, Rules: cfg.TaintRules(),
+		Hardware: cfg.Inventory(probes.Host{Root: t.TempDir()}, counter, slog.Default()), HardwarePeriod: 200 * time.Millisecond,
+		HeartbeatPeriod: time.Second})
+
+	const gpus = corev1.ResourceName(config.DefaultGPUResource)
+	gpuTaint := corev1.Taint{Key: string(gpus), Value: agent.HardwareTaintValue, Effect: corev1.TaintEffectNoSchedule}
+	advertised := func(n *corev1.Node) bool {
+		capa, alloc := capacityOf(n, gpus)
+		return capa == "8" && alloc == "8" && hasTaint(n, gpuTaint)
+	}
+	n := waitNode(t, c, node, 20*time.Second, "8 GPUs advertised and the GPU condition False", func(n *corev1.Node) bool {
+		cd := condition(n, config.DefaultGPUCondition)
+		return advertised(n) && cd != nil && cd.Status == corev1.ConditionFalse
+	})
+
+	w := startWatch(t, c, node, n.ResourceVersion)
+	hung.Store(true)
+	// The probes' reads time out: the condition goes Unknown (never a
+	// recovery). The monitor's latest read now says the count hung, so
+	// each inventory (every 200ms) fails and the last good count stays.
+	waitNode(t, c, node, 20*time.Second, "the GPU condition Unknown while NVML hangs", func(n *corev1.Node) bool {
+		cd := condition(n, config.DefaultGPUCondition)
+		return cd != nil && cd.Status == corev1.ConditionUnknown
+	})
+	time.Sleep(3 * time.Second)
+	evs := w.seen()
+	if len(evs) == 0 {
+		t.Fatal("no Node version written while NVML hangs (1s heartbeat)")
+	}
+	for i, n := range evs {
+		if !advertised(n) {
+			t.Errorf("version %d (rv %s) while NVML hangs lost the GPUs: %s", i, n.ResourceVersion, describe(n))
+		}
+	}
+	checkForeignSurvived(t, w)
+
+	start := time.Now()
+	stop()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the agent took %s to stop while NVML hangs", took)
+	}
 }

@@ -13,9 +13,12 @@
 package hardware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -195,4 +198,80 @@ func cString(b []uint8) string {
 		s = s[:i]
 	}
 	return s
+}
+
+// Counter counts the GPUs of an initialized NVML for the hardware
+// inventory, each count under a deadline. A count that outlives it (a hung
+// driver) is left to finish on its own goroutine, and calls meanwhile wait
+// on that same count rather than start another: a hung NVML holds one
+// goroutine, never more, and CountGPUs returns within the deadline.
+// (Where the GPU probe runs, its Monitor counts the GPUs instead, through
+// its per-GPU workers.)
+type Counter struct {
+	lib     nvml.Interface
+	timeout time.Duration
+
+	mu      sync.Mutex
+	running *countCall // the count in flight, nil when none
+}
+
+// countCall is one count that concurrent CountGPUs calls share.
+type countCall struct {
+	done  chan struct{}
+	start time.Time
+	gpus  []GPU
+	err   error
+}
+
+// DefaultCountTimeout is how long the agent's inventory waits for NVML to
+// count the GPUs where no GPU probe does it.
+const DefaultCountTimeout = 10 * time.Second
+
+// NewCounter returns a Counter of lib's GPUs whose counts wait at most
+// timeout.
+func NewCounter(lib nvml.Interface, timeout time.Duration) *Counter {
+	return &Counter{lib: lib, timeout: timeout}
+}
+
+// CountGPUs counts the GPUs (GPUs) and names them in detail
+// ("0:NVIDIA A100-SXM4-40GB, ..."). It fails when NVML cannot count them,
+// or does not answer within the Counter's timeout.
+func (c *Counter) CountGPUs(ctx context.Context) (int, string, error) {
+	c.mu.Lock()
+	call := c.running
+	if call == nil {
+		call = &countCall{done: make(chan struct{}), start: time.Now()}
+		c.running = call
+		go func() {
+			call.gpus, call.err = GPUs(c.lib)
+			c.mu.Lock()
+			c.running = nil
+			c.mu.Unlock()
+			close(call.done)
+		}()
+	}
+	c.mu.Unlock()
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	select {
+	case <-call.done:
+		if call.err != nil {
+			return 0, "", call.err
+		}
+		return len(call.gpus), GPUDetail(call.gpus), nil
+	case <-t.C:
+		return 0, "", fmt.Errorf("counting NVIDIA GPUs: NVML has not answered in %s (a hung driver?); that count goes on in the background and no other starts until it ends",
+			time.Since(call.start).Round(time.Millisecond))
+	case <-ctx.Done():
+		return 0, "", fmt.Errorf("counting NVIDIA GPUs: %w", ctx.Err())
+	}
+}
+
+// GPUDetail names gpus as "index:name", comma-separated.
+func GPUDetail(gpus []GPU) string {
+	names := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		names = append(names, fmt.Sprintf("%d:%s", g.Index, g.Name))
+	}
+	return strings.Join(names, ", ")
 }

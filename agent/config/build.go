@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -193,7 +191,7 @@ func (c *Config) GPUProbeSpecs(env gpu.Env) ([]agent.ProbeSpec, io.Closer, error
 	case 0:
 		return specs, nil, nil
 	case 1:
-		return specs, closers[0], nil // the GPU monitor itself, for its Lib
+		return specs, closers[0], nil // the GPU monitor itself, which counts GPUs for the inventory
 	}
 	return specs, closers, nil
 }
@@ -210,12 +208,20 @@ func (cs closeAll) Close() error {
 	return errors.Join(errs...)
 }
 
+// GPUCounter counts the node's NVIDIA GPUs for the inventory: how many,
+// a detail naming them, or an error (the last good inventory is then
+// kept). gpu.Monitor and hardware.Counter are GPUCounters; both bound how
+// long a count may wait on NVML.
+type GPUCounter interface {
+	CountGPUs(ctx context.Context) (n int, detail string, err error)
+}
+
 // Inventory is the node's special hardware as the config asks to see it:
-// NVIDIA GPUs through the NVML lib returns (none when lib is nil; an
-// error while it returns nil, so the last good inventory is kept) and PCI
-// devices by the rules, read under host. Devices whose sysfs files are unreadable are
-// logged (once per distinct problem) and left out; the rest still count.
-func (c *Config) Inventory(host probes.Host, lib func() nvml.Interface, log *slog.Logger) agent.Inventory {
+// NVIDIA GPUs as gpus counts them (none when gpus is nil) and PCI devices
+// by the rules, read under host. Devices whose sysfs files are unreadable
+// are logged (once per distinct problem) and left out; the rest still
+// count.
+func (c *Config) Inventory(host probes.Host, gpus GPUCounter, log *slog.Logger) agent.Inventory {
 	h := c.Hardware
 	rules := make([]hardware.PCIRule, len(h.PCI))
 	actions := map[string]HardwareAction{}
@@ -224,21 +230,17 @@ func (c *Config) Inventory(host probes.Host, lib func() nvml.Interface, log *slo
 		actions[r.Resource] = r.HardwareAction
 	}
 	var lastProblem string
-	return agent.InventoryFunc(func(context.Context) ([]agent.Resource, error) {
+	return agent.InventoryFunc(func(ctx context.Context) ([]agent.Resource, error) {
 		var out []agent.Resource
 		res := func(name string, a HardwareAction, n int, detail string) agent.Resource {
 			return agent.Resource{Name: corev1.ResourceName(name), Count: int64(n), Advertise: *a.Advertise, Taint: *a.Taint, Label: *a.Label, Detail: detail}
 		}
-		if lib != nil {
-			l := lib()
-			if l == nil {
-				return nil, errors.New("counting GPUs: NVML has not started")
-			}
-			gpus, err := hardware.GPUs(l)
+		if gpus != nil {
+			n, detail, err := gpus.CountGPUs(ctx)
 			if err != nil {
-				return nil, fmt.Errorf("counting GPUs: %w", err)
+				return nil, err
 			}
-			out = append(out, res(h.GPU.Resource, h.GPU, len(gpus), gpuDetail(gpus)))
+			out = append(out, res(h.GPU.Resource, h.GPU, n, detail))
 		}
 		if len(rules) > 0 {
 			scan, err := hardware.ScanPCI(host, rules)
@@ -255,14 +257,6 @@ func (c *Config) Inventory(host probes.Host, lib func() nvml.Interface, log *slo
 		}
 		return out, nil
 	})
-}
-
-func gpuDetail(gpus []hardware.GPU) string {
-	names := make([]string, 0, len(gpus))
-	for _, g := range gpus {
-		names = append(names, fmt.Sprintf("%d:%s", g.Index, g.Name))
-	}
-	return strings.Join(names, ", ")
 }
 
 func pciDetail(devs []hardware.PCIDevice) string {

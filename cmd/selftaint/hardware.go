@@ -103,19 +103,20 @@ func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machi
 		return nil, err
 	}
 	m.specs = append(m.specs, gpuSpecs...)
-	monitor, _ := closer.(interface{ Lib() nvml.Interface })
+	monitor, _ := closer.(config.GPUCounter)
 	switch {
 	case monitor != nil:
 		// The GPU monitor owns NVML (it reopens it after a driver
-		// upgrade); the inventory counts GPUs through it.
-		m.inventory = cfg.Inventory(host, monitor.Lib, log)
+		// upgrade); the inventory counts GPUs through it, on its
+		// per-GPU workers and deadlines.
+		m.inventory = cfg.Inventory(host, monitor, log)
 		m.close = func() {
 			if err := closer.Close(); err != nil {
 				log.Warn("closing the GPU monitor", "err", err)
 			}
 		}
 	case lib != nil:
-		m.inventory = cfg.Inventory(host, func() nvml.Interface { return lib }, log)
+		m.inventory = cfg.Inventory(host, hardware.NewCounter(lib, hardware.DefaultCountTimeout), log)
 		m.close = func() {
 			if closer != nil {
 				if err := closer.Close(); err != nil {

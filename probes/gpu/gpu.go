@@ -55,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,8 +311,10 @@ type Monitor struct {
 	// uuidLookup: the watcher has a UUID lookup out (uuidOf).
 	uuidLookup atomic.Bool
 
-	flightMu sync.Mutex // guards flight
+	flightMu sync.Mutex // guards flight and last
 	flight   *refreshCall
+	// last is the latest read that completed, for CountGPUs.
+	last *snapshot
 
 	lw *worker // NVML-wide calls: Init, DeviceGetCount, event set creation
 
@@ -377,8 +380,7 @@ func New(cfg Config, env Env) (*Monitor, error) {
 	return m, nil
 }
 
-// Lib returns the NVML library once it is initialized, nil before (for the
-// hardware inventory, which shares it).
+// Lib returns the NVML library once it is initialized, nil before.
 func (m *Monitor) Lib() nvml.Interface {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -465,6 +467,55 @@ func (p *statefulProbe) Clear(targets []string, requested time.Time) (string, er
 	return p.m.Clear(targets, requested)
 }
 
+// InventoryFresh is how old a read CountGPUs takes as it is; an older one
+// (the GPU probes read every few seconds) is read again.
+const InventoryFresh = 30 * time.Second
+
+// CountGPUs counts the GPUs NVML sees, for the node's hardware inventory,
+// and names them in detail ("0:GPU-5d5b..., 1:GPU-..."). It takes the
+// Monitor's latest read when it is at most InventoryFresh old and reads
+// the GPUs otherwise (sharing a read under way), so the inventory makes no
+// NVML call of its own: every call goes through the GPU's worker, one in
+// flight per GPU, under the read's deadline, and a hung driver makes
+// CountGPUs fail within that deadline instead of blocking it. It fails
+// when NVML has not started or the driver is gone (NVML could not count
+// the GPUs); a GPU NVML counts but cannot read still counts, as NVML's own
+// count does.
+func (m *Monitor) CountGPUs(ctx context.Context) (int, string, error) {
+	m.flightMu.Lock()
+	s := m.last
+	m.flightMu.Unlock()
+	if s == nil || m.now().Sub(s.at) > InventoryFresh {
+		var err error
+		if s, err = m.refresh(ctx); err != nil {
+			return 0, "", fmt.Errorf("counting GPUs: %w", err)
+		}
+	}
+	return inventoryOf(s)
+}
+
+// inventoryOf is the GPU count in s and its detail.
+func inventoryOf(s *snapshot) (int, string, error) {
+	switch {
+	case s.driverErr != nil:
+		return 0, "", fmt.Errorf("counting GPUs: %w", s.driverErr)
+	case s.countErr != nil:
+		return 0, "", s.countErr
+	}
+	names := make([]string, 0, s.count)
+	for _, g := range s.gpus {
+		if g.index >= s.count {
+			continue
+		}
+		name := strconv.Itoa(g.index)
+		if g.uuid != "" {
+			name += ":" + g.uuid
+		}
+		names = append(names, name)
+	}
+	return s.count, strings.Join(names, ", "), nil
+}
+
 // refreshCall is one read of all GPUs that concurrent probe runs share.
 type refreshCall struct {
 	done chan struct{}
@@ -492,6 +543,9 @@ func (m *Monitor) refresh(ctx context.Context) (*snapshot, error) {
 	c.snap, c.err = m.read(ctx)
 	m.flightMu.Lock()
 	m.flight = nil
+	if c.err == nil {
+		m.last = c.snap
+	}
 	m.flightMu.Unlock()
 	close(c.done)
 	return c.snap, c.err

@@ -600,9 +600,12 @@ func (a *Agent) sync(ctx context.Context) (time.Time, error) {
 	}
 	plan := taints.PlanNode(snap)
 	plan.Metadata.Annotations, plan.Metadata.Consumed = states.wanted, states.consumed
-	plan, res := a.planResources(snap, plan) // extended resources: hardware.go
+	a.mu.Lock()
+	a.keepResourcesLocked(plan.Resources) // extended resources: hardware.go
+	a.mu.Unlock()
+	a.reportResourceEvents(snap.Node, plan.Resources.Events)
 
-	node, err := a.write(ctx, snap, plan, res)
+	node, err := a.write(ctx, snap, plan)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -634,6 +637,8 @@ func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot
 		Hardware:        a.hardware,
 		HardwareKnown:   a.haveHardware || a.opts.Hardware == nil,
 		Advertised:      maps.Clone(a.advertised),
+		Adopted:         maps.Clone(a.res.adopted),
+		Yielded:         maps.Clone(a.res.yielded),
 		FieldManager:    a.opts.FieldManager,
 		HeartbeatPeriod: a.opts.HeartbeatPeriod,
 		MaxMessageLen:   maxMessageLen,
@@ -679,7 +684,8 @@ func (a *Agent) dampedLocked(now time.Time) (map[corev1.NodeConditionType]taints
 // conditions and advertised resources (status), then taints, labels and
 // records (metadata), then removes expired faults. It returns the newest
 // Node it wrote or read.
-func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.NodePlan, res taints.ResourcePlan) (*corev1.Node, error) {
+func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.NodePlan) (*corev1.Node, error) {
+	res := plan.Resources
 	node, now := snap.Node, snap.Now
 	a.reportFaults(node, snap.Faults)
 	a.reportHeldResources(node, plan.Status.Held)

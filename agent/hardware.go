@@ -146,36 +146,10 @@ func (a *Agent) adoptResourcesLocked(node *corev1.Node) {
 	}
 }
 
-// planResources decides this sync's extended resources
-// (taints.PlanResources) from the snapshot and what the agent remembers,
-// puts them into plan's status part, keeps the new yield state and tells
-// about yields and resumptions.
-func (a *Agent) planResources(snap taints.Snapshot, plan taints.NodePlan) (taints.NodePlan, taints.ResourcePlan) {
-	in := taints.ResourceInput{
-		Known:      snap.HardwareKnown,
-		Advertised: snap.Advertised,
-		Seen:       taints.SeenResources(snap.Node, a.opts.FieldManager, taints.ResourceNames(snap.Node)),
-		Wanted:     map[corev1.ResourceName]int64{},
-	}
-	a.mu.Lock()
-	in.Yielded = maps.Clone(a.res.yielded)
-	if !in.Known {
-		in.Wanted = maps.Clone(a.res.adopted)
-	}
-	a.mu.Unlock()
-	if in.Known {
-		for _, h := range snap.Hardware {
-			if h.Advertise && h.Count > 0 {
-				in.Wanted[h.Name] = h.Count
-			}
-		}
-	}
-	rp := taints.PlanResources(in)
-	a.mu.Lock()
+// keepResourcesLocked keeps the yield state the plan's extended resources
+// (taints.PlanResources, in taints.PlanNode) leave. a.mu is held.
+func (a *Agent) keepResourcesLocked(rp taints.ResourcePlan) {
 	a.res.yielded = rp.Yielded
-	a.mu.Unlock()
-	a.reportResourceEvents(snap.Node, rp.Events)
-	return taints.WithResources(snap, plan, rp), rp
 }
 
 // reportResourceEvents tells each yield, resumption and release once.

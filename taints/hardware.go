@@ -370,27 +370,6 @@ func (p ResourcePlan) NeedsWrite(node *corev1.Node) bool {
 	return differs(p.Capacity, node.Status.Capacity) || differs(p.Allocatable, node.Status.Allocatable)
 }
 
-// WithResources puts the extended resources of rp into plan's status part
-// (in place of what PlanNode decided from the inventory alone): what to
-// advertise, hold and withdraw, and whether the status needs writing, with
-// the next sync no later than the heartbeat needs.
-func WithResources(s Snapshot, plan NodePlan, rp ResourcePlan) NodePlan {
-	plan.Status.Resources = rp.Advertise
-	plan.Status.Held = rp.Held
-	plan.Status.Withdraw = nil
-	for _, e := range rp.Withdraw {
-		if !slices.Contains(plan.Status.Withdraw, e.Name) {
-			plan.Status.Withdraw = append(plan.Status.Withdraw, e.Name)
-		}
-	}
-	write := conditionsNeedWrite(s, plan.Conditions) || rp.NeedsWrite(s.Node)
-	if plan.Status.Write && !write {
-		plan.Next = Earliest(plan.Next, nextHeartbeat(s, plan.Conditions.States, false))
-	}
-	plan.Status.Write = write
-	return plan
-}
-
 // SeenResources is the Node's entries for the resources names in
 // status.capacity and allocatable, with the field managers owning each
 // (from managed fields); manager is ours.

@@ -195,12 +195,20 @@ func TestSeenResources(t *testing.T) {
 	}
 }
 
-func TestWithResources(t *testing.T) {
+// TestPlanNodeResources: PlanNode's status part follows PlanResources:
+// a yielded resource is not written and keeps the heartbeat on time, a
+// zeroed one is written, one in step is not, and the summary names each
+// withdrawn resource once.
+func TestPlanNodeResources(t *testing.T) {
 	const fpga corev1.ResourceName = "example.com/fpga"
 	const cond corev1.NodeConditionType = "SelftaintX"
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	st := State{Status: corev1.ConditionFalse, Reason: "Fine", LastTransitionTime: now.Add(-time.Hour)}
-	node := func(beat time.Duration, capacity string) *corev1.Node {
+	owns := func(manager string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Subresource: "status", FieldsV1: &metav1.FieldsV1{
+			Raw: []byte(`{"f:status":{"f:capacity":{"f:example.com/fpga":{}},"f:allocatable":{"f:example.com/fpga":{}}}}`)}}
+	}
+	node := func(beat time.Duration, capacity string, managers ...string) *corev1.Node {
 		n := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
 			Type: cond, Status: st.Status, Reason: st.Reason,
 			LastTransitionTime: metav1.NewTime(st.LastTransitionTime), LastHeartbeatTime: metav1.NewTime(now.Add(-beat)),
@@ -209,54 +217,70 @@ func TestWithResources(t *testing.T) {
 			l := corev1.ResourceList{fpga: resource.MustParse(capacity)}
 			n.Status.Capacity, n.Status.Allocatable = l, l.DeepCopy()
 		}
+		for _, m := range managers {
+			n.ManagedFields = append(n.ManagedFields, owns(m))
+		}
 		return n
 	}
-	snap := func(n *corev1.Node) Snapshot { return Snapshot{Node: n, Now: now, HeartbeatPeriod: time.Hour} }
-	conds := ConditionsPlan{States: map[corev1.NodeConditionType]State{cond: st}}
+	snap := func(n *corev1.Node, count int64, yielded map[corev1.ResourceName]Yield) Snapshot {
+		return Snapshot{
+			Node: n, Now: now, HeartbeatPeriod: time.Hour, FieldManager: "selftaint", MaxMessageLen: 1024,
+			Damped:    map[corev1.NodeConditionType]State{cond: st},
+			Published: map[corev1.NodeConditionType]Published{cond: {State: st}},
+			Hardware:  []Hardware{{Name: fpga, Count: count, Advertise: true}}, HardwareKnown: true,
+			Advertised: map[corev1.ResourceName]bool{fpga: true}, Yielded: yielded,
+		}
+	}
 	tests := []struct {
-		name      string
-		node      *corev1.Node
-		planWrite bool
-		planNext  time.Time
-		rp        ResourcePlan
-		wantWrite bool
-		wantNext  time.Time
+		name       string
+		snap       Snapshot
+		wantWrite  bool
+		wantNext   time.Time
+		advertise  map[corev1.ResourceName]int64
+		withdraw   []corev1.ResourceName
+		wantYields int
 	}{
 		{"yielded: nothing to write, the heartbeat stays due on time",
-			node(10*time.Minute, "4"), true, now.Add(time.Hour),
-			ResourcePlan{Yielded: map[corev1.ResourceName]Yield{fpga: {Theirs: 4, Ours: 1}}},
-			false, now.Add(50 * time.Minute)},
-		{"zeroed: written",
-			node(10*time.Minute, "0"), false, now.Add(50 * time.Minute),
-			ResourcePlan{Capacity: counts{fpga: 1}, Allocatable: counts{fpga: 1}, Advertise: counts{fpga: 1}},
-			true, now.Add(50 * time.Minute)},
+			snap(node(10*time.Minute, "4", "plugin"), 1, map[corev1.ResourceName]Yield{fpga: {Field: FieldCapacity, Managers: "plugin", Theirs: 4, Ours: 1}}),
+			false, now.Add(50 * time.Minute), map[corev1.ResourceName]int64{}, nil, 1},
+		{"another manager's new value: yielded now, nothing written",
+			snap(node(10*time.Minute, "4", "plugin"), 1, nil),
+			false, now.Add(50 * time.Minute), map[corev1.ResourceName]int64{}, nil, 1},
+		{"zeroed by the kubelet: written",
+			snap(node(10*time.Minute, "0", "kubelet"), 1, nil),
+			true, now.Add(time.Hour), map[corev1.ResourceName]int64{fpga: 1}, nil, 0},
 		{"in step: nothing to write",
-			node(10*time.Minute, "1"), false, now.Add(50 * time.Minute),
-			ResourcePlan{Capacity: counts{fpga: 1}, Allocatable: counts{fpga: 1}, Advertise: counts{fpga: 1}},
-			false, now.Add(50 * time.Minute)},
+			snap(node(10*time.Minute, "1", "selftaint"), 1, nil),
+			false, now.Add(50 * time.Minute), map[corev1.ResourceName]int64{fpga: 1}, nil, 0},
 		{"heartbeat due: written",
-			node(2*time.Hour, "1"), true, now.Add(time.Hour),
-			ResourcePlan{Capacity: counts{fpga: 1}, Allocatable: counts{fpga: 1}, Advertise: counts{fpga: 1}},
-			true, now.Add(time.Hour)},
+			snap(node(2*time.Hour, "1", "selftaint"), 1, nil),
+			true, now.Add(time.Hour), map[corev1.ResourceName]int64{fpga: 1}, nil, 0},
+		{"hardware gone: capacity and allocatable withdrawn, nothing to apply",
+			snap(node(10*time.Minute, "1", "selftaint"), 0, nil),
+			false, now.Add(50 * time.Minute), map[corev1.ResourceName]int64{}, []corev1.ResourceName{fpga, fpga}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := NodePlan{Conditions: conds, Status: StatusPlan{Write: tt.planWrite}, Next: tt.planNext}
-			got := WithResources(snap(tt.node), p, tt.rp)
+			got := PlanNode(tt.snap)
 			if got.Status.Write != tt.wantWrite {
 				t.Errorf("Write = %v, want %v", got.Status.Write, tt.wantWrite)
 			}
 			if !got.Next.Equal(tt.wantNext) {
 				t.Errorf("Next = %v, want %v", got.Next, tt.wantNext)
 			}
+			if !reflect.DeepEqual(got.Status.Resources, tt.advertise) {
+				t.Errorf("Resources = %v, want %v", got.Status.Resources, tt.advertise)
+			}
+			var withdraw []corev1.ResourceName
+			for _, e := range got.Resources.Withdraw {
+				withdraw = append(withdraw, e.Name)
+			}
+			if !slices.Equal(withdraw, tt.withdraw) {
+				t.Errorf("Withdraw = %v, want %v", got.Resources.Withdraw, tt.withdraw)
+			}
+			if len(got.Resources.Yielded) != tt.wantYields {
+				t.Errorf("Yielded = %v, want %d", got.Resources.Yielded, tt.wantYields)
+			}
 		})
-	}
-	rp := ResourcePlan{
-		Advertise: counts{"b": 1}, Held: []corev1.ResourceName{"c"},
-		Withdraw: []ResourceEntry{{Name: fpga, Field: FieldCapacity}, {Name: fpga, Field: FieldAllocatable}},
-	}
-	got := WithResources(snap(node(0, "")), NodePlan{Conditions: conds}, rp).Status
-	if !reflect.DeepEqual(got.Resources, rp.Advertise) || !slices.Equal(got.Held, rp.Held) || !slices.Equal(got.Withdraw, []corev1.ResourceName{fpga}) {
-		t.Errorf("Status = %+v, want resources %v, held %v, withdraw [%s]", got, rp.Advertise, rp.Held, fpga)
 	}
 }

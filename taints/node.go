@@ -36,10 +36,16 @@ type Snapshot struct {
 	Rules   []Rule
 	Ownable Ownable
 	// Hardware is the last good inventory (HardwareKnown false until the
-	// first); Advertised the extended resources advertised before.
+	// first); Advertised the extended resources advertised before;
+	// Adopted the count of each resource an earlier run advertised, as the
+	// Node had it at start (asserted until an inventory succeeds); Yielded
+	// the resources left to another writer as of the last sync
+	// (PlanResources).
 	Hardware      []Hardware
 	HardwareKnown bool
 	Advertised    map[corev1.ResourceName]bool
+	Adopted       map[corev1.ResourceName]int64
+	Yielded       map[corev1.ResourceName]Yield
 	// FieldManager is the server-side apply field manager the agent writes
 	// status under.
 	FieldManager string
@@ -64,9 +70,13 @@ type Snapshot struct {
 type NodePlan struct {
 	// Conditions to publish, and the initialization verdict.
 	Conditions ConditionsPlan
-	// Status: extended resources to advertise and withdraw, and whether the
-	// status needs writing.
+	// Status: extended resources to advertise, those held by another
+	// writer, and whether the status needs writing.
 	Status StatusPlan
+	// Resources is the extended resources' plan (PlanResources) that
+	// Status sums up: the entries the status apply holds, the withdrawals,
+	// the yield state after this sync and its Events.
+	Resources ResourcePlan
 	// Metadata is what decides the taints, labels and records
 	// (PlanMetadata): the write loop plans them from it, and again with a
 	// fresh Node after a conflict.
@@ -102,13 +112,12 @@ type ConditionChange struct {
 // StatusPlan is what to write to the Node's status.
 type StatusPlan struct {
 	// Resources are the extended resources to advertise: the hardware
-	// present that selftaint advertises, except what another writer holds.
+	// present that selftaint advertises, except what another writer holds
+	// or was yielded to.
 	Resources map[corev1.ResourceName]int64
-	// Held are resources another writer (a device plugin) advertises:
-	// left alone.
+	// Held are resources another writer (a device plugin) advertised
+	// before selftaint did: left alone.
 	Held []corev1.ResourceName
-	// Withdraw are resources advertised before and no longer wanted.
-	Withdraw []corev1.ResourceName
 	// Write says the conditions or resources need writing: a status,
 	// reason or transition time changed, a fault's message, a resource's
 	// count, or the heartbeat is due.
@@ -129,7 +138,8 @@ func PlanNode(s Snapshot) NodePlan {
 		in.InitCondition, in.Init = s.InitCondition, s.Init
 	}
 	p.Conditions = PlanConditions(in)
-	p.Status = planStatus(s, p.Conditions)
+	p.Resources = PlanResources(resourceInput(s))
+	p.Status = planStatus(s, p.Conditions, p.Resources)
 	statuses := make(map[corev1.NodeConditionType]corev1.ConditionStatus, len(p.Conditions.States))
 	for t, st := range p.Conditions.States {
 		statuses[t] = st.Status
@@ -204,42 +214,36 @@ func conditionChanges(s Snapshot, states map[corev1.NodeConditionType]State) []C
 	return out
 }
 
-// planStatus decides the extended resources and whether the status needs
-// writing.
-func planStatus(s Snapshot, c ConditionsPlan) StatusPlan {
-	p := StatusPlan{Resources: map[corev1.ResourceName]int64{}}
-	owned := OwnedCapacity(s.Node, s.FieldManager)
+// resourceInput is what PlanResources decides from in s: the inventory's
+// counts of the resources advertised, or, until an inventory succeeds, the
+// adopted ones.
+func resourceInput(s Snapshot) ResourceInput {
+	in := ResourceInput{
+		Known:      s.HardwareKnown,
+		Advertised: s.Advertised,
+		Seen:       SeenResources(s.Node, s.FieldManager, ResourceNames(s.Node)),
+		Yielded:    s.Yielded,
+		Wanted:     map[corev1.ResourceName]int64{},
+	}
+	if !in.Known {
+		maps.Copy(in.Wanted, s.Adopted)
+		return in
+	}
 	for _, h := range s.Hardware {
-		if !h.Advertise || h.Count <= 0 {
-			continue
-		}
-		if heldByOther(s.Node, owned, h.Name, s.Advertised[h.Name]) {
-			p.Held = append(p.Held, h.Name)
-			continue
-		}
-		p.Resources[h.Name] = h.Count
-	}
-	for _, r := range slices.Sorted(maps.Keys(s.Advertised)) {
-		if _, keep := p.Resources[r]; !keep {
-			p.Withdraw = append(p.Withdraw, r)
+		if h.Advertise && h.Count > 0 {
+			in.Wanted[h.Name] = h.Count
 		}
 	}
-	p.Write = conditionsNeedWrite(s, c) || resourcesNeedWrite(s.Node, p.Resources)
-	return p
+	return in
 }
 
-// heldByOther reports whether someone else advertises resource r: the
-// Node's status capacity has a non-zero amount of it that we neither own
-// (by managed fields) nor advertised before. A zero amount is what the
-// kubelet writes over extended resources when it restarts: that one we
-// assert again. A capacity set when the Node was created has no managed
-// fields at all, so ownership is judged by ours, not by others'.
-func heldByOther(node *corev1.Node, owned map[corev1.ResourceName]bool, r corev1.ResourceName, advertisedBefore bool) bool {
-	q, ok := node.Status.Capacity[r]
-	if !ok || q.IsZero() || advertisedBefore {
-		return false
-	}
-	return !owned[r]
+// planStatus sums up rp for the status and decides whether the status
+// needs writing: a condition or a resource entry differs, or the
+// heartbeat is due.
+func planStatus(s Snapshot, c ConditionsPlan, rp ResourcePlan) StatusPlan {
+	p := StatusPlan{Resources: rp.Advertise, Held: rp.Held}
+	p.Write = conditionsNeedWrite(s, c) || rp.NeedsWrite(s.Node)
+	return p
 }
 
 // OwnedCapacity is the resources field manager owns in the Node's status
@@ -293,19 +297,6 @@ func conditionsNeedWrite(s Snapshot, c ConditionsPlan) bool {
 			return true
 		}
 		if !s.Now.Before(nc.LastHeartbeatTime.Add(s.HeartbeatPeriod)) {
-			return true
-		}
-	}
-	return false
-}
-
-// resourcesNeedWrite reports whether the Node's capacity or allocatable
-// differs from want.
-func resourcesNeedWrite(node *corev1.Node, want map[corev1.ResourceName]int64) bool {
-	for r, n := range want {
-		c, okc := node.Status.Capacity[r]
-		al, oka := node.Status.Allocatable[r]
-		if !okc || !oka || c.Value() != n || al.Value() != n {
 			return true
 		}
 	}

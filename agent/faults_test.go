@@ -349,7 +349,7 @@ func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
 		cc := condition(n, cond)
 		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "first" && hasTaint(n, ourTaint)
 	})
-	n := waitNode(t, c, node, 15*time.Second, "the second fault applied", func(n *corev1.Node) bool {
+	waitNode(t, c, node, 15*time.Second, "the second fault applied", func(n *corev1.Node) bool {
 		cc := condition(n, cond)
 		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "second" && hasTaint(n, ourTaint)
 	})
@@ -357,7 +357,7 @@ func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
 		t.Fatalf("the hook never re-injected; the race was not exercised")
 	}
 	time.Sleep(time.Second)
-	n = getNode(t, c, node)
+	n := getNode(t, c, node)
 	if n.Annotations[key] != second {
 		t.Errorf("annotation = %q, want the re-injected fault kept", n.Annotations[key])
 	}

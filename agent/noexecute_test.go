@@ -166,7 +166,7 @@ func TestNoExecuteNeedsAGrant(t *testing.T) {
 	deleteGrant(t, c, node)
 
 	p.set(probes.StatusOK)
-	n = waitNode(t, c, node, 10*time.Second, "taints and request gone", func(n *corev1.Node) bool {
+	waitNode(t, c, node, 10*time.Second, "taints and request gone", func(n *corev1.Node) bool {
 		_, asks := n.Annotations[fleet.RequestAnnotation]
 		return !hasTaint(n, fallbackTaint) && !hasNE(n) && !asks
 	})

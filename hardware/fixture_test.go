@@ -42,8 +42,9 @@ func loadFixture(t *testing.T, name string) probes.Host {
 		}
 	}
 	for _, line := range strings.SplitAfter(string(data), "\n") {
-		header, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "-- ")
-		if header, ok = strings.CutSuffix(header, " --"); !ok {
+		header, isHeader := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "-- ")
+		header, closed := strings.CutSuffix(header, " --")
+		if !isHeader || !closed {
 			if file != "" {
 				content.WriteString(line)
 			}

@@ -80,6 +80,11 @@ const (
 const (
 	// ReasonGPUsHealthy: the fatal probe found no failure.
 	ReasonGPUsHealthy = "GPUsHealthy"
+	// ReasonNoSignals: the GPUs are there (and counted against the
+	// baseline), but the driver offers none of the probe's signals on
+	// any of them, so nothing says whether they are healthy (status OK:
+	// nothing is wrong that can be seen).
+	ReasonNoSignals = "GPUSignalsNotAvailable"
 	// ReasonDriverUnavailable: NVML does not start, or every call says
 	// the driver is not loaded or does not match the library, while the
 	// node has NVIDIA GPUs on its PCI bus.
@@ -328,9 +333,12 @@ type Monitor struct {
 	// expected are the PCI addresses of the GPUs the node should have.
 	expected []string
 	maxCount int
-	stray    []xidRecord
-	boot     string
-	restored bool
+	// lastCount is what the last successful count found, kept while NVML
+	// cannot count the GPUs.
+	lastCount lastCount
+	stray     []xidRecord
+	boot      string
+	restored  bool
 	// rebooted: the state restored was written in an earlier boot.
 	rebooted bool
 	closed   bool

@@ -26,8 +26,11 @@ type snapshot struct {
 	expected int
 	pciGPUs  int
 	missing  []missingGPU
-	stray    []xidRecord
-	gpus     []gpuView
+	// kept is the last successful count, when this run's failed: missing
+	// is its.
+	kept  *lastCount
+	stray []xidRecord
+	gpus  []gpuView
 	// orphans are records kept from before a restart whose GPU has not
 	// been seen since.
 	orphans []gpuRecord
@@ -142,15 +145,23 @@ func (v *verdict) nodeLevel(s *snapshot) {
 	if s.pciErr != nil {
 		v.unknown = append(v.unknown, s.pciErr.Error())
 	}
+	kept := ""
+	if s.kept != nil {
+		kept = " (at its last count; kept while NVML cannot count the GPUs)"
+	}
 	for _, mg := range s.missing {
 		if mg.onBus {
-			v.problem(ReasonGPULost, "the GPU at PCI %s is on the PCI bus but NVML does not see it", mg.pci)
+			v.problem(ReasonGPULost, "the GPU at PCI %s is on the PCI bus but NVML does not see it%s", mg.pci, kept)
 		} else {
-			v.problem(ReasonGPULost, "the GPU at PCI %s, seen before, is gone from NVML and the PCI bus", mg.pci)
+			v.problem(ReasonGPULost, "the GPU at PCI %s, seen before, is gone from NVML and the PCI bus%s", mg.pci, kept)
 		}
 	}
-	if len(s.missing) == 0 && s.driverErr == nil && s.countErr == nil && s.count < s.expected {
+	switch {
+	case len(s.missing) > 0 || s.driverErr != nil:
+	case s.countErr == nil && s.count < s.expected:
 		v.problem(ReasonGPULost, "NVML sees %d GPUs, the node has %d", s.count, s.expected)
+	case s.kept != nil && s.kept.count < s.expected:
+		v.problem(ReasonGPULost, "NVML saw %d GPUs, the node has %d%s", s.kept.count, s.expected, kept)
 	}
 	if len(s.stray) > 0 {
 		a := worstAction(s.stray)
@@ -263,9 +274,22 @@ func (v *verdict) result(s *snapshot) probes.Result {
 		if v.probe == NameDegraded {
 			res.Reason = ReasonGPUsNotDegraded
 		}
+		if len(s.gpus) > 0 && !v.checkedAny() {
+			res.Reason = ReasonNoSignals
+		}
 		res.Message = v.okMessage(s)
 	}
 	return res
+}
+
+// checkedAny says a signal of the probe was read on some GPU.
+func (v *verdict) checkedAny() bool {
+	for _, n := range v.checked {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // unreadNotes are the reads that failed, the Xid watcher's once.
@@ -299,6 +323,13 @@ func (v *verdict) okMessage(s *snapshot) string {
 		}
 	}
 	msg := fmt.Sprintf("%s %s; checked: %s", countGPUs(len(s.gpus)), what, strings.Join(checked, ", "))
+	if len(checked) == 0 {
+		about := "healthy"
+		if v.probe == NameDegraded {
+			about = "degraded"
+		}
+		msg = fmt.Sprintf("%s present; the driver offers none of the signals, so nothing says whether they are %s", countGPUs(len(s.gpus)), about)
+	}
 	if len(na) > 0 {
 		msg += "; not available: " + strings.Join(na, ", ")
 	}

@@ -60,7 +60,11 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 	run.pci, run.pciErr = m.scanPCI()
 	run.driverErr = m.ensureNVML(rctx, now)
 	if run.driverErr == nil {
-		run.count, run.countErr = m.count(rctx, now)
+		// A count that hangs may take half the run's time, not all of
+		// it: the GPUs already known are read in the other half.
+		cctx, ccancel := halfContext(rctx)
+		run.count, run.countErr = m.count(cctx, now)
+		ccancel()
 		if errors.Is(run.countErr, errDriverGone) {
 			run.driverErr, run.countErr = run.countErr, nil
 		}
@@ -85,7 +89,75 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 	if m.closed {
 		return nil, errClosed
 	}
+	if run.driverErr == nil {
+		if err := driverGoneInReads(run.reads); err != nil {
+			run.driverErr = m.driverGoneLocked(fmt.Errorf("every GPU's calls say so: %w", err), now)
+		}
+	}
 	return m.integrate(run), nil
+}
+
+// driverGoneLocked notes that NVML's calls say the driver went away
+// (unloaded, upgraded under the library): where the Monitor opened NVML it
+// reopens it, with backoff. It returns err marked errDriverGone. m.mu is
+// held.
+func (m *Monitor) driverGoneLocked(err error, now time.Time) error {
+	err = fmt.Errorf("%w: %w", errDriverGone, err)
+	if m.env.Open != nil {
+		m.nv.err = err
+		m.nv.failures++
+		m.nv.retryAt = now.Add(backoff(m.nv.failures))
+	}
+	return err
+}
+
+// driverGoneInReads returns the first error that says the driver is gone
+// when every GPU's read has one (NVML may still count the GPUs from what
+// it knew), nil otherwise: one GPU that answers, hangs or is lost says the
+// driver is there.
+func driverGoneInReads(reads []gpuRead) error {
+	var first error
+	for _, r := range reads {
+		err := goneError(r)
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// goneError is the first of r's errors that says the driver is gone.
+func goneError(r gpuRead) error {
+	errs := []error{r.openErr}
+	for _, sig := range slices.Sorted(maps.Keys(r.sigs)) {
+		errs = append(errs, r.sigs[sig].err)
+	}
+	for _, err := range errs {
+		var ret nvml.Return
+		if err != nil && errors.As(err, &ret) && driverGone(ret) {
+			return err
+		}
+	}
+	return nil
+}
+
+// lastCount is what the last successful count of the GPUs found.
+type lastCount struct {
+	known   bool
+	count   int
+	missing []missingGPU
+}
+
+// halfContext ends ctx's descendant halfway to ctx's deadline.
+func halfContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, dl.Add(-time.Until(dl)/2))
 }
 
 // runInput is what one run read before it is integrated.
@@ -97,6 +169,9 @@ type runInput struct {
 	count     int
 	countErr  error
 	reads     []gpuRead
+	// counted: count is NVML's count, this run's or, while NVML cannot
+	// count the GPUs, the last one (integrate sets it).
+	counted bool
 }
 
 var (
@@ -197,15 +272,34 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 	var ret nvml.Return
 	var set nvml.EventSet
 	setRet := nvml.SUCCESS
+	// A job that outlives the wait must not leave its event set behind:
+	// whichever of the job and the waiter comes second frees it.
+	var handoff sync.Mutex
+	abandoned, created := false, false
 	err := m.lw.do(ctx, func(step func(string)) {
 		step("nvmlDeviceGetCount")
 		n, ret = lib.DeviceGetCount()
 		if needWatch && ret == nvml.SUCCESS {
 			step("nvmlEventSetCreate")
-			set, setRet = lib.EventSetCreate()
+			s, r := lib.EventSetCreate()
+			handoff.Lock()
+			defer handoff.Unlock()
+			if abandoned {
+				if r == nvml.SUCCESS && s != nil {
+					_ = s.Free()
+				}
+				return
+			}
+			set, setRet, created = s, r, true
 		}
 	})
 	if err != nil {
+		handoff.Lock()
+		abandoned = true
+		if created && setRet == nvml.SUCCESS && set != nil {
+			_ = set.Free()
+		}
+		handoff.Unlock()
 		return 0, fmt.Errorf("counting GPUs: %w", err)
 	}
 	m.mu.Lock()
@@ -230,12 +324,7 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 		m.nv.failures = 0
 		return n, nil
 	case driverGone(ret):
-		if m.env.Open != nil {
-			m.nv.err = fmt.Errorf("%w: counting GPUs: %w", errDriverGone, ret)
-			m.nv.failures++
-			m.nv.retryAt = now.Add(backoff(m.nv.failures))
-		}
-		return 0, fmt.Errorf("%w: counting GPUs: %w", errDriverGone, ret)
+		return 0, m.driverGoneLocked(fmt.Errorf("counting GPUs: %w", ret), now)
 	}
 	return 0, fmt.Errorf("counting GPUs: %w", ret)
 }
@@ -445,6 +534,15 @@ func (m *Monitor) adopt(g *gpuState) {
 // the snapshot the probes judge. m.mu is held.
 func (m *Monitor) integrate(run runInput) *snapshot {
 	s := &snapshot{cfg: m.cfg, at: run.at, driverErr: run.driverErr, countErr: run.countErr, count: run.count, pciErr: run.pciErr}
+	counted := run.driverErr == nil && run.countErr == nil
+	run.counted = counted
+	if !counted && run.driverErr == nil && m.lastCount.known {
+		// NVML cannot count the GPUs now: what its last count found
+		// (GPUs it no longer saw) stands until a count says otherwise.
+		run.count, run.counted = m.lastCount.count, true
+		kept := m.lastCount
+		s.kept = &kept
+	}
 	if m.w != nil {
 		s.watchErr = m.w.health()
 	} else if m.nv.lib != nil && m.nv.has.events {
@@ -459,7 +557,6 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 		}
 		s.gpus = append(s.gpus, v)
 	}
-	counted := run.driverErr == nil && run.countErr == nil
 	if counted {
 		m.maxCount = max(m.maxCount, run.count)
 		m.expect(run.pci, seenPCI)
@@ -468,6 +565,9 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	s.expected = m.expectedCount()
 	if counted {
 		s.missing = m.missing(run, seenPCI)
+		m.lastCount = lastCount{known: true, count: run.count, missing: s.missing}
+	} else if s.kept != nil {
+		s.missing = s.kept.missing
 	}
 	slices.SortFunc(s.missing, func(a, b missingGPU) int { return strings.Compare(a.pci, b.pci) })
 	// After a reboot, a kept record whose GPU is not among a complete set
@@ -562,7 +662,7 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 		errs = append(errs, sr.err)
 	}
 	view.lost = errLostOf(errs...)
-	missing := run.countErr == nil && g.index >= run.count
+	missing := run.counted && g.index >= run.count
 	switch {
 	case r.openErr != nil:
 		view.unreadable = r.openErr

@@ -74,7 +74,8 @@ func (w *worker) stuck() error {
 // do runs job on the worker and waits until it returns or ctx ends. It
 // returns a *hungError when the worker was still busy (the job does not
 // run) or the job did not return in time (it goes on running; its later
-// effects are the job's to guard). job calls step before each NVML call.
+// effects are the job's to guard), and an error without running the job
+// when ctx has already ended. job calls step before each NVML call.
 func (w *worker) do(ctx context.Context, job func(step func(string))) error {
 	w.mu.Lock()
 	switch {
@@ -85,6 +86,9 @@ func (w *worker) do(ctx context.Context, job func(step func(string))) error {
 		err := &hungError{worker: w.name, step: w.step, for_: time.Since(w.since)}
 		w.mu.Unlock()
 		return err
+	case ctx.Err() != nil:
+		w.mu.Unlock()
+		return fmt.Errorf("%s: not read: the run's time was up before its turn: %w", w.name, context.Cause(ctx))
 	}
 	w.busy, w.step, w.since = true, "(starting)", time.Now()
 	w.mu.Unlock()

@@ -327,9 +327,9 @@ func normalizePCI(addr string) string {
 	if !ok || strings.Count(rest, ":") != 1 {
 		return addr
 	}
-	if len(dom) > 4 {
-		dom = dom[len(dom)-4:]
-	}
+	// NVML writes 8 digits, sysfs 4, or 5 for a VMD domain ("10000"):
+	// leading zeros go down to 4 digits, no other digit does.
+	dom = strings.TrimLeft(dom, "0")
 	return fmt.Sprintf("%04s", dom) + ":" + rest
 }
 

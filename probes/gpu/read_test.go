@@ -14,7 +14,10 @@ func TestNormalizePCI(t *testing.T) {
 		{"00000001:BD:00.0", "0001:bd:00.0"},
 		{" 0000:07:00.0\n", "0000:07:00.0"},
 		{"1:07:00.0", "0001:07:00.0"},
-		{"07:00.0", "07:00.0"}, // no domain: left as it is
+		{"00010000:3b:00.0", "10000:3b:00.0"}, // a VMD domain, as NVML writes it
+		{"10000:3b:00.0", "10000:3b:00.0"},    // and as sysfs does
+		{"00000000:3b:00.0", "0000:3b:00.0"},  // not the same GPU as the VMD one
+		{"07:00.0", "07:00.0"},                // no domain: left as it is
 		{"", ""},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,7 +193,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if again := m.State(); !bytes.Equal(again, state) {
 		t.Errorf("State twice: got\n%s\nthen\n%s", state, again)
 	}
-	for _, sub := range []string{`"v":1`, `"boot":"boot-1"`, `"expected":["` + f.pci(0) + `"`, f.uuid(2), f.uuid(4), `"eccEnabled":true`, `"nvlinkUp":[0,1,2,3,4,5,6,7,8,9,10,11]`} {
+	for _, sub := range []string{`"v":2`, `"boot":"boot-1"`, `"expected":["` + f.pci(0) + `"`, f.uuid(2), f.uuid(4), `"eccEnabled":true`, `"nvlinkUp":[0,1,2,3,4,5,6,7,8,9,10,11]`} {
 		if !strings.Contains(string(state), sub) {
 			t.Errorf("got state %s, want it to contain %s", state, sub)
 		}
@@ -224,7 +225,7 @@ func TestRestoreGarbage(t *testing.T) {
 		name, state, wantErr string
 	}{
 		{"not JSON", `{"v":1,`, "GPU state: "},
-		{"another version", `{"v":2}`, "GPU state: version 2, this selftaint reads version 1"},
+		{"another version", `{"v":3}`, "GPU state: version 3, this selftaint reads versions 1 to 2"},
 		{"no version", `{}`, "GPU state: version 0"},
 		{"unknown field", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"colour":"red"}]}`, `GPU state: unknown field "gpus[0].colour"`},
 		{"record without identity", `{"v":1,"gpus":[{"index":3}]}`, "GPU state: gpus[0] has neither uuid nor pci"},
@@ -235,6 +236,46 @@ func TestRestoreGarbage(t *testing.T) {
 		{"no count", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"xids":[{"xid":79,"action":"reboot","count":0,` + times + `}]}]}`,
 			"GPU state: gpus[0].xids[0]: count 0, want at least 1"},
 		{"wrong type", `{"v":1,"gpus":[{"uuid":7,"index":0}]}`, "GPU state: "},
+		{"malformed expected PCI address", `{"v":1,"expected":["0000:07:00.0","0000:0m:00.0"]}`,
+			`GPU state: expected[1]: "0000:0m:00.0" is not a PCI address (domain:bus:device.function in hex`},
+		{"expected PCI address without a function", `{"v":1,"expected":["0000:07:00"]}`, `GPU state: expected[0]: "0000:07:00" is not a PCI address`},
+		{"PCI device above 0x1f", `{"v":1,"expected":["0000:07:20.0"]}`, `GPU state: expected[0]: "0000:07:20.0" is not a PCI address`},
+		{"malformed PCI address of a record", `{"v":1,"gpus":[{"pci":"07:00.0","index":0,"eccEnabled":true}]}`,
+			`GPU state: gpus[0].pci: "07:00.0" is not a PCI address`},
+		{"negative index", `{"v":1,"gpus":[{"uuid":"GPU-1","index":-1,"eccEnabled":true}]}`, "GPU state: gpus[0].index: -1, want at least 0"},
+		{"two records of one UUID", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"xids":[{"xid":79,"count":1,` + times + `}]},{"uuid":"GPU-1","index":0,"eccEnabled":true}]}`,
+			"GPU state: gpus[1]: GPU GPU-1 again, after gpus[0]: a GPU has one record"},
+		{"two records of one PCI address", `{"v":1,"gpus":[{"pci":"0000:07:00.0","index":0,"eccEnabled":true},{"pci":"0000:07:00.0","index":1,"eccEnabled":true}]}`,
+			"GPU state: gpus[1]: GPU pci:0000:07:00.0 again, after gpus[0]"},
+		{"two records of one Xid", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"xids":[{"xid":79,"count":1,` + times + `},{"xid":79,"count":2,` + times + `}]}]}`,
+			"GPU state: gpus[0].xids[1]: Xid 79 again, after [0]: one record counts one Xid"},
+		{"two stray records of one Xid and device", `{"v":1,"stray":[{"xid":79,"count":1,"uuid":"GPU-1",` + times + `},{"xid":79,"count":1,"uuid":"GPU-1",` + times + `}]}`,
+			"GPU state: stray[1]: Xid 79 again, after [0]"},
+		{"a kept Xid that does not fail a GPU", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"xids":[{"xid":13,"action":"ignore","count":1,` + times + `}]}]}`,
+			`GPU state: gpus[0].xids[0]: action "ignore" does not fail a GPU, and only Xids that do are kept`},
+		{"a stray Xid that does not fail a GPU", `{"v":1,"stray":[{"xid":13,"action":"restart-app","count":1,` + times + `}]}`,
+			`GPU state: stray[0]: action "restart-app" does not fail a GPU`},
+		{"no first time", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"xids":[{"xid":79,"count":1}]}]}`, "GPU state: gpus[0].xids[0]: no first time"},
+		{"last before first", `{"v":1,"stray":[{"xid":79,"count":2,"first":"2026-03-01T12:00:00Z","last":"2026-03-01T11:00:00Z"}]}`,
+			"GPU state: stray[0]: last 2026-03-01T11:00:00Z is before first 2026-03-01T12:00:00Z"},
+		{"finding of an unknown signal", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"bogus":[{"reason":"GPUNVLinkDown","text":"x","since":"2026-03-01T12:00:00Z"}]}}]}`,
+			`GPU state: gpus[0].findings.bogus: unknown signal "bogus"`},
+		{"Xid events as a finding's signal", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"Xid events":[{"reason":"GPUNVLinkDown","text":"x","since":"2026-03-01T12:00:00Z"}]}}]}`,
+			`GPU state: gpus[0].findings.Xid events: unknown signal "Xid events"`},
+		{"a signal without findings", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[]}}]}`, "GPU state: gpus[0].findings.NVLink: no findings"},
+		{"finding without reason", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[{"probe":"gpu","reason":"","text":"x","since":"2026-03-01T12:00:00Z"}]}}]}`,
+			"GPU state: gpus[0].findings.NVLink[0]: no reason"},
+		{"finding of an unknown reason", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[{"reason":"GPUsHealthy","text":"x","since":"2026-03-01T12:00:00Z"}]}}]}`,
+			`GPU state: gpus[0].findings.NVLink[0]: unknown reason "GPUsHealthy"`},
+		{"finding of the wrong probe", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[{"probe":"gpu-degraded","reason":"GPUNVLinkDown","text":"x","since":"2026-03-01T12:00:00Z"}]}}]}`,
+			`GPU state: gpus[0].findings.NVLink[0]: probe "gpu-degraded", but reason GPUNVLinkDown is the gpu probe's`},
+		{"finding of an unknown probe", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[{"probe":"disk","reason":"GPUNVLinkDown","text":"x","since":"2026-03-01T12:00:00Z"}]}}]}`,
+			`GPU state: gpus[0].findings.NVLink[0]: probe "disk", but reason GPUNVLinkDown is the gpu probe's`},
+		{"finding without text", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[{"reason":"GPUNVLinkDown","text":"","since":"2026-03-01T12:00:00Z"}]}}]}`,
+			"GPU state: gpus[0].findings.NVLink[0]: no text"},
+		{"finding without time", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[{"reason":"GPUNVLinkDown","text":"x"}]}}]}`,
+			"GPU state: gpus[0].findings.NVLink[0]: no since time"},
+		{"null finding", `{"v":1,"gpus":[{"uuid":"GPU-1","index":0,"findings":{"NVLink":[null]}}]}`, "GPU state: gpus[0].findings.NVLink[0]: no reason"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -356,5 +397,257 @@ func TestClearXids(t *testing.T) {
 		if got, want := fmt.Sprint(xidNumbers(kept), xidNumbers(dropped)), fmt.Sprint(tt.kept, tt.dropped); got != want {
 			t.Errorf("%s: got kept, dropped %s, want %s", tt.name, got, want)
 		}
+	}
+}
+
+// A state of version 1 (with each Xid's action and name, each finding's
+// probe, each Xid's last time) restores, and is written again in the
+// compact encoding of version 2.
+func TestStateOlderEncoding(t *testing.T) {
+	before := newFake(t)
+	u, pci := before.uuid(2), before.pci(2)
+	head := `"boot":"boot-1","expected":["` + pci + `"],"gpus":[{"uuid":"` + u + `","pci":"` + pci + `","index":2,`
+	older := `{"v":1,` + head + `"xids":[{"xid":94,"action":"reset-gpu","name":"Contained memory error","count":1,"first":"2026-03-01T12:00:00Z","last":"2026-03-01T12:00:00Z"}],` +
+		`"findings":{"uncorrectable ECC errors":[{"probe":"gpu","reason":"GPUUncorrectableECC","text":"2 volatile uncorrectable ECC errors, above 0","since":"2026-03-01T12:00:00Z"}]},"eccEnabled":true}]}`
+	compact := `{"v":2,` + head + `"xids":[{"xid":94,"count":1,"first":"2026-03-01T12:00:00Z"}],` +
+		`"findings":{"uncorrectable ECC errors":[{"reason":"GPUUncorrectableECC","text":"2 volatile uncorrectable ECC errors, above 0","since":"2026-03-01T12:00:00Z"}]},"eccEnabled":true}]}`
+	for _, state := range []string{older, compact} {
+		f := before.restarted(t)
+		m := newMonitor(t, f, testConfig(), Env{BootID: bootID("boot-1")})
+		if err := m.Restore([]byte(state)); err != nil {
+			t.Fatalf("Restore(%s): %v", state, err)
+		}
+		if got := string(m.State()); got != compact {
+			t.Errorf("State after Restore(%s):\ngot  %s\nwant %s", state, got, compact)
+		}
+		f.check(t, "restored", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPUResetRequired,
+			message: []string{"GPU 2 ({uuid2}): Xid 94 (Contained memory error) at " + stamp0 + "; reset the GPU"}})
+	}
+}
+
+// A kept Xid is judged by the catalog and config of the agent that
+// restores it, as a new one would be: the state does not keep its action.
+func TestStateXidsJudgedAgain(t *testing.T) {
+	const times = `"first":"2026-03-01T12:00:00Z"`
+	before := newFake(t)
+	// Written when config said 94: reboot.
+	state := `{"v":1,"boot":"boot-1","gpus":[{"uuid":"` + before.uuid(2) + `","index":2,"xids":[{"xid":94,"action":"reboot","count":1,` + times + `}]}],` +
+		`"stray":[{"xid":94,"action":"reboot","count":1,` + times + `}]}`
+	t.Run("by the catalog", func(t *testing.T) {
+		f := before.restarted(t)
+		m := newMonitor(t, f, testConfig(), Env{BootID: bootID("boot-1")})
+		if err := m.Restore([]byte(state)); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		f.check(t, "restored", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPUResetRequired,
+			message: []string{"GPU 2 ({uuid2}): Xid 94 (Contained memory error) at " + stamp0 + "; reset the GPU", "a GPU NVML did not identify: Xid 94"}})
+	})
+	t.Run("config now ignores it", func(t *testing.T) {
+		f := before.restarted(t)
+		cfg := testConfig()
+		cfg.Xids = map[uint64]Action{94: ActionIgnore}
+		m := newMonitor(t, f, cfg, Env{BootID: bootID("boot-1")})
+		if err := m.Restore([]byte(state)); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		if got := string(m.State()); got != `{"v":2,"boot":"boot-1"}` {
+			t.Errorf("State after Restore: got %s, want the Xids config now ignores gone", got)
+		}
+		f.check(t, "restored", runProbe(m, NameFatal, runTimeout), fatalOK)
+	})
+}
+
+// Clear of a GPU not seen since the agent restarted drops, at once, what
+// it held from before the request; what came after stays, and the record
+// goes once it holds nothing.
+func TestClearKeptRecord(t *testing.T) {
+	const gone = "GPU-gone"
+	state := `{"v":1,"gpus":[{"uuid":"` + gone + `","index":9,"xids":[{"xid":79,"count":1,"first":"2026-03-01T12:00:00Z"},` +
+		`{"xid":48,"count":1,"first":"2026-03-01T12:05:00Z"}],"findings":{"NVLink":[{"reason":"GPUNVLinkDown",` +
+		`"text":"NVLink 3 down (1 of 3 links seen up are down)","since":"2026-03-01T12:05:00Z"}]},"nvlinkUp":[0,1,3]}]}`
+	f := newFake(t)
+	m := newMonitor(t, f, testConfig(), Env{})
+	if err := m.Restore([]byte(state)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	label := "GPU " + gone + " (last seen as index 9"
+	f.check(t, "restored", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPURebootRequired,
+		message: []string{label, "Xid 79", "Xid 48", "NVLink 3 down"}})
+
+	got, err := m.Clear([]string{gone}, t0.Add(time.Minute))
+	if want := "GPU " + gone + " (not seen since the agent restarted): Xid 79 x1 (what it raised after the request stays)"; err != nil || !strings.Contains(got, want) {
+		t.Errorf("Clear before Xid 48: got %q, %v; want it to contain %q", got, err, want)
+	}
+	f.check(t, "cleared before Xid 48", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPUResetRequired,
+		message: []string{label, "Xid 48", "NVLink 3 down"}, not: []string{"Xid 79"}})
+
+	got, err = m.Clear([]string{gone}, t0.Add(10*time.Minute))
+	if want := "GPU " + gone + " (not seen since the agent restarted): NVLink, Xid 48 x1 and its kept record"; err != nil || !strings.Contains(got, want) {
+		t.Errorf("Clear after all: got %q, %v; want it to contain %q", got, err, want)
+	}
+	f.check(t, "all cleared", runProbe(m, NameFatal, runTimeout), fatalOK)
+	if _, err := m.Clear([]string{gone}, t0.Add(10*time.Minute)); err == nil {
+		t.Errorf("Clear of a dropped record: no error")
+	}
+}
+
+// Times are kept in whole seconds: an Xid's and a finding's rounded up, a
+// recovery's down, so that no restart makes a recovery cover an Xid it
+// did not. Texts are bounded, derived fields left out.
+func TestStateCompactEncoding(t *testing.T) {
+	sub := 300 * time.Millisecond
+	zone := time.FixedZone("CET", 3600)
+	s := savedState{GPUs: []gpuRecord{{UUID: "GPU-1", Recovered: t0.Add(time.Minute + sub).In(zone),
+		Xids: []xidRecord{
+			{Xid: 79, Action: ActionReboot, Name: "GPU has fallen off the bus", Count: 2, First: t0.Add(sub), Last: t0.Add(time.Minute + sub)},
+			{Xid: 94, Action: ActionResetGPU, Name: "Contained memory error", Count: 1, First: t0, Last: t0},
+		},
+		Findings: map[string][]finding{sigNVLink: {{Probe: NameFatal, Reason: ReasonNVLinkDown, Text: strings.Repeat("é", 100), Since: t0.Add(sub)}}},
+	}}}
+	want := `{"v":2,"gpus":[{"uuid":"GPU-1","index":0,"xids":[{"xid":79,"count":2,"first":"2026-03-01T12:00:01Z","last":"2026-03-01T12:01:01Z"},` +
+		`{"xid":94,"count":1,"first":"2026-03-01T12:00:00Z"}],"findings":{"NVLink":[{"reason":"GPUNVLinkDown","text":"` + strings.Repeat("é", 62) + `...",` +
+		`"since":"2026-03-01T12:00:01Z"}]},"recovered":"2026-03-01T12:01:00Z"}]}`
+	if got := string(encodeState(s)); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if s.GPUs[0].Xids[0].Action != ActionReboot || s.GPUs[0].Findings[sigNVLink][0].Probe != NameFatal {
+		t.Errorf("encodeState changed the state it encoded: %+v", s)
+	}
+}
+
+// Every signal a GPU is read for can hold findings in the state, and
+// every reason belongs to one probe.
+func TestStateKnowsEverySignal(t *testing.T) {
+	for _, r := range (readSpec{}).readers() {
+		if !findingSignal(r.sig) {
+			t.Errorf("signal %q is read, but a state with its findings does not restore", r.sig)
+		}
+	}
+	if !findingSignal("lost") {
+		t.Errorf(`findings of "lost" do not restore`)
+	}
+	for _, p := range []string{NameFatal, NameDegraded} {
+		for _, r := range reasonOrder(p) {
+			if got := probeOf(r); got != p {
+				t.Errorf("reason %s: probe %q, want %q", r, got, p)
+			}
+		}
+	}
+}
+
+// worstDay is the state of a node of n GPUs on its worst day, and more:
+// each GPU with its 16 distinct Xids (of a MIG instance with the longest
+// IDs, each seen many times) and every finding a GPU can have at once,
+// each of the longest text kept; 16 stray Xids from devices that said
+// their UUID; times with nanoseconds, as a real clock gives.
+func worstDay(n int) savedState {
+	cat := DefaultCatalog()
+	long := uint32(1000000000)
+	at := func(m int) time.Time { return t0.Add(time.Duration(m)*time.Minute + 123456789) }
+	xid := func(x uint64, m int, uuid string) xidRecord {
+		info := cat.Lookup(x)
+		return xidRecord{Xid: x, Action: info.Action, Name: info.Name, Count: 1000000, First: at(m), Last: at(m + 60), GI: &long, CI: &long, UUID: uuid}
+	}
+	text := strings.Repeat("x", 2*maxFindingText)
+	s := savedState{Boot: "f0e1d2c3-b4a5-4697-8879-6a5b4c3d2e1f"}
+	for i := range n {
+		uuid := fmt.Sprintf("GPU-%08d-0000-4000-8000-%012d", i, i)
+		pci := fmt.Sprintf("0000:%02x:00.0", 0x10+i)
+		s.Expected = append(s.Expected, pci)
+		g := gpuRecord{UUID: uuid, PCI: pci, Index: i, ECCEnabled: true, Recovered: at(1), Cleared: at(2), Findings: map[string][]finding{}}
+		for l := range 18 {
+			g.NVLinkUp = append(g.NVLinkUp, l)
+		}
+		// The worst Xid of each GPU is its oldest (79, reboot; 54, contact
+		// support, on every other GPU); the others need a reset.
+		worst := uint64(79)
+		if i%2 == 1 {
+			worst = 54
+		}
+		g.Xids = append(g.Xids, xid(worst, 0, ""))
+		for j := range maxXidRecords - 1 {
+			g.Xids = append(g.Xids, xid(uint64(1000+j), 10+j, ""))
+		}
+		add := func(sig, probe, reason string) {
+			g.Findings[sig] = append(g.Findings[sig], finding{Probe: probe, Reason: reason, Text: text, Since: at(len(g.Findings))})
+		}
+		add("lost", NameFatal, ReasonGPULost)
+		add(sigRecovery, NameFatal, ReasonGPUResetRequired)
+		add(sigECC, NameFatal, ReasonUncorrectableECC)
+		add(sigRemap, NameFatal, ReasonRowRemapFailure)
+		add(sigRemap, NameDegraded, ReasonRowRemapPending)
+		add(sigNVLink, NameFatal, ReasonNVLinkDown)
+		add(sigNVLink, NameDegraded, ReasonNVLinkErrors)
+		add(sigFabric, NameFatal, ReasonFabricNotReady)
+		add(sigFabric, NameDegraded, ReasonFabricDegraded)
+		add(sigFabric, NameDegraded, ReasonFabricDegraded)
+		add(sigRetired, NameDegraded, ReasonRetiredPagesPending)
+		for range 3 {
+			add(sigPCIe, NameDegraded, ReasonPCIeDegraded)
+		}
+		add(sigECCMode, NameDegraded, ReasonECCDisabled)
+		add(sigInfoROM, NameDegraded, ReasonInfoROMCorrupted)
+		add(sigClocks, NameDegraded, ReasonHardwareSlowdown)
+		add(sigThermal, NameDegraded, ReasonThermalViolation)
+		add(sigPower, NameDegraded, ReasonPowerViolation)
+		s.GPUs = append(s.GPUs, g)
+		s.Stray = append(s.Stray, xid(48, i, fmt.Sprintf("GPU-%08d-1111-4000-8000-%012d", i, i)))
+	}
+	return s
+}
+
+// The state fits in what the agent writes for 16 GPUs on their worst day:
+// what goes is the degraded findings, then the mildest, oldest Xids; the
+// worst Xid of each GPU and every fatal finding stay, with their counts.
+func TestStateWorstDayFits(t *testing.T) {
+	for _, n := range []int{8, 16} {
+		t.Run(fmt.Sprintf("%d GPUs", n), func(t *testing.T) {
+			s := worstDay(n)
+			state := encodeState(s)
+			t.Logf("%d bytes, at most %d", len(state), maxStateLen)
+			if len(state) > maxStateLen {
+				t.Fatalf("state is %d bytes, above %d", len(state), maxStateLen)
+			}
+			f := newFake(t)
+			m := newMonitor(t, f, testConfig(), Env{BootID: bootID(s.Boot)})
+			if err := m.Restore(state); err != nil {
+				t.Fatalf("Restore: %v", err)
+			}
+			if got := m.State(); !bytes.Equal(got, state) {
+				t.Errorf("State after Restore: got\n%s\nwant\n%s", got, state)
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			var kept, shed int
+			for _, g := range s.GPUs {
+				r := m.records[g.key()]
+				if r == nil {
+					t.Errorf("GPU %s: its record was dropped", g.key())
+					continue
+				}
+				if got, want := worstAction(r.Xids), worstAction(g.Xids); got != want {
+					t.Errorf("GPU %s: worst Xid action %s, want %s", g.key(), got, want)
+				}
+				for _, x := range r.Xids {
+					if x.Count != 1000000 {
+						t.Errorf("GPU %s: Xid %d counted %d, want 1000000", g.key(), x.Xid, x.Count)
+					}
+				}
+				for sig, fs := range g.Findings {
+					for _, f := range fs {
+						has := slices.ContainsFunc(r.Findings[sig], func(k finding) bool { return k.Reason == f.Reason })
+						if f.Probe == NameFatal && !has {
+							t.Errorf("GPU %s: fatal finding %s of %s dropped", g.key(), f.Reason, sig)
+						}
+					}
+				}
+				if len(r.NVLinkUp) != 18 || !r.ECCEnabled {
+					t.Errorf("GPU %s: baselines dropped: %+v", g.key(), r)
+				}
+				kept += len(r.Xids)
+				shed += len(g.Xids) - len(r.Xids)
+			}
+			t.Logf("%d Xid records kept, %d shed; %d stray kept", kept, shed, len(m.stray))
+		})
 	}
 }

@@ -43,7 +43,8 @@ func cloneRecord(r gpuRecord) gpuRecord {
 // Restore takes back what State returned before a restart. A different
 // boot ID means the node rebooted since: that is a recovery for every
 // kept Xid (applied once the GPU reads healthy), the stray Xids go, and
-// the expected GPUs are seen afresh.
+// the expected GPUs are seen afresh. A state that cannot be used changes
+// nothing.
 func (m *Monitor) Restore(data []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -60,14 +61,18 @@ func (m *Monitor) Restore(data []byte) error {
 	m.rebooted = rebooted
 	if !rebooted {
 		for _, a := range s.Expected {
-			if a = normalizePCI(a); !slices.Contains(m.expected, a) {
+			if !slices.Contains(m.expected, a) {
 				m.expected = append(m.expected, a)
 			}
 		}
-		m.stray = mergeXids(m.stray, s.Stray)
+		m.stray = mergeXids(m.stray, m.judgeKept(s.Stray))
 	}
 	for _, r := range s.GPUs {
 		rec := cloneRecord(r)
+		rec.Xids = m.judgeKept(rec.Xids)
+		if rec.empty() {
+			continue
+		}
 		if rebooted && len(rec.Xids) > 0 {
 			rec.Recovered, rec.Rebooted = now, true
 		}
@@ -79,13 +84,35 @@ func (m *Monitor) Restore(data []byte) error {
 	return nil
 }
 
+// judgeKept judges kept Xids as a new occurrence would be judged: by the
+// catalog with config's overrides now, whatever the state said (it does
+// not keep the action, and an older state's is checked but not used).
+// Config overrides extend the catalog: an Xid config now calls ignore or
+// restart-app no longer fails the GPU, so a kept one goes, as the
+// operator who wrote that asked; one now judged more (or less) severe
+// holds with its new action. At most maxXidRecords stay, the most severe.
+func (m *Monitor) judgeKept(l []xidRecord) []xidRecord {
+	var out []xidRecord
+	for _, x := range l {
+		info := m.catalog.Lookup(x.Xid)
+		if !info.Action.Fatal() {
+			continue
+		}
+		x.Action, x.Name = info.Action, info.Name
+		out = append(out, x)
+	}
+	return capXids(out)
+}
+
 // ClearAll is the target of Clear that means every GPU.
 const ClearAll = "all"
 
 // Clear drops, for each target GPU (a UUID, a PCI address, or ClearAll),
 // the fatal Xids it raised before requested, once it reads healthy, and
-// the problems held for signals it cannot read. A kept record of a GPU not
-// seen since the agent restarted is dropped. It returns what it cleared.
+// the problems held for signals it cannot read. A GPU not seen since the
+// agent restarted (a kept record) cannot read healthy: what it held from
+// before requested goes at once, and its record with it once it holds no
+// failure. It returns what it cleared.
 func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 	if len(targets) == 0 {
 		return "", errors.New("no GPU named: give GPU UUIDs, PCI addresses or \"all\"")
@@ -112,8 +139,7 @@ func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 	}
 	for k, r := range m.records {
 		if named(r.UUID, r.PCI) {
-			delete(m.records, k)
-			words = append(words, fmt.Sprintf("GPU %s (not seen since the agent restarted): its kept record", r.key()))
+			words = append(words, m.clearKept(k, r, requested)...)
 		}
 	}
 	if all && len(m.stray) > 0 {
@@ -150,6 +176,43 @@ func clearRecord(rec *gpuRecord, requested time.Time) string {
 		rec.Cleared = requested
 		parts = append(parts, "Xid "+shortXids(rec.Xids))
 	}
+	parts = append(parts, clearFindings(rec, requested)...)
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+// clearKept drops, from the kept record of a GPU not seen, its Xids last
+// seen before requested and its findings from before requested, at once
+// (the GPU is not there to read healthy), and the record once it holds no
+// failure; it says what, or nothing when nothing went.
+func (m *Monitor) clearKept(key string, rec *gpuRecord, requested time.Time) []string {
+	var parts []string
+	kept, dropped := clearXids(rec.Xids, requested, true)
+	rec.Xids = kept
+	if len(dropped) > 0 {
+		parts = append(parts, "Xid "+shortXids(dropped))
+	}
+	parts = append(parts, clearFindings(rec, requested)...)
+	slices.Sort(parts)
+	w := strings.Join(parts, ", ")
+	label := fmt.Sprintf("GPU %s (not seen since the agent restarted): ", rec.key())
+	switch {
+	case len(rec.Xids) == 0 && len(rec.Findings) == 0 && w == "":
+		delete(m.records, key)
+		return []string{label + "its kept record"}
+	case len(rec.Xids) == 0 && len(rec.Findings) == 0:
+		delete(m.records, key)
+		return []string{label + w + " and its kept record"}
+	case w != "":
+		return []string{label + w + " (what it raised after the request stays)"}
+	}
+	return nil
+}
+
+// clearFindings drops rec's findings from before requested and returns
+// the signals it dropped some of.
+func clearFindings(rec *gpuRecord, requested time.Time) []string {
+	var parts []string
 	for sig, fs := range rec.Findings {
 		kept := slices.DeleteFunc(slices.Clone(fs), func(f finding) bool { return !f.Since.After(requested) })
 		if len(kept) < len(fs) {
@@ -161,8 +224,7 @@ func clearRecord(rec *gpuRecord, requested time.Time) string {
 			rec.Findings[sig] = kept
 		}
 	}
-	slices.Sort(parts)
-	return strings.Join(parts, ", ")
+	return parts
 }
 
 // knows reports whether t names a GPU the Monitor knows.

@@ -270,44 +270,24 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 	m.mu.Unlock()
 	var n int
 	var ret nvml.Return
-	var set nvml.EventSet
-	setRet := nvml.SUCCESS
-	// A job that outlives the wait must not leave its event set behind:
-	// whichever of the job and the waiter comes second frees it.
-	var handoff sync.Mutex
-	abandoned, created := false, false
+	var h setHandoff
 	err := m.lw.do(ctx, func(step func(string)) {
 		step("nvmlDeviceGetCount")
 		n, ret = lib.DeviceGetCount()
 		if needWatch && ret == nvml.SUCCESS {
 			step("nvmlEventSetCreate")
-			s, r := lib.EventSetCreate()
-			handoff.Lock()
-			defer handoff.Unlock()
-			if abandoned {
-				if r == nvml.SUCCESS && s != nil {
-					_ = s.Free()
-				}
-				return
-			}
-			set, setRet, created = s, r, true
+			h.deliver(lib.EventSetCreate())
 		}
 	})
 	if err != nil {
-		handoff.Lock()
-		abandoned = true
-		if created && setRet == nvml.SUCCESS && set != nil {
-			_ = set.Free()
-		}
-		handoff.Unlock()
+		h.abandon()
 		return 0, fmt.Errorf("counting GPUs: %w", err)
 	}
+	set, setRet := h.set, h.ret
 	m.mu.Lock()
 	if m.closed { // while counting: the event set would outlive the Monitor
 		m.mu.Unlock()
-		if set != nil && setRet == nvml.SUCCESS {
-			_ = set.Free()
-		}
+		freeSet(set, setRet)
 		return 0, errClosed
 	}
 	defer m.mu.Unlock()
@@ -327,6 +307,43 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 		return 0, m.driverGoneLocked(fmt.Errorf("counting GPUs: %w", ret), now)
 	}
 	return 0, fmt.Errorf("counting GPUs: %w", ret)
+}
+
+// setHandoff hands an event set from a count's job to the count. A job
+// that outlives the count's wait must not leave its set behind: whichever
+// of deliver and abandon comes second frees it.
+type setHandoff struct {
+	mu        sync.Mutex
+	set       nvml.EventSet
+	ret       nvml.Return
+	abandoned bool
+}
+
+// deliver is the job's: the set EventSetCreate returned, and its Return.
+func (h *setHandoff) deliver(set nvml.EventSet, ret nvml.Return) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.abandoned {
+		freeSet(set, ret)
+		return
+	}
+	h.set, h.ret = set, ret
+}
+
+// abandon is the count's when it stops waiting for the job.
+func (h *setHandoff) abandon() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.abandoned = true
+	freeSet(h.set, h.ret)
+	h.set = nil
+}
+
+// freeSet frees a set EventSetCreate made.
+func freeSet(set nvml.EventSet, ret nvml.Return) {
+	if ret == nvml.SUCCESS && set != nil {
+		_ = set.Free()
+	}
 }
 
 // prepare adds GPUs NVML sees for the first time and returns what each
@@ -535,14 +552,7 @@ func (m *Monitor) adopt(g *gpuState) {
 func (m *Monitor) integrate(run runInput) *snapshot {
 	s := &snapshot{cfg: m.cfg, at: run.at, driverErr: run.driverErr, countErr: run.countErr, count: run.count, pciErr: run.pciErr}
 	counted := run.driverErr == nil && run.countErr == nil
-	run.counted = counted
-	if !counted && run.driverErr == nil && m.lastCount.known {
-		// NVML cannot count the GPUs now: what its last count found
-		// (GPUs it no longer saw) stands until a count says otherwise.
-		run.count, run.counted = m.lastCount.count, true
-		kept := m.lastCount
-		s.kept = &kept
-	}
+	run, s.kept = m.withLastCount(run)
 	if m.w != nil {
 		s.watchErr = m.w.health()
 	} else if m.nv.lib != nil && m.nv.has.events {
@@ -583,6 +593,20 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	}
 	slices.SortFunc(s.orphans, func(a, b gpuRecord) int { return strings.Compare(a.key(), b.key()) })
 	return s
+}
+
+// withLastCount marks run counted when NVML counted the GPUs; when it
+// could not (but the driver is there), what its last count found (GPUs it
+// no longer saw) stands until a count says otherwise: run takes that
+// count, and kept is it. m.mu is held.
+func (m *Monitor) withLastCount(run runInput) (_ runInput, kept *lastCount) {
+	run.counted = run.driverErr == nil && run.countErr == nil
+	if !run.counted && run.driverErr == nil && m.lastCount.known {
+		run.count, run.counted = m.lastCount.count, true
+		k := m.lastCount
+		kept = &k
+	}
+	return run, kept
 }
 
 // attributeStray files stray Xids whose device said its UUID under the

@@ -706,9 +706,15 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 	}
 	kubeletRC := asKubelet(cp, kubeletNode)
 	kubelet, kubeletLeases := coreClient(t, kubeletRC), leaseClient(t, kubeletRC)
-	if err := createLeaseIn(kubeletLeases, corev1.NamespaceNodeLease, kubeletNode)(ctx); err != nil {
-		t.Fatalf("the kubelet creating its Lease: %v", err)
-	}
+	// The binding reaches the RBAC authorizer's cache a moment later:
+	// until then RBAC refuses (no policy is named), then it must succeed.
+	poll(t, 10*time.Second, "the kubelet creating its Lease", func() (bool, error) {
+		err := createLeaseIn(kubeletLeases, corev1.NamespaceNodeLease, kubeletNode)(ctx)
+		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+			return false, err
+		}
+		return err == nil, err
+	})
 	pod := func(name, node string) {
 		t.Helper()
 		p := &corev1.Pod{

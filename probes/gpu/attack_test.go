@@ -242,7 +242,9 @@ func TestAttackDriverGoneOnGPUCalls(t *testing.T) {
 			for i := range f.gpus {
 				f.fail(i, allCalls, fault{ret: ret})
 			}
-			f.check(t, "every GPU call fails", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonDriverUnavailable})
+			f.check(t, "every GPU call fails", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonDriverUnavailable,
+				message: []string{"the NVIDIA driver is unavailable on a node with 8 NVIDIA GPU(s)", ret.String()},
+				not:     []string{"GPU 3 ("}}) // the driver's error is told once, not per GPU
 			f.clk.Step(time.Minute)
 			runProbe(m, NameFatal, runTimeout)
 			if opens.Load() == 0 {
@@ -561,4 +563,25 @@ func TestAttackConcurrent(t *testing.T) {
 		t.Errorf("the fatal probe said OK %d times while Xid 79 was held", n)
 	}
 	f.check(t, "after", runProbe(m, NameFatal, runTimeout), attackXid79)
+}
+
+// One signal's call saying the driver is gone, on every GPU, while the
+// GPUs' other signals read: the driver answered, so it is not
+// GPUDriverUnavailable (that signal is Unknown) and NVML is not reopened.
+func TestAttackDriverGoneOnOneSignalOnly(t *testing.T) {
+	f := newFake(t)
+	var opens atomic.Int32
+	open := func() (nvml.Interface, error) { opens.Add(1); return f, nil }
+	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList})
+	f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
+	for i := range f.gpus {
+		f.fail(i, "GetTotalEccErrors", fault{ret: nvml.ERROR_UNINITIALIZED})
+	}
+	f.check(t, "one signal's call fails", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusUnknown, reason: ReasonReadError,
+		message: []string{"ERROR_UNINITIALIZED"}})
+	f.clk.Step(time.Minute)
+	runProbe(m, NameFatal, runTimeout)
+	if n := opens.Load(); n != 0 {
+		t.Errorf("NVML reopened %d times although every GPU's other signals read", n)
+	}
 }

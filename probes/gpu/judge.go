@@ -179,7 +179,9 @@ func (v *verdict) gpu(s *snapshot, g gpuView) {
 	complete := true
 	switch {
 	case g.unreadable != nil:
-		v.unknown = append(v.unknown, g.label()+": "+g.unreadable.Error())
+		if g.unreadable != s.driverErr { // the driver's error is told once
+			v.unknown = append(v.unknown, g.label()+": "+g.unreadable.Error())
+		}
 		complete = false
 	default:
 		for _, sig := range signalsOf(v.probe) {

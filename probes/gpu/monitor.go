@@ -129,10 +129,14 @@ func driverGoneInReads(reads []gpuRead) error {
 	return first
 }
 
-// goneError is the first of r's errors that says the driver is gone.
+// goneError is the first of r's errors that says the driver is gone, nil
+// when r has none or read a signal (then the driver answered).
 func goneError(r gpuRead) error {
 	errs := []error{r.openErr}
 	for _, sig := range slices.Sorted(maps.Keys(r.sigs)) {
+		if r.sigs[sig].ok() {
+			return nil
+		}
 		errs = append(errs, r.sigs[sig].err)
 	}
 	for _, err := range errs {

@@ -585,3 +585,51 @@ func TestAttackDriverGoneOnOneSignalOnly(t *testing.T) {
 		t.Errorf("NVML reopened %d times although every GPU's other signals read", n)
 	}
 }
+
+// valueDevice is a device handle that cannot be a map key (a value type
+// with a slice), as a binding other than go-nvml's pointers might have.
+type valueDevice struct {
+	nvml.Device
+	tags  []string
+	calls *atomic.Int64
+}
+
+func (d valueDevice) GetUUID() (string, nvml.Return) {
+	d.calls.Add(1)
+	return "GPU-not-one-of-ours", nvml.SUCCESS
+}
+
+// Xids from handles that cannot be cached: a harmless one costs no UUID
+// lookup, a fatal one is looked up and filed; a cacheable handle is looked
+// up once however many Xids it raises.
+func TestUnknownDeviceUUIDLookups(t *testing.T) {
+	f := newFake(t)
+	m := newMonitor(t, f, testConfig(), Env{})
+	f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
+
+	var valueCalls atomic.Int64
+	val := valueDevice{tags: []string{"x"}, calls: &valueCalls}
+	for range 100 {
+		f.push(nvml.EventData{Device: val, EventType: nvml.EventTypeXidCriticalError, EventData: 13})
+	}
+	eventually(t, "the harmless Xids drained", func() bool { return f.queued() == 0 })
+	if n := valueCalls.Load(); n != 0 {
+		t.Errorf("%d UUID lookups for 100 harmless Xids of an uncacheable handle, want 0", n)
+	}
+	f.push(nvml.EventData{Device: val, EventType: nvml.EventTypeXidCriticalError, EventData: 48})
+	f.waitFor(t, m, NameFatal, want{status: probes.StatusProblem, reason: ReasonGPUResetRequired,
+		message: []string{"a GPU NVML did not identify: Xid 48"}})
+	if n := valueCalls.Load(); n != 1 {
+		t.Errorf("%d UUID lookups for one fatal Xid of an uncacheable handle, want 1", n)
+	}
+
+	var ptrCalls atomic.Int64
+	ptr := &mock.Device{GetUUIDFunc: func() (string, nvml.Return) { ptrCalls.Add(1); return "GPU-not-one-of-ours", nvml.SUCCESS }}
+	for range 50 {
+		f.push(nvml.EventData{Device: ptr, EventType: nvml.EventTypeXidCriticalError, EventData: 48})
+	}
+	eventually(t, "the fatal Xids drained", func() bool { return f.queued() == 0 })
+	if n := ptrCalls.Load(); n != 1 {
+		t.Errorf("%d UUID lookups for 50 Xids of one handle, want 1", n)
+	}
+}

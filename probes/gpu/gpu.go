@@ -333,6 +333,9 @@ type Monitor struct {
 	// expected are the PCI addresses of the GPUs the node should have.
 	expected []string
 	maxCount int
+	// handleUUIDs are the UUIDs of handles events came from that are no
+	// GPU's handle (recordEvent), at most maxHandleUUIDs.
+	handleUUIDs map[nvml.Device]string
 	// lastCount is what the last successful count found, kept while NVML
 	// cannot count the GPUs.
 	lastCount lastCount
@@ -373,7 +376,7 @@ func New(cfg Config, env Env) (*Monitor, error) {
 	if env.Lib == nil && env.Open == nil {
 		return nil, errors.New("gpu probe: neither an NVML library nor a way to open one")
 	}
-	m := &Monitor{cfg: cfg, catalog: cfg.catalog(), env: env, now: env.Now, fabricHealth: fabricHealthV2, records: map[string]*gpuRecord{}, lw: startWorker("NVML")}
+	m := &Monitor{cfg: cfg, catalog: cfg.catalog(), env: env, now: env.Now, fabricHealth: fabricHealthV2, records: map[string]*gpuRecord{}, handleUUIDs: map[nvml.Device]string{}, lw: startWorker("NVML")}
 	if m.now == nil {
 		m.now = time.Now
 	}

@@ -251,6 +251,7 @@ func (m *Monitor) ensureNVML(ctx context.Context, now time.Time) error {
 		return m.nv.err
 	}
 	m.nv = nvmlState{lib: lib, owned: true, has: lookupSymbols(lib)}
+	clear(m.handleUUIDs) // the old library's handles
 	for _, g := range gpus {
 		g.handle, g.watched, g.watch = nil, false, sigRead{}
 	}
@@ -437,28 +438,16 @@ func sameDevice(a, b nvml.Device) bool {
 }
 
 // recordEvent is the watcher's sink: it files a critical Xid under its
-// GPU. Its GPU is found by handle, else by UUID (one NVML call, made
-// without the lock).
+// GPU. Its GPU is found by handle, else by UUID (eventGPU).
 func (m *Monitor) recordEvent(ev nvml.EventData) {
 	if ev.EventType&nvml.EventTypeXidCriticalError == 0 {
 		return
 	}
 	at := m.now()
-	m.mu.Lock()
-	g := m.gpuByHandle(ev.Device)
-	m.mu.Unlock()
-	uuid := ""
-	if g == nil && ev.Device != nil {
-		uuid = m.uuidOf(ev.Device)
-	}
+	info := m.catalog.Lookup(ev.EventData)
+	g, uuid := m.eventGPU(ev.Device, info.Action.Fatal())
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if g == nil && uuid != "" {
-		if i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return g.uuid == uuid }); i >= 0 {
-			g = m.gpus[i]
-		}
-	}
-	info := m.catalog.Lookup(ev.EventData)
 	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name}
 	if g != nil && g.mig && ev.GpuInstanceId != 0xFFFFFFFF {
 		gi, ci := ev.GpuInstanceId, ev.ComputeInstanceId
@@ -477,6 +466,51 @@ func (m *Monitor) recordEvent(ev nvml.EventData) {
 	default:
 		g.record().Xids = addXid(g.record().Xids, x, at)
 	}
+}
+
+// eventGPU finds the GPU an event's device is: by handle, else by UUID,
+// with uuid the device's UUID where it was asked. An unknown handle's UUID
+// is asked once per handle (one NVML call, made without the lock; a storm
+// from one device costs one call); a handle that cannot be cached is asked
+// only for a fatal Xid.
+func (m *Monitor) eventGPU(dev nvml.Device, fatal bool) (_ *gpuState, uuid string) {
+	m.mu.Lock()
+	g := m.gpuByHandle(dev)
+	cached := false
+	if g == nil && cacheable(dev) {
+		uuid, cached = m.handleUUIDs[dev]
+	}
+	m.mu.Unlock()
+	if g != nil || dev == nil {
+		return g, ""
+	}
+	if !cached && (cacheable(dev) || fatal) {
+		uuid = m.uuidOf(dev)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if uuid == "" {
+		return nil, ""
+	}
+	if !cached && cacheable(dev) {
+		if len(m.handleUUIDs) >= maxHandleUUIDs {
+			clear(m.handleUUIDs)
+		}
+		m.handleUUIDs[dev] = uuid
+	}
+	if i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return g.uuid == uuid }); i >= 0 {
+		return m.gpus[i], uuid
+	}
+	return nil, uuid
+}
+
+// maxHandleUUIDs bounds the UUIDs kept for handles the Monitor did not
+// open (recordEvent).
+const maxHandleUUIDs = 64
+
+// cacheable says dev can be a map key (NVML's handles are pointers).
+func cacheable(dev nvml.Device) bool {
+	return dev != nil && reflect.TypeOf(dev).Comparable()
 }
 
 // uuidLookupTimeout bounds the watcher's wait for the UUID of an event's

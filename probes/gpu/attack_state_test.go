@@ -243,3 +243,54 @@ func TestAttackClearKeptRecordHonoursRequestedAt(t *testing.T) {
 }
 
 // ---------------------------------------------------------------- re-enumeration
+
+// A GPU lost from NVML, then the agent restarts and NVML cannot count the
+// GPUs (fails or hangs) on the new agent's first runs: the lost GPU stays
+// GPULost from the kept last count, until a count says otherwise.
+func TestAttackLostGPUKeptAcrossRestartWhileCountFails(t *testing.T) {
+	gate := make(chan struct{}) // the hung count answers when closed
+	for _, tt := range []struct {
+		name  string
+		fault fault
+	}{
+		{"count fails", errUnknown},
+		{"count hangs", fault{gate: gate}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := newFake(t)
+			before.see(0, 1, 2, 4, 5, 6, 7)
+			m1 := newMonitor(t, before, testConfig(), Env{GPUsOnPCI: before.pciList, BootID: bootID("boot-1")})
+			lost := want{status: probes.StatusProblem, reason: ReasonGPULost,
+				message: []string{"the GPU at PCI {pci3} is on the PCI bus but NVML does not see it"}}
+			before.check(t, "GPU 3 gone", runProbe(m1, NameFatal, runTimeout), lost)
+			state := m1.State()
+			if !strings.Contains(string(state), `"short":`) {
+				t.Fatalf("the state keeps no short count: %s", state)
+			}
+
+			f := before.restarted(t)
+			f.see(0, 1, 2, 4, 5, 6, 7)
+			f.failLib("DeviceGetCount", tt.fault)
+			m2 := newMonitor(t, f, testConfig(), Env{GPUsOnPCI: f.pciList, BootID: bootID("boot-1")})
+			if err := m2.Restore(state); err != nil {
+				t.Fatalf("Restore: %v", err)
+			}
+			kept := want{status: probes.StatusProblem, reason: ReasonGPULost,
+				message: []string{"the GPU at PCI {pci3} is on the PCI bus but NVML does not see it (at its last count; kept while NVML cannot count the GPUs)"}}
+			for run := range 2 {
+				f.check(t, fmt.Sprintf("after the restart, run %d", run), runProbe(m2, NameFatal, time.Second), kept)
+			}
+			// The count works again and sees all 8: the GPU is back.
+			f.see(0, 1, 2, 3, 4, 5, 6, 7)
+			f.failLib("DeviceGetCount", fault{})
+			if tt.fault.gate != nil {
+				close(gate)
+			}
+			f.clk.Step(5 * time.Second)
+			f.waitFor(t, m2, NameFatal, fatalOK)
+			if st := m2.State(); strings.Contains(string(st), `"short":`) {
+				t.Errorf("the state keeps a short count after a full one: %s", st)
+			}
+		})
+	}
+}

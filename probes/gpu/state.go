@@ -60,7 +60,23 @@ type savedState struct {
 	GPUs     []gpuRecord `json:"gpus,omitempty"`
 	// Stray are fatal Xids from a device NVML did not identify.
 	Stray []xidRecord `json:"stray,omitempty"`
+	// Short is the last successful count of the GPUs when it found fewer
+	// than the node should have: after a restart it stands while NVML
+	// cannot count the GPUs, as it does in the agent that counted.
+	Short *savedCount `json:"short,omitempty"`
 }
+
+// savedCount is a count of the GPUs that found some missing.
+type savedCount struct {
+	Count int `json:"count"`
+	// Missing are the PCI addresses of the expected GPUs NVML did not
+	// see, OnBus those of them still on the PCI bus.
+	Missing []string `json:"missing,omitempty"`
+	OnBus   []string `json:"onBus,omitempty"`
+}
+
+// maxSavedCount bounds a saved count (no node has more GPUs).
+const maxSavedCount = 1024
 
 // gpuRecord is one GPU's kept state, keyed by UUID (or, for a GPU whose
 // UUID could not be read, by PCI address).
@@ -154,6 +170,10 @@ func marshalState(s savedState) []byte {
 // rounded recovery never covers an Xid it did not), texts bounded.
 func compactState(s savedState) savedState {
 	out := savedState{Version: stateVersion, Boot: s.Boot, Stray: compactXids(s.Stray)}
+	if s.Short != nil {
+		out.Short = &savedCount{Count: s.Short.Count,
+			Missing: slices.Sorted(slices.Values(s.Short.Missing)), OnBus: slices.Sorted(slices.Values(s.Short.OnBus))}
+	}
 	out.Expected = slices.Compact(slices.Sorted(slices.Values(s.Expected)))
 	for _, g := range s.GPUs {
 		c := g
@@ -409,7 +429,40 @@ func decodeState(data []byte) (savedState, error) {
 	if err := checkXids(s.Stray); err != nil {
 		return savedState{}, fmt.Errorf("GPU state: stray%w", err)
 	}
+	if s.Short != nil {
+		if err := checkCount(s.Short); err != nil {
+			return savedState{}, fmt.Errorf("GPU state: short.%w", err)
+		}
+	}
 	return s, nil
+}
+
+// checkCount checks a saved count and normalizes its PCI addresses.
+func checkCount(c *savedCount) error {
+	if c.Count < 0 || c.Count > maxSavedCount {
+		return fmt.Errorf("count: %d, want 0 to %d", c.Count, maxSavedCount)
+	}
+	for _, f := range []struct {
+		name string
+		l    []string
+	}{{"missing", c.Missing}, {"onBus", c.OnBus}} {
+		for i, a := range f.l {
+			n, err := checkPCI(a)
+			if err != nil {
+				return fmt.Errorf("%s[%d]: %w", f.name, i, err)
+			}
+			if slices.Contains(f.l[:i], n) {
+				return fmt.Errorf("%s[%d]: %s again", f.name, i, n)
+			}
+			f.l[i] = n
+		}
+	}
+	for i, a := range c.OnBus {
+		if !slices.Contains(c.Missing, a) {
+			return fmt.Errorf("onBus[%d]: %s is not among missing", i, a)
+		}
+	}
+	return nil
 }
 
 // pciAddress is a PCI address as sysfs writes it and normalizePCI returns

@@ -24,7 +24,25 @@ func (m *Monitor) State() []byte {
 	for _, r := range m.records {
 		s.GPUs = append(s.GPUs, cloneRecord(*r))
 	}
+	s.Short = m.shortCount()
 	return encodeState(s)
+}
+
+// shortCount is the last successful count when it found GPUs missing,
+// for the state; nil otherwise. m.mu is held.
+func (m *Monitor) shortCount() *savedCount {
+	lc := m.lastCount
+	if !lc.known || len(lc.missing) == 0 && lc.count >= m.expectedCount() {
+		return nil
+	}
+	c := &savedCount{Count: lc.count}
+	for _, mg := range lc.missing {
+		c.Missing = append(c.Missing, mg.pci)
+		if mg.onBus {
+			c.OnBus = append(c.OnBus, mg.pci)
+		}
+	}
+	return c
 }
 
 func cloneRecord(r gpuRecord) gpuRecord {
@@ -66,6 +84,13 @@ func (m *Monitor) Restore(data []byte) error {
 			}
 		}
 		m.stray = mergeXids(m.stray, m.judgeKept(s.Stray))
+		if s.Short != nil && !m.lastCount.known {
+			// What the last count found stands until a count here.
+			m.lastCount = lastCount{known: true, count: s.Short.Count}
+			for _, a := range s.Short.Missing {
+				m.lastCount.missing = append(m.lastCount.missing, missingGPU{pci: a, onBus: slices.Contains(s.Short.OnBus, a)})
+			}
+		}
 	}
 	for _, r := range s.GPUs {
 		rec := cloneRecord(r)

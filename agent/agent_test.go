@@ -209,6 +209,21 @@ func (w *nodeWatch) seen() []*corev1.Node {
 	return slices.Clone(w.events)
 }
 
+// everyVersion fails t unless the watch saw a version of the Node (when
+// says during what) and ok holds for each; what names what ok checks.
+func (w *nodeWatch) everyVersion(t *testing.T, when, what string, ok func(*corev1.Node) bool) {
+	t.Helper()
+	evs := w.seen()
+	if len(evs) == 0 {
+		t.Fatalf("no Node version written %s: the check proves nothing", when)
+	}
+	for i, n := range evs {
+		if !ok(n) {
+			t.Errorf("version %d (rv %s) %s lost %s: %s", i, n.ResourceVersion, when, what, describe(n))
+		}
+	}
+}
+
 // checkForeignSurvived fails t for every watched version of the Node that
 // lost the foreign taint or condition.
 func checkForeignSurvived(t *testing.T, w *nodeWatch) {

@@ -187,15 +187,7 @@ func TestGPUFailureSurvivesRestart(t *testing.T) {
 	runGPUAgent(t, cp, node, f2)
 	// Several heartbeats and well past clearAfter.
 	time.Sleep(6 * time.Second)
-	evs := w.seen()
-	if len(evs) == 0 {
-		t.Fatal("the restarted agent wrote nothing in 6s despite a 1s heartbeat")
-	}
-	for i, n := range evs {
-		if !failed(n) {
-			t.Errorf("version %d (rv %s) after the restart lost the GPU failure: %s", i, n.ResourceVersion, describe(n))
-		}
-	}
+	w.everyVersion(t, "after the restart", "the GPU failure", failed)
 	checkForeignSurvived(t, w)
 	n = getNode(t, c, node)
 	if msg := condition(n, config.DefaultGPUCondition).Message; !strings.Contains(msg, "Xid 94") {
@@ -245,15 +237,7 @@ func TestGPUXidHeldAcrossRestartUntilCleared(t *testing.T) {
 	w := startWatch(t, c, node, getNode(t, c, node).ResourceVersion)
 	runGPUAgent(t, cp, node, f2)
 	time.Sleep(6 * time.Second) // three times clearAfter
-	evs := w.seen()
-	if len(evs) == 0 {
-		t.Fatal("the restarted agent wrote nothing in 6s despite a 1s heartbeat")
-	}
-	for i, n := range evs {
-		if !failed(n) {
-			t.Errorf("version %d (rv %s) after the restart lost the GPU failure: %s", i, n.ResourceVersion, describe(n))
-		}
-	}
+	w.everyVersion(t, "after the restart", "the GPU failure", failed)
 	checkForeignSurvived(t, w)
 
 	req, err := agent.ClearRequest{Targets: []string{f1.uuid(5)}, RequestedAt: time.Now().UTC().Format(time.RFC3339Nano), By: t.Name()}.Encode()
@@ -339,15 +323,7 @@ func TestGPUInventoryHeldWhileNVMLHangs(t *testing.T) {
 		return cd != nil && cd.Status == corev1.ConditionUnknown
 	})
 	time.Sleep(3 * time.Second)
-	evs := w.seen()
-	if len(evs) == 0 {
-		t.Fatal("no Node version written while NVML hangs (1s heartbeat)")
-	}
-	for i, n := range evs {
-		if !advertised(n) {
-			t.Errorf("version %d (rv %s) while NVML hangs lost the GPUs: %s", i, n.ResourceVersion, describe(n))
-		}
-	}
+	w.everyVersion(t, "while NVML hangs", "the GPUs", advertised)
 	checkForeignSurvived(t, w)
 
 	start := time.Now()

@@ -466,6 +466,25 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 }
 
+// settledStats waits until the agent's write counts have not moved for a
+// second and returns its stats. The agent counts a write once the API
+// server has answered it, so a watch can show a write before the counter
+// does: a test that counts writes from a state it saw on the Node starts
+// from the settled count.
+func settledStats(t *testing.T, a *agent.Agent) agent.Stats {
+	t.Helper()
+	last, since := a.Stats(), time.Now()
+	for deadline := time.Now().Add(15 * time.Second); time.Since(since) < time.Second; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's writes did not settle in 15s: %+v", last)
+		}
+		if got := a.Stats(); got.ConditionWrites != last.ConditionWrites || got.TaintWrites != last.TaintWrites {
+			last, since = got, time.Now()
+		}
+	}
+	return last
+}
+
 // TestNoWritesWhenNothingChanges checks the agent is silent between
 // heartbeats: probes keep running, the Node sees no update.
 func TestNoWritesWhenNothingChanges(t *testing.T) {
@@ -476,9 +495,7 @@ func TestNoWritesWhenNothingChanges(t *testing.T) {
 	p := newSwitchProbe(probes.StatusProblem)
 	a, _ := runAgent(t, c, node, p, agentOpts{interval: 50 * time.Millisecond})
 	waitNode(t, c, node, 20*time.Second, "our taint", func(n *corev1.Node) bool { return hasTaint(n, ourTaint) })
-	time.Sleep(time.Second) // let the informer catch up with our own writes
-
-	before := a.Stats()
+	before := settledStats(t, a)
 	runsBefore := a.ProbeStats()[0].Runs
 	w := startWatch(t, c, node, getNode(t, c, node).ResourceVersion)
 	time.Sleep(3 * time.Second)

@@ -492,8 +492,11 @@ func TestNPDMessageUpdatesOnTheNode(t *testing.T) {
 		return message(n, "NPDMessages") == "first npd message" && message(n, "OwnMessages") == "first own message"
 	})
 
-	// The custom check's new message: no write before the heartbeat.
-	writes := a.Stats().ConditionWrites
+	// The custom check's new message: no write before the heartbeat. The
+	// agent counts a write once the API server has answered it, so the
+	// watch above can see the last write before the counter does: start
+	// counting once the counter has settled.
+	writes := settledStats(t, a).ConditionWrites
 	runs := func() uint64 {
 		for _, s := range a.ProbeStats() {
 			if s.Name == "custom-OwnMessages" {

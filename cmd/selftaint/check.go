@@ -40,6 +40,9 @@ type checkReport struct {
 	// WithGrant are the NoExecute taints that would join Taints while the
 	// node holds a NoExecute grant from the coordinator.
 	WithGrant []corev1.Taint `json:"withGrant,omitempty"`
+	// Warnings are the config's settings that are valid but risky, each
+	// naming its field (the agent logs the same at start-up).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -63,7 +66,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer m.close()
-	rep := checkReport{Probes: check(ctx, m.specs), GPUSupport: "on"}
+	rep := checkReport{Probes: check(ctx, m.specs), GPUSupport: "on", Warnings: cfg.Warnings()}
 	if m.gpuOff != "" {
 		rep.GPUSupport = m.gpuOff
 	}
@@ -138,6 +141,12 @@ func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, now t
 }
 
 func printCheck(w io.Writer, rep checkReport) error {
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	if len(rep.Warnings) > 0 {
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROBE\tVERDICT\tCONDITION\tSTATUS\tREASON\tREADINGS")
 	for _, r := range rep.Probes {

@@ -157,6 +157,44 @@ func TestCheckOnFixtureHost(t *testing.T) {
 	}
 }
 
+// TestCheckPrintsConfigWarnings: a config that is valid but risky (a
+// NoExecute rule without a fallback) is told by check, in both outputs,
+// naming the field; a config without one prints no warning.
+func TestCheckPrintsConfigWarnings(t *testing.T) {
+	risky := writeFile(t, "probes:\n  disk:\n    enabled: false\nrules:\n- condition: SelftaintMemoryPressure\n  taint: {key: selftaint.io/memory-pressure, effect: NoExecute}\n")
+	for _, tc := range []struct {
+		name, config string
+		want         bool
+	}{
+		{"NoExecute without fallback", risky, true},
+		{"defaults", writeFile(t, "probes:\n  disk:\n    enabled: false\n"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var table, js, stderr bytes.Buffer
+			if code := run(context.Background(), []string{"check", "--host-root=testdata/lowmem", "--config=" + tc.config}, &table, &stderr); code != 0 {
+				t.Fatalf("table: exit %d: %s", code, stderr.String())
+			}
+			if code := run(context.Background(), []string{"check", "--host-root=testdata/lowmem", "--config=" + tc.config, "--output=json"}, &js, &stderr); code != 0 {
+				t.Fatalf("json: exit %d: %s", code, stderr.String())
+			}
+			var rep checkReport
+			if err := json.Unmarshal(js.Bytes(), &rep); err != nil {
+				t.Fatalf("json output: %v\n%s", err, js.String())
+			}
+			const field = "rules[0].fallback: not set"
+			if got := strings.Contains(table.String(), "warning: "+field); got != tc.want {
+				t.Errorf("table output has the warning: %v, want %v:\n%s", got, tc.want, table.String())
+			}
+			if got := len(rep.Warnings) == 1 && strings.HasPrefix(rep.Warnings[0], field); got != tc.want {
+				t.Errorf("json warnings %q: has the fallback warning %v, want %v", rep.Warnings, got, tc.want)
+			}
+			if !tc.want && (len(rep.Warnings) != 0 || strings.Contains(table.String(), "warning:")) {
+				t.Errorf("warnings for a config without risk: %q\n%s", rep.Warnings, table.String())
+			}
+		})
+	}
+}
+
 // TestCheckUnreadableHost points check at a host root with no /proc: every
 // probe must say Unknown, not OK, and the command still succeeds.
 func TestCheckUnreadableHost(t *testing.T) {

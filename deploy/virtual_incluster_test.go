@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -259,39 +260,7 @@ func testVirtualNoExecuteEviction(t *testing.T, cp *testcp.ControlPlane, bin str
 	}
 	args := append(slices.Clone(dep.Spec.Template.Spec.Containers[0].Args),
 		"--kubeconfig="+writeKubeconfig(t, tokenConfig(t, cp, ns, virtualSA)), "--config="+cfg, "--stats-interval=0")
-	logs := &logBuffer{}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+ns)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	stop := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			return err
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			return fmt.Errorf("selftaint virtual still running 60s after SIGTERM")
-		}
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("selftaint virtual: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("selftaint %s:\n%s", strings.Join(args, " "), logs.String())
-		}
-	})
+	logs, stop := startProcess(t, bin, args, "POD_NAMESPACE="+ns)
 
 	waitNode(t, admin, node, time.Minute, "registered, Ready and schedulable", func(n *corev1.Node) bool {
 		r := taints.FindCondition(n, corev1.NodeReady)
@@ -305,25 +274,10 @@ func testVirtualNoExecuteEviction(t *testing.T, cp *testcp.ControlPlane, bin str
 		return err == nil && cm.Annotations[fleet.FleetAnnotation] == string(fleet.MembersVirtual), err
 	})
 
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for name, tols := range map[string][]corev1.Toleration{
+	runPods(t, admin, podNS, node, map[string][]corev1.Toleration{
 		"victim":   nil,
 		"tolerant": {{Key: memTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
-	} {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name},
-			Spec:       corev1.PodSpec{NodeName: node, Tolerations: tols, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
-		}
-		if _, err := admin.CoreV1().Pods(podNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		poll(t, time.Minute, "pod "+name+" Running", func() (bool, error) {
-			p, err := admin.CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
-			return err == nil && p.Status.Phase == corev1.PodRunning, err
-		})
-	}
+	})
 
 	value, err := faults.Spec{Status: corev1.ConditionTrue, InjectedBy: "deploy test"}.Lasting(time.Now(), 3*time.Minute).Encode()
 	if err != nil {
@@ -358,4 +312,70 @@ func testVirtualNoExecuteEviction(t *testing.T, cp *testcp.ControlPlane, bin str
 		t.Errorf("node %s after exit: %v, want it deleted (--delete-on-exit)", node, err)
 	}
 	checkNotRefused(t, logs)
+}
+
+// startProcess runs bin with args (and the extra environment) until the
+// returned stop, which sends SIGTERM and returns how it exited, is called
+// (at the end of the test at the latest); its output is collected, and
+// shown if the test fails.
+func startProcess(t *testing.T, bin string, args []string, env ...string) (*logBuffer, func() error) {
+	t.Helper()
+	logs := &logBuffer{}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case stopErr = <-exited:
+			case <-time.After(60 * time.Second):
+				_ = cmd.Process.Kill()
+				stopErr = fmt.Errorf("%s still running 60s after SIGTERM", filepath.Base(bin))
+			}
+		})
+		return stopErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("%s: %v", filepath.Base(bin), err)
+		}
+		if t.Failed() {
+			t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), logs.String())
+		}
+	})
+	return logs, stop
+}
+
+// runPods creates, in a new namespace ns, a pod bound to node per entry of
+// pods (with those tolerations), and waits until each is Running.
+func runPods(t *testing.T, admin kubernetes.Interface, ns, node string, pods map[string][]corev1.Toleration) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, tols := range pods {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       corev1.PodSpec{NodeName: node, Tolerations: tols, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
+		}
+		if _, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range pods {
+		poll(t, time.Minute, "pod "+name+" Running", func() (bool, error) {
+			p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning, err
+		})
+	}
 }

@@ -308,5 +308,15 @@ func TestObserveFleetMembers(t *testing.T) {
 		if !slices.Equal(gotNodes, tt.wantNodes) || !slices.Equal(gotGrants, tt.wantGrants) {
 			t.Errorf("members %q: nodes %v grants %v, want nodes %v grants %v", tt.members, gotNodes, gotGrants, tt.wantNodes, tt.wantGrants)
 		}
+		// Events about the same Nodes queue a decision.
+		var queued []string
+		for _, n := range nodes {
+			if c.member(n) {
+				queued = append(queued, n.Name)
+			}
+		}
+		if !slices.Equal(queued, tt.wantNodes) || !c.member("not a node") {
+			t.Errorf("members %q: events of %v queue a decision, want %v (and anything not a Node)", tt.members, queued, tt.wantNodes)
+		}
 	}
 }

@@ -84,7 +84,7 @@ func TestOnControlPlane(t *testing.T) {
 	t.Run("AgentRBACIsEnough", func(t *testing.T) { testAgentRBACIsEnough(t, cp) })
 	t.Run("AgentRBACIsTight", func(t *testing.T) { testAgentRBACIsTight(t, cp) })
 	t.Run("AdmissionPolicy", func(t *testing.T) { testAdmissionPolicy(t, cp) })
-	t.Run("VirtualRBACIsEnough", func(t *testing.T) { testVirtualRBACIsEnough(t, cp) })
+	t.Run("VirtualRBACIsEnough", func(t *testing.T) { testVirtualRBACIsEnough(t, cp, tokenConfig(t, cp, virtualNamespace, virtualSA)) })
 	t.Run("PolicyWithoutParameters", func(t *testing.T) { testPolicyWithoutParameters(t, cp) })
 	t.Run("CoordinatorRBACIsEnough", func(t *testing.T) { testCoordinatorRBACIsEnough(t, cp) })
 	t.Run("CoordinatorRBACIsTight", func(t *testing.T) { testCoordinatorRBACIsTight(t, cp) })
@@ -507,14 +507,13 @@ func containsAll(s string, parts []string) bool {
 }
 
 // testVirtualRBACIsEnough runs one virtual node as the virtual service
-// account, through registration, Lease renewals, a pod's whole life and
-// deletion on exit.
-func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
+// account (rc), through registration, Lease renewals, a pod's whole life
+// and deletion on exit.
+func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane, rc *rest.Config) {
 	const node, podNS, podName = "vnode-1", "virtual-test", "app"
 	admin := cp.Client()
 	ctx := t.Context()
 	logger, logs := captureLogs(t)
-	rc := asServiceAccount(cp, virtualSA, "")
 	core := coreClient(t, rc)
 	leases, err := typedcoordv1.NewForConfig(rc)
 	if err != nil {
@@ -529,7 +528,7 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 			Names:    []string{node},
 			Core:     core,
 			Leases:   leases,
-			Template: virtual.NodeTemplate{Taints: []corev1.Taint{{Key: "selftaint.io/virtual", Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+			Template: virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}},
 			Probes: func(string) []agent.ProbeSpec {
 				return []agent.ProbeSpec{{
 					Entry:     probes.Entry{Probe: virtual.SimulatedProbe{ProbeName: "sim"}, Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond},

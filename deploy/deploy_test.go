@@ -349,7 +349,6 @@ func TestManifestsAgree(t *testing.T) {
 		}
 		return agentSA
 	})
-	checkSubjects(t, readManifests(t, "virtual"), func(string) string { return virtualSA })
 }
 
 // checkSubjects checks every binding in ms binds exactly the service

@@ -25,6 +25,7 @@ import (
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // The names deploy/virtual's admission policies agree on.
@@ -33,40 +34,64 @@ const (
 	// policy itself: the virtual nodes' name prefix.
 	virtualPrefixAnnotation = "virtual.selftaint.io/node-name-prefix"
 	virtualPrefix           = "vnode-"
-	virtualNodesPolicy      = "selftaint-virtual-nodes"
-	virtualPodsPolicy       = "selftaint-virtual-pods"
-	virtualLeasesPolicy     = "selftaint-virtual-leases"
+	// virtualTaintAnnotation is the nodes policy's other parameter: the
+	// registration taint every Node the service account writes carries.
+	virtualTaintAnnotation = "virtual.selftaint.io/registration-taint"
+	virtualTaint           = "selftaint.io/virtual=true:NoSchedule"
+	// virtualNamespace is deploy/virtual's own namespace.
+	virtualNamespace    = "selftaint-virtual"
+	virtualNodesPolicy  = "selftaint-virtual-nodes"
+	virtualPodsPolicy   = "selftaint-virtual-pods"
+	virtualLeasesPolicy = "selftaint-virtual-leases"
 )
 
+// virtualPolicies are the virtual policies with parameters (the prefix):
+// each is its own parameter object.
 var virtualPolicies = []string{virtualNodesPolicy, virtualPodsPolicy, virtualLeasesPolicy}
+
+// virtualConfigMapsPolicy confines ConfigMap writes to the guard; it has
+// no parameter.
+const virtualConfigMapsPolicy = "selftaint-virtual-configmaps"
+
+// virtualMatch is every virtual policy's match condition: the service
+// account by name, in any namespace.
+var virtualMatch = []admissionregistrationv1.MatchCondition{{
+	Name:       "selftaint-virtual-service-account",
+	Expression: "request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.endsWith(':" + virtualSA + "')",
+}}
+
+// deploymentFlag is the values of --name= among the Deployment's args.
+func deploymentFlag(dep *appsv1.Deployment, name string) []string {
+	var out []string
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
 
 // TestVirtualPolicyManifests checks, without a cluster, what keeps the
 // virtual policies in force: each policy's prefix annotation is the
-// Deployment's --name-prefix; each policy fails closed, matches the service
+// Deployment's --name-prefix and the nodes policy's registration taint its
+// --register-with-taints; each policy fails closed, matches the service
 // account by name in any namespace (no namespace in the policy, so a
 // namespace overlay keeps it) and is its own required parameter object, so
-// it can never be in force without its parameters. And no RBAC object is
-// namespaced: a namespace overlay would move a Role out of kube-node-lease.
+// it can never be in force without its parameters. Everything namespaced
+// is in deploy/virtual's own namespace, whose Role is the coordinator's
+// (never one in kube-node-lease: a namespace overlay would move it out),
+// and the names the policies and RBAC allow there are the coordinator's.
 func TestVirtualPolicyManifests(t *testing.T) {
 	ms := readManifests(t, "virtual")
 	dep := find[*appsv1.Deployment](t, ms, "selftaint-virtual")
-	var prefixes []string
-	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
-		if p, ok := strings.CutPrefix(a, "--name-prefix="); ok {
-			prefixes = append(prefixes, p)
-		}
-	}
+	prefixes := deploymentFlag(dep, "name-prefix")
 	if want := []string{virtualPrefix}; !slices.Equal(prefixes, want) {
 		t.Errorf("Deployment --name-prefix %q, want %q", prefixes, want)
 	}
-	for _, m := range ms {
-		switch m.obj.(type) {
-		case *corev1.ConfigMap:
-			t.Errorf("%s: the virtual policies' parameters are their own annotations; a separate object, if missing, would deny every user's writes", m)
-		case *rbacv1.Role, *rbacv1.RoleBinding:
-			t.Errorf("%s: a namespace overlay would move it to the overlay's namespace; grant with a ClusterRole and ClusterRoleBinding", m)
-		}
+	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--coordinator") {
+		t.Errorf("Deployment args %q: no --coordinator (the virtual fleet's coordinator: without it no virtual node gets NoExecute)", dep.Spec.Template.Spec.Containers[0].Args)
 	}
+	checkVirtualNamespaces(t, ms, dep)
 
 	for _, name := range virtualPolicies {
 		vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, name)
@@ -74,34 +99,136 @@ func TestVirtualPolicyManifests(t *testing.T) {
 		if got, ok := vap.Annotations[virtualPrefixAnnotation]; !ok || !slices.Equal([]string{got}, prefixes) {
 			t.Errorf("%s: annotation %s = %q (present: %v), want the Deployment's --name-prefix %q", name, virtualPrefixAnnotation, got, ok, prefixes)
 		}
-		if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
-			t.Errorf("%s: failurePolicy %v, want Fail", name, vap.Spec.FailurePolicy)
-		}
 		if pk := vap.Spec.ParamKind; pk == nil || pk.APIVersion != "admissionregistration.k8s.io/v1" || pk.Kind != "ValidatingAdmissionPolicy" {
 			t.Errorf("%s: paramKind %+v, want the policy itself (admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy)", name, pk)
 		}
-		data, err := yaml.Marshal(vap)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(data), namespace) {
-			t.Errorf("%s names namespace %s: a namespace overlay would leave it behind", name, namespace)
-		}
-		want := []admissionregistrationv1.MatchCondition{{
-			Name:       "selftaint-virtual-service-account",
-			Expression: "request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.endsWith(':" + virtualSA + "')",
-		}}
-		if !slices.Equal(vap.Spec.MatchConditions, want) {
-			t.Errorf("%s: matchConditions %+v, want %+v", name, vap.Spec.MatchConditions, want)
-		}
+		checkVirtualPolicy(t, vap)
 		b := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, name)
 		checkVirtualBinding(t, b, name)
 	}
+	// The registration taint: the nodes policy's parameter, the
+	// Deployment's --register-with-taints, in the form both write.
+	nodes := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, virtualNodesPolicy)
+	var registered []string
+	for _, v := range deploymentFlag(dep, "register-with-taints") {
+		for _, s := range strings.Split(v, ",") {
+			tt, err := taints.ParseTaint(s)
+			if err != nil {
+				t.Fatalf("Deployment --register-with-taints %q: %v", v, err)
+			}
+			registered = append(registered, taints.Format(tt))
+		}
+	}
+	if got := nodes.Annotations[virtualTaintAnnotation]; got != virtualTaint || !slices.Contains(registered, got) {
+		t.Errorf("%s: annotation %s = %q, want %q, one of the Deployment's --register-with-taints %q", virtualNodesPolicy, virtualTaintAnnotation, got, virtualTaint, registered)
+	}
 	// Leases in every namespace: RBAC grants them cluster-wide, so the
-	// policy must see every write to say kube-node-lease only.
+	// policy must see every write to say which.
 	leases := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, virtualLeasesPolicy)
 	if mc := leases.Spec.MatchConstraints; mc == nil || mc.NamespaceSelector != nil && len(mc.NamespaceSelector.MatchLabels)+len(mc.NamespaceSelector.MatchExpressions) > 0 {
 		t.Errorf("%s: matchConstraints %+v, want leases in every namespace (no namespaceSelector)", virtualLeasesPolicy, mc)
+	}
+	cms := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, virtualConfigMapsPolicy)
+	checkVirtualPolicy(t, cms)
+	if b := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, virtualConfigMapsPolicy); b.Spec.PolicyName != virtualConfigMapsPolicy ||
+		!slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("binding %s: policy %q actions %v, want %s and Deny", b.Name, b.Spec.PolicyName, b.Spec.ValidationActions, virtualConfigMapsPolicy)
+	}
+	checkCoordinatorNames(t, ms, leases, cms)
+}
+
+// checkVirtualPolicy checks what every virtual policy must be: failing
+// closed, matching the service account in any namespace, naming no
+// namespace but kube-node-lease (its own comes from the user name).
+func checkVirtualPolicy(t *testing.T, vap *admissionregistrationv1.ValidatingAdmissionPolicy) {
+	t.Helper()
+	if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("%s: failurePolicy %v, want Fail", vap.Name, vap.Spec.FailurePolicy)
+	}
+	data, err := yaml.Marshal(vap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"'" + virtualNamespace + "'", metav1.NamespaceSystem} {
+		if strings.Contains(string(data), ns) {
+			t.Errorf("%s names namespace %s: a namespace overlay would leave it behind", vap.Name, ns)
+		}
+	}
+	if !slices.Equal(vap.Spec.MatchConditions, virtualMatch) {
+		t.Errorf("%s: matchConditions %+v, want %+v", vap.Name, vap.Spec.MatchConditions, virtualMatch)
+	}
+}
+
+// checkVirtualNamespaces checks deploy/virtual has a namespace of its own,
+// holding everything namespaced, the service account's bindings name it,
+// and the Deployment tells the pod its namespace.
+func checkVirtualNamespaces(t *testing.T, ms []manifest, dep *appsv1.Deployment) {
+	t.Helper()
+	find[*corev1.Namespace](t, ms, virtualNamespace)
+	for _, m := range ms {
+		if ns := m.meta().GetNamespace(); ns != "" && ns != virtualNamespace {
+			t.Errorf("%s: namespace %s, want %s (a Role in kube-node-lease would be moved out of it by a namespace overlay: grant with a ClusterRole)", m, ns, virtualNamespace)
+		}
+		if _, ok := m.obj.(*corev1.ConfigMap); ok {
+			t.Errorf("%s: the virtual policies' parameters are their own annotations; a separate object, if missing, would deny every user's writes", m)
+		}
+		var subjects []rbacv1.Subject
+		switch o := m.obj.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			subjects = o.Subjects
+		case *rbacv1.RoleBinding:
+			subjects = o.Subjects
+		default:
+			continue
+		}
+		if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: virtualSA, Namespace: virtualNamespace}}; !slices.Equal(subjects, want) {
+			t.Errorf("%s: subjects %+v, want %+v", m, subjects, want)
+		}
+	}
+	var env *corev1.EnvVar
+	for i, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "POD_NAMESPACE" {
+			env = &dep.Spec.Template.Spec.Containers[0].Env[i]
+		}
+	}
+	if env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil || env.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("Deployment POD_NAMESPACE %+v, want the downward API's metadata.namespace (where its coordinator's Leases and guard are)", env)
+	}
+}
+
+// celOf is the CEL of vap's variables and validations, one line each.
+func celOf(vap *admissionregistrationv1.ValidatingAdmissionPolicy) string {
+	var out []string
+	for _, v := range vap.Spec.Variables {
+		out = append(out, v.Expression)
+	}
+	for _, v := range vap.Spec.Validations {
+		out = append(out, v.Expression)
+	}
+	return strings.Join(out, "\n")
+}
+
+// checkCoordinatorNames checks the names RBAC and the policies allow in
+// the virtual namespace are the coordinator's own: its leader Lease, its
+// grants' prefix and the guard.
+func checkCoordinatorNames(t *testing.T, ms []manifest, leases, cms *admissionregistrationv1.ValidatingAdmissionPolicy) {
+	t.Helper()
+	for _, want := range []string{"variables.name == '" + fleet.DefaultLeaderLease + "'", "variables.name.startsWith('" + fleet.GrantPrefix + "' + variables.prefix)"} {
+		if !strings.Contains(celOf(leases), want) {
+			t.Errorf("%s does not allow %s", virtualLeasesPolicy, want)
+		}
+	}
+	if !strings.Contains(celOf(cms), "variables.name == '"+fleet.DefaultGuardName+"'") {
+		t.Errorf("%s does not name the guard %s", virtualConfigMapsPolicy, fleet.DefaultGuardName)
+	}
+	role := find[*rbacv1.Role](t, ms, "selftaint-virtual-coordinator")
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "configmaps") && len(r.ResourceNames) > 0 && !slices.Equal(r.ResourceNames, []string{fleet.DefaultGuardName}) {
+			t.Errorf("Role %s: configmaps %v, want the guard %s only", role.Name, r.ResourceNames, fleet.DefaultGuardName)
+		}
+		if slices.Contains(r.Resources, "configmaps") && len(r.ResourceNames) == 0 && !slices.Equal(r.Verbs, []string{"create"}) {
+			t.Errorf("Role %s: configmaps %v on any name, want create only (the only verb RBAC cannot name)", role.Name, r.Verbs)
+		}
 	}
 }
 
@@ -129,13 +256,19 @@ func TestVirtualPolicyNamePrefixOverlay(t *testing.T) {
 		find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, prefix+name)
 		checkVirtualBinding(t, find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, prefix+name), prefix+name)
 	}
+	find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, prefix+virtualConfigMapsPolicy)
+	if b := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, prefix+virtualConfigMapsPolicy); b.Spec.PolicyName != prefix+virtualConfigMapsPolicy {
+		t.Errorf("binding %s: policy %q, want %s", b.Name, b.Spec.PolicyName, prefix+virtualConfigMapsPolicy)
+	}
 }
 
 // TestVirtualPolicyOnControlPlane creates deploy/virtual on a real etcd and
 // kube-apiserver (with the controller that type-checks admission policies)
-// and then, as the virtual service account (impersonated):
+// and then, as the virtual service account (with its own token):
 //   - attacks the policies: every write to a real Node, a real node's pods
-//     or its Lease is denied, and the virtual counterparts are allowed;
+//     or its Lease, to a Lease or ConfigMap not its coordinator's, and every
+//     Node without the registration taint is denied, and the virtual
+//     counterparts are allowed;
 //   - runs virtual nodes through their whole life with the policies in
 //     force, never refused;
 //   - runs virtual nodes against a real Node of the same name: refused,
@@ -153,19 +286,15 @@ func TestVirtualPolicyOnControlPlane(t *testing.T) {
 		ControllerManager:     true,
 		ControllerManagerArgs: []string{"--controllers=validatingadmissionpolicy-status-controller"},
 	})
-	for _, m := range readManifests(t, "virtual") {
-		if err := create(t.Context(), cp.Client(), m); err != nil {
-			t.Fatalf("creating %s: %v", m, err)
-		}
-	}
-	sa := asServiceAccount(cp, virtualSA, "")
+	createManifests(t, cp.Client(), readManifests(t, "virtual"))
+	sa := tokenConfig(t, cp, virtualNamespace, virtualSA)
 	// The type check first: a policy whose CEL does not check may never
 	// come into force.
 	checkPolicyTypes(t, cp.Client())
-	waitVirtualPolicies(t, cp, sa)
+	waitVirtualPolicies(t, cp, sa, virtualNamespace)
 
 	t.Run("Attacks", func(t *testing.T) { testVirtualPolicyAttacks(t, cp, sa) })
-	t.Run("RunUnderPolicy", func(t *testing.T) { testVirtualRBACIsEnough(t, cp) })
+	t.Run("RunUnderPolicy", func(t *testing.T) { testVirtualRBACIsEnough(t, cp, sa) })
 	t.Run("RefusesRealNode", func(t *testing.T) { testVirtualRefusesRealNode(t, cp, sa) })
 	t.Run("StopsWhenUnlabelled", func(t *testing.T) { testVirtualStopsWhenUnlabelled(t, cp) })
 	t.Run("RBACIsTight", func(t *testing.T) { testVirtualRBACIsTight(t, cp) })
@@ -174,9 +303,9 @@ func TestVirtualPolicyOnControlPlane(t *testing.T) {
 }
 
 // waitVirtualPolicies waits until each virtual policy denies the service
-// account sa a write (the API server loads policies and their params
-// asynchronously). The writes are dry runs.
-func waitVirtualPolicies(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config) {
+// account sa, of namespace ns, a write (the API server loads policies and
+// their params asynchronously). The writes are dry runs.
+func waitVirtualPolicies(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config, ns string) {
 	t.Helper()
 	const realNode = "policy-canary-node"
 	ctx := t.Context()
@@ -205,6 +334,10 @@ func waitVirtualPolicies(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config)
 			_, err := leases.Leases(corev1.NamespaceNodeLease).Create(ctx, lease(realNode), metav1.CreateOptions{DryRun: dry})
 			return err
 		}},
+		{virtualConfigMapsPolicy, func() error {
+			_, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "policy-canary"}}, metav1.CreateOptions{DryRun: dry})
+			return err
+		}},
 	} {
 		poll(t, time.Minute, "policy "+c.policy+" in force", func() (bool, error) {
 			err := c.do()
@@ -218,7 +351,7 @@ func waitVirtualPolicies(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config)
 // ValidatingAdmissionPolicy), and fails t on any warning.
 func checkPolicyTypes(t *testing.T, admin kubernetes.Interface) {
 	t.Helper()
-	for _, name := range virtualPolicies {
+	for _, name := range append(slices.Clone(virtualPolicies), virtualConfigMapsPolicy) {
 		var vap *admissionregistrationv1.ValidatingAdmissionPolicy
 		poll(t, time.Minute, "the type check of policy "+name, func() (bool, error) {
 			var err error
@@ -252,12 +385,31 @@ func leaseIn(ns, node string) *coordinationv1.Lease {
 	}
 }
 
+// virtualNode is a virtual Node as `selftaint virtual` registers it in a
+// cluster: labelled virtual, with the registration taint.
 func virtualNode(name string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{virtual.LabelVirtual: "true"}}}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{virtual.LabelVirtual: "true"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{registrationTaint()}},
+	}
 }
 
+// registrationTaint is virtualTaint.
+func registrationTaint() corev1.Taint {
+	t, err := taints.ParseTaint(virtualTaint)
+	if err != nil {
+		panic(err) // a constant
+	}
+	return t
+}
+
+// byRBAC, as an attack's policy, wants it refused by RBAC (no admission
+// policy involved).
+const byRBAC = "RBAC"
+
 // attack is one write as the virtual service account: allowed when policy
-// is empty, else denied by policy with a message holding deny.
+// is empty, refused by RBAC when it is byRBAC, else denied by policy with a
+// message holding deny.
 type attack struct {
 	name   string
 	do     func(context.Context) error
@@ -283,17 +435,22 @@ func (a attack) check(t *testing.T) {
 
 // matches reports whether err, what a's write returned, is what a wants.
 func (a attack) matches(err error) bool {
-	if a.policy == "" {
+	switch a.policy {
+	case "":
 		return err == nil
+	case byRBAC:
+		return apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
 	}
 	return apierrors.IsForbidden(err) && containsAll(err.Error(), []string{"'" + a.policy + "'", a.deny})
 }
 
 // testVirtualPolicyAttacks writes, as the virtual service account, to real
-// Nodes (one named like a virtual node), their pods and Leases, and to
-// Leases outside kube-node-lease (all denied), and to a virtual node, its
-// pod and Lease (allowed); an admin's writes to the real ones are not
-// affected.
+// Nodes (one named like a virtual node), their pods and Leases, to Leases
+// outside kube-node-lease and its own namespace, to other Leases and
+// ConfigMaps in its own namespace, and tries to register or keep a virtual
+// Node without its registration taint (all denied); and to a virtual node,
+// its pod and Lease, and its coordinator's Leases and guard (allowed); an
+// admin's writes to the real ones are not affected.
 func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Config) {
 	const (
 		real     = "real-1"
@@ -310,7 +467,7 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for name, node := range map[string]string{"on-real": real, "on-real-like": realLike, "on-virtual": vnode, "unbound": "", "admin-deletes": real} {
+	for name, node := range map[string]string{"on-real": real, "on-real-like": realLike, "on-virtual": vnode, "unbound": "", "unbound-2": "", "admin-deletes": real} {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name},
 			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
@@ -319,18 +476,30 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 			t.Fatal(err)
 		}
 	}
-	// Leases the service account may not renew: a real Node's, and leases
-	// outside kube-node-lease (RBAC grants leases in every namespace).
-	for _, l := range []*coordinationv1.Lease{lease(realLike), lease(real), leaseIn(podNS, vnode+"-elsewhere"), leaseIn(metav1.NamespaceSystem, "some-leader")} {
+	// Leases the service account may not renew: a real Node's, leases
+	// outside kube-node-lease (RBAC grants leases in every namespace), the
+	// control plane's leader Leases.
+	for _, l := range []*coordinationv1.Lease{lease(realLike), lease(real), leaseIn(podNS, vnode+"-elsewhere"),
+		leaseIn(metav1.NamespaceSystem, "kube-scheduler"), leaseIn(metav1.NamespaceSystem, "kube-controller-manager")} {
 		if _, err := admin.CoordinationV1().Leases(l.Namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A guard elsewhere (the real coordinator's, say).
+	if _, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultGuardName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 
 	core, leases := coreClient(t, rc), leaseClient(t, rc)
 	patchNode := func(name, patch string, sub ...string) func(context.Context) error {
 		return func(ctx context.Context) error {
 			_, err := core.Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, sub...)
+			return err
+		}
+	}
+	jsonPatchNode := func(name, patch string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := core.Nodes().Patch(ctx, name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 			return err
 		}
 	}
@@ -361,17 +530,64 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 	renewLease := func(node string) func(context.Context) error {
 		return renewLeaseIn(leases, corev1.NamespaceNodeLease, node)
 	}
+	deleteLeaseIn := func(ns, name string) func(context.Context) error {
+		return func(ctx context.Context) error { return leases.Leases(ns).Delete(ctx, name, metav1.DeleteOptions{}) }
+	}
+	own := virtualNamespace
+	writeConfigMap := func(ns, name string, update bool) func(context.Context) error {
+		return func(ctx context.Context) error {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"k": time.Now().String()}}
+			var err error
+			if update {
+				_, err = core.ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+			} else {
+				_, err = core.ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+			}
+			return err
+		}
+	}
 	notReady := `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Attack"}]}}`
 	notVirtualMsg := func(n string) string {
 		return "only virtual Nodes (labelled selftaint.io/virtual=true), and " + n + " is not"
 	}
 	prefixMsg := func(n string) string { return "starts with " + virtualPrefix + " (node-name-prefix), not " + n }
+	taintMsg := func(n string, created bool) string {
+		m := "may create or modify only Nodes that carry the taint " + virtualTaint + " (registration-taint), and Node " + n
+		if created {
+			return m + " does not"
+		}
+		return m + " would not: it may not remove or change it"
+	}
+	nsMsg := func(name, ns string) string {
+		return "may write Leases only in kube-node-lease and in its own namespace " + own + ", not " + name + " in namespace " + ns
+	}
+	ownMsg := func(name string) string {
+		return "may write in its own namespace " + own + " only the Leases of its coordinator, selftaint-coordinator and selftaint-grant-" + virtualPrefix + "..., not " + name
+	}
+	cmMsg := func(name string) string {
+		return "may write only its guard ConfigMap, selftaint-guard, in its own namespace " + own + ", not " + name + " in namespace " + own
+	}
 	unlabelled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: virtualPrefix + "unlabelled"}}
+	untainted := virtualNode(virtualPrefix + "untainted")
+	untainted.Spec.Taints = nil
+	withTaint := func(name string, taint corev1.Taint) *corev1.Node {
+		n := virtualNode(name)
+		n.Spec.Taints = []corev1.Taint{taint}
+		return n
+	}
+	reg := registrationTaint()
+	preferred, otherValue := reg, reg
+	preferred.Effect, otherValue.Value = corev1.TaintEffectPreferNoSchedule, "false"
+	vnode2 := virtualPrefix + "b"
+	regJSON := fmt.Sprintf(`{"key":%q,"value":%q,"effect":%q}`, reg.Key, reg.Value, reg.Effect)
 
 	for _, a := range []attack{
 		// Nodes.
 		{"create a Node without the virtual label", createNode(unlabelled), virtualNodesPolicy, "create only Nodes labelled selftaint.io/virtual=true, and " + unlabelled.Name + " is not"},
 		{"create a virtual Node whose name lacks the prefix", createNode(virtualNode("other-1")), virtualNodesPolicy, prefixMsg("other-1")},
+		{"create a virtual Node without the registration taint", createNode(untainted), virtualNodesPolicy, taintMsg(untainted.Name, true)},
+		{"create a virtual Node whose registration taint is PreferNoSchedule", createNode(withTaint(virtualPrefix+"preferred", preferred)), virtualNodesPolicy, taintMsg(virtualPrefix+"preferred", true)},
+		{"create a virtual Node whose registration taint has another value", createNode(withTaint(virtualPrefix+"other-value", otherValue)), virtualNodesPolicy, taintMsg(virtualPrefix+"other-value", true)},
 		{"create a virtual Node", createNode(virtualNode(vnode)), "", ""},
 		{"label a real Node", patchNode(real, `{"metadata":{"labels":{"team":"attacker"}}}`), virtualNodesPolicy, prefixMsg(real)},
 		{"taint a real Node", patchNode(real, `{"spec":{"taints":[{"key":"x","effect":"NoExecute"}]}}`), virtualNodesPolicy, prefixMsg(real)},
@@ -381,29 +597,65 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 		{"delete a real Node", func(ctx context.Context) error { return core.Nodes().Delete(ctx, realLike, metav1.DeleteOptions{}) }, virtualNodesPolicy, notVirtualMsg(realLike)},
 		{"delete a real Node without the prefix", func(ctx context.Context) error { return core.Nodes().Delete(ctx, real, metav1.DeleteOptions{}) }, virtualNodesPolicy, prefixMsg(real)},
 		{"label a virtual Node", patchNode(vnode, `{"metadata":{"labels":{"team":"drill"}}}`), "", ""},
-		{"taint a virtual Node", patchNode(vnode, `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`), "", ""},
+		{"taint a virtual Node", patchNode(vnode, `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"},`+regJSON+`]}}`), "", ""},
 		{"set a virtual Node's status Ready False", patchNode(vnode, notReady, "status"), "", ""},
 		{"remove a virtual Node's label", patchNode(vnode, `{"metadata":{"labels":{"selftaint.io/virtual":null}}}`), virtualNodesPolicy, "may not remove or change the label selftaint.io/virtual of Node " + vnode},
 		{"change a virtual Node's label through its status", patchNode(vnode, `{"metadata":{"labels":{"selftaint.io/virtual":"false"}}}`, "status"), virtualNodesPolicy, "may not remove or change the label selftaint.io/virtual of Node " + vnode},
+		{"remove a virtual Node's taints", patchNode(vnode, `{"spec":{"taints":[]}}`), virtualNodesPolicy, taintMsg(vnode, false)},
+		{"replace a virtual Node's taints without the registration taint", patchNode(vnode, `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`), virtualNodesPolicy, taintMsg(vnode, false)},
+		{"remove the registration taint by JSON patch", jsonPatchNode(vnode, `[{"op":"remove","path":"/spec/taints/1"}]`), virtualNodesPolicy, taintMsg(vnode, false)},
+		{"make the registration taint PreferNoSchedule", jsonPatchNode(vnode, `[{"op":"replace","path":"/spec/taints/1/effect","value":"PreferNoSchedule"}]`), virtualNodesPolicy, taintMsg(vnode, false)},
+		{"change the registration taint's value", jsonPatchNode(vnode, `[{"op":"replace","path":"/spec/taints/1/value","value":"false"}]`), virtualNodesPolicy, taintMsg(vnode, false)},
+		// A virtual Node an admin untainted is not the service account's
+		// to keep: its status writes are refused until it puts the taint
+		// back.
+		{"create a second virtual Node", createNode(virtualNode(vnode2)), "", ""},
+		{"admin: untaint it", func(ctx context.Context) error {
+			_, err := admin.CoreV1().Nodes().Patch(ctx, vnode2, types.MergePatchType, []byte(`{"spec":{"taints":[]}}`), metav1.PatchOptions{})
+			return err
+		}, "", ""},
+		{"set the untainted Node's status", patchNode(vnode2, notReady, "status"), virtualNodesPolicy, taintMsg(vnode2, false)},
+		{"put the registration taint back", patchNode(vnode2, `{"spec":{"taints":[`+regJSON+`]}}`), "", ""},
+		{"delete the second virtual Node", func(ctx context.Context) error { return core.Nodes().Delete(ctx, vnode2, metav1.DeleteOptions{}) }, "", ""},
 		// Pods.
 		{"update the status of a pod on a real Node", podRunning("on-real"), virtualPodsPolicy, "pod on-real is bound to node " + real},
 		{"delete a pod on a real Node", deletePod("on-real"), virtualPodsPolicy, "pod on-real is bound to node " + real},
 		{"delete a pending pod", deletePod("unbound"), virtualPodsPolicy, "pod unbound is bound to no node"},
+		{"mark a pending pod Running", podRunning("unbound-2"), virtualPodsPolicy, "pod unbound-2 is bound to no node"},
 		{"update the status of a pod on a virtual Node", podRunning("on-virtual"), "", ""},
 		{"delete a pod on a virtual Node", deletePod("on-virtual"), "", ""},
-		// Leases.
+		// Leases in kube-node-lease and elsewhere.
 		{"create a real Node's Lease", createLease(real + "-new"), virtualLeasesPolicy, prefixMsg(real + "-new")},
 		{"renew a real Node's Lease", renewLease(real), virtualLeasesPolicy, prefixMsg(real)},
-		{"create a virtual Node's Lease outside kube-node-lease", createLeaseIn(leases, podNS, vnode), virtualLeasesPolicy,
-			"may write Leases only in kube-node-lease, not " + vnode + " in namespace " + podNS},
-		{"renew a Lease named like a virtual node's outside kube-node-lease", renewLeaseIn(leases, podNS, vnode+"-elsewhere"), virtualLeasesPolicy,
-			"may write Leases only in kube-node-lease, not " + vnode + "-elsewhere in namespace " + podNS},
-		{"take over a leader-election Lease in kube-system", renewLeaseIn(leases, metav1.NamespaceSystem, "some-leader"), virtualLeasesPolicy,
-			"may write Leases only in kube-node-lease, not some-leader in namespace kube-system"},
-		{"create a Lease in kube-system", createLeaseIn(leases, metav1.NamespaceSystem, vnode), virtualLeasesPolicy,
-			"may write Leases only in kube-node-lease, not " + vnode + " in namespace kube-system"},
+		{"delete a real Node's Lease", deleteLeaseIn(corev1.NamespaceNodeLease, real), byRBAC, ""},
+		{"create a virtual Node's Lease outside kube-node-lease", createLeaseIn(leases, podNS, vnode), virtualLeasesPolicy, nsMsg(vnode, podNS)},
+		{"renew a Lease named like a virtual node's outside kube-node-lease", renewLeaseIn(leases, podNS, vnode+"-elsewhere"), virtualLeasesPolicy, nsMsg(vnode+"-elsewhere", podNS)},
+		{"take over kube-scheduler's leader Lease", renewLeaseIn(leases, metav1.NamespaceSystem, "kube-scheduler"), virtualLeasesPolicy, nsMsg("kube-scheduler", metav1.NamespaceSystem)},
+		{"take over kube-controller-manager's leader Lease", renewLeaseIn(leases, metav1.NamespaceSystem, "kube-controller-manager"), virtualLeasesPolicy, nsMsg("kube-controller-manager", metav1.NamespaceSystem)},
+		{"delete kube-scheduler's leader Lease", deleteLeaseIn(metav1.NamespaceSystem, "kube-scheduler"), byRBAC, ""},
+		{"create a Lease in kube-system", createLeaseIn(leases, metav1.NamespaceSystem, vnode), virtualLeasesPolicy, nsMsg(vnode, metav1.NamespaceSystem)},
+		{"create a grant Lease in kube-system", createLeaseIn(leases, metav1.NamespaceSystem, fleet.GrantName(vnode)), virtualLeasesPolicy, nsMsg(fleet.GrantName(vnode), metav1.NamespaceSystem)},
 		{"create a virtual Node's Lease", createLease(vnode), "", ""},
 		{"renew a virtual Node's Lease", renewLease(vnode), "", ""},
+		// Its coordinator's Leases in its own namespace, and nothing else
+		// there.
+		{"create its leader Lease", createLeaseIn(leases, own, fleet.DefaultLeaderLease), "", ""},
+		{"renew its leader Lease", renewLeaseIn(leases, own, fleet.DefaultLeaderLease), "", ""},
+		{"create a virtual Node's grant", createLeaseIn(leases, own, fleet.GrantName(vnode)), "", ""},
+		{"renew a virtual Node's grant", renewLeaseIn(leases, own, fleet.GrantName(vnode)), "", ""},
+		{"delete a virtual Node's grant", deleteLeaseIn(own, fleet.GrantName(vnode)), "", ""},
+		{"create a real Node's grant in its namespace", createLeaseIn(leases, own, fleet.GrantName(real)), virtualLeasesPolicy, ownMsg(fleet.GrantName(real))},
+		{"create a Lease named kube-scheduler in its namespace", createLeaseIn(leases, own, "kube-scheduler"), virtualLeasesPolicy, ownMsg("kube-scheduler")},
+		{"create a virtual Node's heartbeat in its namespace", createLeaseIn(leases, own, vnode), virtualLeasesPolicy, ownMsg(vnode)},
+		// ConfigMaps: its guard only.
+		{"create its guard", writeConfigMap(own, fleet.DefaultGuardName, false), "", ""},
+		{"update its guard", writeConfigMap(own, fleet.DefaultGuardName, true), "", ""},
+		{"create another ConfigMap in its namespace", writeConfigMap(own, "other", false), virtualConfigMapsPolicy, cmMsg("other")},
+		{"create a guard in kube-system", writeConfigMap(metav1.NamespaceSystem, fleet.DefaultGuardName+"-2", false), byRBAC, ""},
+		{"update the guard in kube-system", writeConfigMap(metav1.NamespaceSystem, fleet.DefaultGuardName, true), byRBAC, ""},
+		{"delete its guard", func(ctx context.Context) error {
+			return core.ConfigMaps(own).Delete(ctx, fleet.DefaultGuardName, metav1.DeleteOptions{})
+		}, byRBAC, ""},
 		// Deleting the virtual Node last.
 		{"delete a virtual Node", func(ctx context.Context) error { return core.Nodes().Delete(ctx, vnode, metav1.DeleteOptions{}) }, "", ""},
 	} {
@@ -500,6 +752,7 @@ func runVirtual(t *testing.T, rc *rest.Config, names []string, deleteOnExit bool
 		Names:                names,
 		Core:                 coreClient(t, rc),
 		Leases:               leaseClient(t, rc),
+		Template:             virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}},
 		LeaseDuration:        4 * time.Second,
 		StatusUpdateInterval: time.Second,
 		HeartbeatPeriod:      time.Minute,
@@ -597,12 +850,17 @@ func testVirtualStopsWhenUnlabelled(t *testing.T, cp *testcp.ControlPlane) {
 // virtual service account may do: what it needs (rbac.yaml), and nothing
 // else. Leases are granted in every namespace (a Role in kube-node-lease
 // would not survive a namespace overlay); the leases policy confines the
-// writes to kube-node-lease (testVirtualPolicyAttacks).
+// writes to kube-node-lease and its coordinator's in its own namespace
+// (testVirtualPolicyAttacks). In its own namespace it may also list,
+// watch and delete Leases, create ConfigMaps (the policy allows only the
+// guard) and read and update the guard.
 func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 	const (
 		coord     = "coordination.k8s.io"
 		admission = "admissionregistration.k8s.io"
 		elsewhere = "some-namespace"
+		own       = virtualNamespace
+		guard     = fleet.DefaultGuardName
 	)
 	allowed := []access{
 		{verb: "create", resource: "nodes"}, {verb: "get", resource: "nodes"}, {verb: "list", resource: "nodes"},
@@ -616,7 +874,16 @@ func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 		{verb: "update", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
 		// Allowed by RBAC, denied by the leases policy.
 		{verb: "create", group: coord, resource: "leases", namespace: elsewhere},
-		{verb: "update", group: coord, resource: "leases", namespace: namespace},
+		{verb: "update", group: coord, resource: "leases", namespace: metav1.NamespaceSystem},
+		// Its coordinator, in its own namespace.
+		{verb: "list", group: coord, resource: "leases", namespace: own},
+		{verb: "watch", group: coord, resource: "leases", namespace: own},
+		{verb: "delete", group: coord, resource: "leases", namespace: own},
+		{verb: "create", resource: "configmaps", namespace: own},
+		{verb: "get", resource: "configmaps", namespace: own, name: guard},
+		{verb: "list", resource: "configmaps", namespace: own, name: guard},
+		{verb: "watch", resource: "configmaps", namespace: own, name: guard},
+		{verb: "update", resource: "configmaps", namespace: own, name: guard},
 	}
 	denied := []access{
 		{verb: "update", resource: "nodes"}, {verb: "deletecollection", resource: "nodes"},
@@ -624,23 +891,32 @@ func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 		{verb: "get", resource: "pods", namespace: elsewhere}, {verb: "create", resource: "pods", namespace: elsewhere},
 		{verb: "update", resource: "pods", namespace: elsewhere}, {verb: "patch", resource: "pods", subresource: "status", namespace: elsewhere},
 		{verb: "create", resource: "pods", subresource: "eviction", namespace: elsewhere},
+		{verb: "create", resource: "pods", subresource: "binding", namespace: elsewhere},
 		{verb: "deletecollection", resource: "pods", namespace: elsewhere},
 		{verb: "delete", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
+		{verb: "delete", group: coord, resource: "leases", namespace: metav1.NamespaceSystem},
 		{verb: "patch", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
 		{verb: "list", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
 		{verb: "watch", group: coord, resource: "leases"},
 		{verb: "deletecollection", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
-		{verb: "get", resource: "secrets", namespace: namespace}, {verb: "list", resource: "secrets"},
-		{verb: "get", resource: "configmaps", namespace: namespace},
-		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: virtualSA},
+		{verb: "deletecollection", group: coord, resource: "leases", namespace: own},
+		{verb: "get", resource: "secrets", namespace: own}, {verb: "list", resource: "secrets"},
+		{verb: "get", resource: "configmaps", namespace: metav1.NamespaceSystem},
+		{verb: "get", resource: "configmaps", namespace: own, name: "other"},
+		{verb: "list", resource: "configmaps", namespace: own},
+		{verb: "create", resource: "configmaps", namespace: metav1.NamespaceSystem},
+		{verb: "update", resource: "configmaps", namespace: metav1.NamespaceSystem, name: guard},
+		{verb: "delete", resource: "configmaps", namespace: own, name: guard},
+		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: own, name: virtualSA},
 		{verb: "update", resource: "events", namespace: "default"}, {verb: "delete", resource: "events", namespace: "default"},
 		// Its parameters are the operator's.
 		{verb: "get", group: admission, resource: "validatingadmissionpolicies", name: virtualNodesPolicy},
 		{verb: "update", group: admission, resource: "validatingadmissionpolicies", name: virtualNodesPolicy},
 		{verb: "patch", group: admission, resource: "validatingadmissionpolicies", name: virtualLeasesPolicy},
 		{verb: "delete", group: admission, resource: "validatingadmissionpolicybindings", name: virtualPodsPolicy},
+		{verb: "delete", group: admission, resource: "validatingadmissionpolicies", name: virtualConfigMapsPolicy},
 	}
-	checkAccess(t, cp, saUser(virtualSA), nil, "the virtual kubelet", allowed, denied)
+	checkAccess(t, cp, "system:serviceaccount:"+own+":"+virtualSA, nil, "the virtual kubelet", allowed, denied)
 }
 
 // setVirtualPrefix sets each virtual policy's parameter, its prefix
@@ -648,23 +924,30 @@ func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 // editing the policies would. The API server takes it up asynchronously.
 func setVirtualPrefix(t *testing.T, admin kubernetes.Interface, prefix *string) {
 	t.Helper()
-	vaps := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	for _, name := range virtualPolicies {
-		vap, err := vaps.Get(t.Context(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+		setAnnotation(t, admin, name, virtualPrefixAnnotation, prefix)
+	}
+}
+
+// setAnnotation sets policy's annotation key to value, or removes it when
+// value is nil.
+func setAnnotation(t *testing.T, admin kubernetes.Interface, policy, key string, value *string) {
+	t.Helper()
+	vaps := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	vap, err := vaps.Get(t.Context(), policy, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if value == nil {
+		delete(vap.Annotations, key)
+	} else {
+		if vap.Annotations == nil {
+			vap.Annotations = map[string]string{}
 		}
-		if prefix == nil {
-			delete(vap.Annotations, virtualPrefixAnnotation)
-		} else {
-			if vap.Annotations == nil {
-				vap.Annotations = map[string]string{}
-			}
-			vap.Annotations[virtualPrefixAnnotation] = *prefix
-		}
-		if _, err := vaps.Update(t.Context(), vap, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		vap.Annotations[key] = *value
+	}
+	if _, err := vaps.Update(t.Context(), vap, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -831,6 +1114,21 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 	setVirtualPrefix(t, admin, &prefix)
 	waitSA("annotation restored", true)
 
+	// Without its registration taint, the nodes policy lets the service
+	// account write no Node (a taint it could not check is no taint), and
+	// no one else is affected.
+	setAnnotation(t, admin, virtualNodesPolicy, virtualTaintAnnotation, nil)
+	noTaint := saWrites[0]
+	noTaint.deny = "may write no Node: policy " + virtualNodesPolicy + " has no (or an empty) annotation " + virtualTaintAnnotation
+	poll(t, 30*time.Second, "registration taint removed: "+noTaint.name+" denied", func() (bool, error) {
+		err := noTaint.do(ctx)
+		return noTaint.matches(err), err
+	})
+	bystanders("no-taint")
+	taint := virtualTaint
+	setAnnotation(t, admin, virtualNodesPolicy, virtualTaintAnnotation, &taint)
+	waitSA("registration taint restored", true)
+
 	empty := ""
 	setVirtualPrefix(t, admin, &empty)
 	waitSA("annotation empty", false)
@@ -854,36 +1152,48 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 
 // TestVirtualPolicyNamespaceOverlay renders deploy/virtual under a
 // kustomize overlay that moves it to another namespace, creates the result
-// on a fresh control plane, and checks it still works there: the RBAC
-// bindings name the service account in the new namespace and nothing is
-// left in kube-system; the service account there may register a virtual
+// on a fresh control plane, and checks it still works there: the Namespace
+// and every namespaced object moved, the RBAC bindings name the service
+// account in the new namespace and nothing is left in deploy/virtual's;
+// the service account there (with its own token) may register a virtual
 // node and is still refused a real one; it may create and renew a virtual
-// node's Lease in kube-node-lease (with a Role in kube-node-lease, moved by
-// the overlay, it could not), and is refused a Lease outside
-// kube-node-lease and one with a real node's name.
+// node's Lease in kube-node-lease (with a Role in kube-node-lease, moved
+// by the overlay, it could not) and its coordinator's Leases and guard in
+// the new namespace (its own, from its user name), and is refused a Lease
+// elsewhere, one with a real node's name, and other names in its
+// namespace.
 func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	const ns = "selftaint-test"
 	rendered := kustomizeOverlay(t, "virtual", "namespace: "+ns)
+	find[*corev1.Namespace](t, rendered, ns)
 	for _, m := range rendered {
-		if m.meta().GetNamespace() == namespace {
-			t.Errorf("%s: left in %s by the namespace overlay", m, namespace)
+		if got := m.meta().GetNamespace(); got == virtualNamespace || m.kind() == "Namespace" && m.meta().GetName() == virtualNamespace {
+			t.Errorf("%s: left in %s by the namespace overlay", m, virtualNamespace)
+		} else if got != "" && got != ns {
+			t.Errorf("%s: in namespace %s, want %s", m, got, ns)
 		}
-		if b, ok := m.obj.(*rbacv1.ClusterRoleBinding); ok {
-			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: virtualSA, Namespace: ns}}
-			if !slices.Equal(b.Subjects, want) {
-				t.Errorf("%s: subjects %+v, want %+v", m, b.Subjects, want)
-			}
+		var subjects []rbacv1.Subject
+		switch b := m.obj.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			subjects = b.Subjects
+		case *rbacv1.RoleBinding:
+			subjects = b.Subjects
+		}
+		if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: virtualSA, Namespace: ns}}; subjects != nil && !slices.Equal(subjects, want) {
+			t.Errorf("%s: subjects %+v, want %+v", m, subjects, want)
 		}
 	}
 
-	cp := installRendered(t, ns, rendered)
+	cp := testcp.Start(t, testcp.Options{})
+	createManifests(t, cp.Client(), rendered)
 	ctx := t.Context()
-	rc := cp.RESTConfig()
-	rc.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":" + virtualSA,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	// deploy/virtual's namespace exists too (another install, say): the
+	// service account moved out of it may not write there.
+	if _, err := cp.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: virtualNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	rc := tokenConfig(t, cp, ns, virtualSA)
 	core, leases := coreClient(t, rc), leaseClient(t, rc)
 	const real = "real-1"
 	realLike := virtualPrefix + "real"
@@ -896,7 +1206,12 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 		_, err := leases.Leases(ns).Create(ctx, leaseIn(ns, virtualPrefix+"canary"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), virtualLeasesPolicy), err
 	})
+	poll(t, time.Minute, "the overlay's policy to deny a ConfigMap in "+ns, func() (bool, error) {
+		_, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "canary"}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), virtualConfigMapsPolicy), err
+	})
 	vnode := virtualNode(virtualPrefix + "1")
+	grant := fleet.GrantName(vnode.Name)
 	for _, a := range []attack{
 		{"create an unlabelled Node", func(ctx context.Context) error {
 			_, err := core.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: virtualPrefix + "2"}}, metav1.CreateOptions{})
@@ -909,9 +1224,21 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 		{"create the virtual Node's Lease", createLeaseIn(leases, corev1.NamespaceNodeLease, vnode.Name), "", ""},
 		{"renew the virtual Node's Lease", renewLeaseIn(leases, corev1.NamespaceNodeLease, vnode.Name), "", ""},
 		{"create a virtual Node's Lease in " + ns, createLeaseIn(leases, ns, vnode.Name), virtualLeasesPolicy,
-			"may write Leases only in kube-node-lease, not " + vnode.Name + " in namespace " + ns},
+			"may write in its own namespace " + ns + " only the Leases of its coordinator"},
+		{"create the virtual Node's grant in " + ns, createLeaseIn(leases, ns, grant), "", ""},
+		{"create its leader Lease in " + ns, createLeaseIn(leases, ns, fleet.DefaultLeaderLease), "", ""},
+		{"create the virtual Node's grant in " + virtualNamespace, createLeaseIn(leases, virtualNamespace, grant), virtualLeasesPolicy,
+			"may write Leases only in kube-node-lease and in its own namespace " + ns + ", not " + grant + " in namespace " + virtualNamespace},
 		{"create a real Node's Lease", createLeaseIn(leases, corev1.NamespaceNodeLease, real), virtualLeasesPolicy,
 			"Leases of nodes whose name starts with " + virtualPrefix + " (node-name-prefix), not " + real},
+		{"create its guard in " + ns, func(ctx context.Context) error {
+			_, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultGuardName}}, metav1.CreateOptions{})
+			return err
+		}, "", ""},
+		{"list its grants in " + ns, func(ctx context.Context) error {
+			_, err := leases.Leases(ns).List(ctx, metav1.ListOptions{})
+			return err
+		}, "", ""},
 		{"delete the virtual Node", func(ctx context.Context) error { return core.Nodes().Delete(ctx, vnode.Name, metav1.DeleteOptions{}) }, "", ""},
 	} {
 		a.check(t)

@@ -47,6 +47,10 @@ type Coordinator struct {
 	// Lease. Default: the pod's namespace (POD_NAMESPACE), else
 	// kube-system.
 	Namespace string `json:"namespace,omitempty"`
+	// Fleet is which Nodes the coordinator counts (in the budget, the rate
+	// and the guard) and grants: real (the default: Nodes not labelled
+	// selftaint.io/virtual=true), virtual (only those) or all.
+	Fleet string `json:"fleet,omitempty"`
 	// MaxNoExecute is how many nodes may carry NoExecute at once: a count
 	// or a percent of the nodes (rounded up). Default 10%.
 	MaxNoExecute *intstr.IntOrString `json:"maxNoExecute,omitempty"`
@@ -136,6 +140,9 @@ func (l *ChangeLimiter) setDefaults() {
 }
 
 func (c *Coordinator) setDefaults() {
+	if c.Fleet == "" {
+		c.Fleet = string(fleet.MembersReal)
+	}
 	if c.MaxNoExecute == nil {
 		v := intstr.FromString("10%")
 		c.MaxNoExecute = &v
@@ -178,6 +185,13 @@ func (c Coordinator) validate(p *field.Path) field.ErrorList {
 		for _, msg := range validation.IsDNS1123Label(c.Namespace) {
 			errs = append(errs, field.Invalid(p.Child("namespace"), c.Namespace, msg))
 		}
+	}
+	if _, err := fleet.ParseMembership(c.Fleet); err != nil {
+		var valid []string
+		for _, m := range fleet.Memberships() {
+			valid = append(valid, string(m))
+		}
+		errs = append(errs, field.NotSupported(p.Child("fleet"), c.Fleet, valid))
 	}
 	errs = append(errs, validateMaxNoExecute(p.Child("maxNoExecute"), *c.MaxNoExecute)...)
 	if c.RatePerMinute < 1 {
@@ -266,9 +280,9 @@ func (c *Config) Limiter() taints.LimiterConfig {
 	return taints.LimiterConfig{Burst: l.Burst, Refill: l.Refill.D, CoolDown: l.CoolDown.D}
 }
 
-// Fleet is the coordinator's policy: the budget, the rate, the grants'
-// TTL and the guard, which judges every condition a rule taints for, in
-// the statuses that apply its taints.
+// Fleet is the coordinator's policy: which Nodes it counts, the budget,
+// the rate, the grants' TTL and the guard, which judges every condition a
+// rule taints for, in the statuses that apply its taints.
 func (c *Config) Fleet() fleet.Config {
 	co := c.Coordinator
 	watched := map[corev1.NodeConditionType][]corev1.ConditionStatus{}
@@ -288,6 +302,7 @@ func (c *Config) Fleet() fleet.Config {
 			CoolDown: co.Guard.CoolDown.D, MinNodes: co.Guard.MinNodes, RenewEvery: co.Guard.RenewEvery.D,
 		},
 		Watched: watched,
+		Members: fleet.Membership(co.Fleet),
 	}
 }
 

@@ -38,6 +38,9 @@ func TestFleetDefaults(t *testing.T) {
 	if w := c.Warnings(); len(w) != 0 {
 		t.Errorf("the defaults have no NoExecute rule, got warnings %q", w)
 	}
+	if c.Coordinator.Fleet != "real" || f.Members != fleet.MembersReal {
+		t.Errorf("fleet = %q (members %q), want real: virtual nodes never count in a real fleet by default", c.Coordinator.Fleet, f.Members)
+	}
 }
 
 func TestFleetOverrides(t *testing.T) {
@@ -45,6 +48,7 @@ func TestFleetOverrides(t *testing.T) {
 changeLimiter: {enabled: false}
 coordinator:
   namespace: selftaint
+  fleet: virtual
   maxNoExecute: 10
   ratePerMinute: 2
   grantTTL: 30s
@@ -73,6 +77,9 @@ rules:
 	}
 	if got := c.TaintRules()[0].Fallback; got != corev1.TaintEffectPreferNoSchedule {
 		t.Errorf("fallback = %q, want PreferNoSchedule", got)
+	}
+	if f.Members != fleet.MembersVirtual {
+		t.Errorf("members = %q, want virtual", f.Members)
 	}
 	if got := c.Coordinator.NamespaceOr("pod-ns"); got != "selftaint" {
 		t.Errorf("NamespaceOr = %q, want the config's", got)
@@ -116,6 +123,7 @@ func TestFleetErrorsNameTheField(t *testing.T) {
 		{"zero refill", "changeLimiter: {refill: 0s}", []string{"changeLimiter.refill", "greater than zero"}},
 		{"unknown limiter field", "changeLimiter: {brust: 3}", []string{`unknown field "changeLimiter.brust"`}},
 		{"bad namespace", "coordinator: {namespace: Kube_System}", []string{"coordinator.namespace"}},
+		{"unknown fleet", "coordinator: {fleet: fake}", []string{"coordinator.fleet", `Unsupported value: "fake"`, `"real", "virtual", "all"`}},
 		{"percent over 100", "coordinator: {maxNoExecute: 150%}", []string{"coordinator.maxNoExecute", "between 0% and 100%"}},
 		{"not a percent", "coordinator: {maxNoExecute: lots}", []string{"coordinator.maxNoExecute", "lots"}},
 		{"negative count", "coordinator: {maxNoExecute: -1}", []string{"coordinator.maxNoExecute", "negative"}},

@@ -129,8 +129,23 @@ func (c *controller) informers() ([]informers.SharedInformerFactory, []cache.Inf
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
 		DeleteFunc: enqueue,
 	}
+	// A Node outside the fleet changes no decision (a virtual node's
+	// heartbeats, say), unless it joins or leaves the fleet, or is gone.
+	nodeHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if c.member(obj) {
+				enqueue(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if c.member(old) || c.member(obj) {
+				enqueue(obj)
+			}
+		},
+		DeleteFunc: enqueue,
+	}
 	nodes := nodeFactory.Core().V1().Nodes()
-	if _, err := nodes.Informer().AddEventHandler(handler); err != nil {
+	if _, err := nodes.Informer().AddEventHandler(nodeHandler); err != nil {
 		return nil, nil, fmt.Errorf("coordinator: watching nodes: %w", err)
 	}
 	leases := leaseFactory.Coordination().V1().Leases()
@@ -141,6 +156,13 @@ func (c *controller) informers() ([]informers.SharedInformerFactory, []cache.Inf
 	c.leases = leases.Lister().Leases(c.opts.Namespace)
 	return []informers.SharedInformerFactory{nodeFactory, leaseFactory},
 		[]cache.InformerSynced{nodes.Informer().HasSynced, leases.Informer().HasSynced}, nil
+}
+
+// member reports whether obj, a Node from the informer, is in the fleet
+// (Config.Members); anything else counts as one.
+func (c *controller) member(obj any) bool {
+	n, ok := obj.(*corev1.Node)
+	return !ok || c.opts.Config.Members.Includes(n)
 }
 
 // stripManagedFields drops an object's managedFields before the informer

@@ -86,7 +86,8 @@ type Options struct {
 	Clock clock.WithDelayedExecution
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// NodeSelector, if set, makes the fleet the Nodes it matches.
+	// NodeSelector, if set, makes the fleet the Nodes it matches (and
+	// Config.Members includes).
 	NodeSelector labels.Selector
 	// Metrics, if set, hears what the coordinator decides and does.
 	Metrics Metrics
@@ -164,6 +165,9 @@ func (o *Options) complete() error {
 	}
 	if o.Config.GrantTTL <= 0 {
 		errs = append(errs, fmt.Errorf("the grant TTL must be positive, got %s", o.Config.GrantTTL))
+	}
+	if _, err := fleet.ParseMembership(string(o.Config.Members)); err != nil {
+		errs = append(errs, err)
 	}
 	setDefault(&o.GuardName, fleet.DefaultGuardName)
 	setDefault(&o.LeaderLease, fleet.DefaultLeaderLease)

@@ -43,6 +43,7 @@ func TestCoordinator(t *testing.T) {
 		{"SquattedGrantName", testSquattedGrantName},
 		{"LeaderChangeKeepsGrants", testLeaderChangeKeepsGrants},
 		{"LostLeadership", testLostLeadership},
+		{"VirtualNodesOutsideTheFleet", testVirtualNodesOutsideTheFleet},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -524,4 +525,124 @@ func countTrue(m map[string]bool) int {
 		}
 	}
 	return n
+}
+
+// otherCondition is a condition nodes ask NoExecute for in
+// testVirtualNodesOutsideTheFleet, which the guard does not hold.
+const otherCondition corev1.NodeConditionType = "SelftaintOtherFailure"
+
+// testVirtualNodesOutsideTheFleet: 7 real nodes, 5 of them failing, and 20
+// healthy virtual nodes (the numbers). The real fleet's
+// coordinator (the default) counts the 7 only: its guard trips (5 of 7,
+// not 5 of 27) and its budget is 10% of 7 = 1 (not of 27 = 3): of two
+// real nodes asking for another condition one gets the grant, and of the
+// virtual nodes asking, earlier, none. A virtual fleet's coordinator, in
+// its own namespace, counts the 20 virtual nodes only: 2 failing of 20,
+// a budget of 2, grants for virtual nodes alone. Each guard says which
+// fleet it judged.
+func testVirtualNodesOutsideTheFleet(t *testing.T, e *env) {
+	t0 := e.clock.Now()
+	otherRequest := func(since time.Time) string {
+		return fleet.Request{Since: since, Conditions: []corev1.NodeConditionType{otherCondition}}.Format()
+	}
+	addNode := func(name string, virtual bool, asksSince time.Time) {
+		e.cp.CreateNode(t, name, func(n *corev1.Node) {
+			n.Labels = map[string]string{groupLabel: e.group, corev1.LabelTopologyZone: "a"}
+			if virtual {
+				n.Labels[fleet.VirtualLabel] = "true"
+			}
+			if !asksSince.IsZero() {
+				n.Annotations = map[string]string{fleet.RequestAnnotation: otherRequest(asksSince)}
+			}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+		})
+	}
+	var realNodes, virtualNodes []string
+	for i := range 7 {
+		realNodes = append(realNodes, e.name(fmt.Sprint("real-", i)))
+	}
+	for i := range 20 {
+		virtualNodes = append(virtualNodes, e.name(fmt.Sprint("vnode-", i)))
+	}
+	// Real: 0-4 fail, 5 and 6 ask. Virtual: 0-2 ask before them, 3-4 fail.
+	for i, n := range realNodes {
+		var since time.Time
+		if i >= 5 {
+			since = t0.Add(-time.Duration(10-i) * time.Minute)
+		}
+		addNode(n, false, since)
+		if i < 5 {
+			e.report(n, corev1.ConditionTrue)
+		}
+	}
+	for i, n := range virtualNodes {
+		var since time.Time
+		if i < 3 {
+			since = t0.Add(-time.Hour + time.Duration(i)*time.Minute)
+		}
+		addNode(n, true, since)
+		if i == 3 || i == 4 {
+			e.report(n, corev1.ConditionTrue)
+		}
+	}
+
+	startWithMetrics := func(opts coordinator.Options) *prometheus.Registry {
+		reg := prometheus.NewRegistry()
+		m, err := metrics.NewCoordinator(reg, metrics.BuildInfo{Version: "v0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Metrics = m
+		e.start(opts, false)
+		return reg
+	}
+	waitMetric := func(reg *prometheus.Registry, fleetName, name string, want float64) {
+		t.Helper()
+		var got float64
+		err := testcp.Poll(t.Context(), waitTimeout, testcp.PollInterval, func() (bool, error) {
+			got, _ = gather(t, reg, name, nil)
+			return got == want, nil
+		})
+		if err != nil {
+			t.Errorf("%s fleet: %s = %v, want %v", fleetName, name, got, want)
+		}
+	}
+	checkFleet := func(v *env, fleetName string, reg *prometheus.Registry, unhealthy, nodes int, tripped bool, budget, waiting float64, holders ...string) {
+		t.Helper()
+		_, cm := v.waitGuard(fmt.Sprintf("judging %d of %d nodes", unhealthy, nodes), func(g fleet.GuardState) bool {
+			s := g.Conditions[testCondition][fleet.FleetScope]
+			return s.Unhealthy == unhealthy && s.Nodes == nodes && s.Tripped == tripped
+		})
+		if got := cm.Annotations[fleet.FleetAnnotation]; got != fleetName {
+			t.Errorf("%s fleet: guard annotation %s = %q, want %q", fleetName, fleet.FleetAnnotation, got, fleetName)
+		}
+		v.waitHolders(holders...)
+		waitMetric(reg, fleetName, "selftaint_noexecute_budget", budget)
+		waitMetric(reg, fleetName, "selftaint_noexecute_waiting", waiting)
+	}
+
+	// The real fleet (the default): 5 of 7 trip the guard; a budget of 1
+	// goes to the real node that asked first, none to the virtual ones
+	// that asked before it.
+	realReg := startWithMetrics(e.options("real", config(intstr.FromString("10%"))))
+	checkFleet(e, "real", realReg, 5, 7, true, 1, 1, realNodes[5])
+	// Rate slots pass: still the one grant.
+	e.clock.Step(2 * time.Second)
+	checkFleet(e, "real", realReg, 5, 7, true, 1, 1, realNodes[5])
+
+	// The virtual fleet, in a namespace of its own: 2 of 20, a budget of
+	// 2, for the virtual nodes that asked, one per rate slot.
+	v := *e
+	v.ns = e.ns + "-virtual"
+	if _, err := e.client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opts := v.options("virtual", config(intstr.FromString("10%")))
+	opts.Config.Members = fleet.MembersVirtual
+	virtualReg := startWithMetrics(opts)
+	checkFleet(&v, "virtual", virtualReg, 2, 20, false, 2, 2, virtualNodes[0])
+	e.clock.Step(time.Second)
+	checkFleet(&v, "virtual", virtualReg, 2, 20, false, 2, 1, virtualNodes[0], virtualNodes[1])
+	// The real fleet's grant is untouched by it.
+	checkFleet(e, "real", realReg, 5, 7, true, 1, 1, realNodes[5])
 }

@@ -72,6 +72,9 @@ func (c *controller) writeGuard(ctx context.Context, g fleet.GuardState) error {
 		cm = c.guard.obj.DeepCopy()
 		cm.Labels = withOwnLabels(cm.Labels)
 	}
+	// Which Nodes it judged (and counts in the budget), for readers such
+	// as `selftaint explain`.
+	cm.Annotations = mergeMaps(cm.Annotations, map[string]string{fleet.FleetAnnotation: string(c.opts.Config.Members.OrDefault())})
 	cm.Data = fleet.EncodeGuard(g)
 	var written *corev1.ConfigMap
 	var err error

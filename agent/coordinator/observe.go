@@ -36,7 +36,9 @@ type aliveSeen struct {
 
 // observe builds the view from the cached Nodes and the grant Leases
 // (merged with the coordinator's own writes), remembering Alive values and
-// reporting bad requests on the way.
+// reporting bad requests on the way. Only the fleet's Nodes are seen
+// (Config.Members): a Node outside it counts in neither the budget nor the
+// guard, and its grant Lease is neither counted, renewed nor deleted.
 func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Lease, now time.Time) *view {
 	v := &view{
 		nodes:  make(map[string]*corev1.Node, len(nodes)),
@@ -45,7 +47,14 @@ func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Leas
 	}
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	byGrantName := make(map[string]string, len(nodes))
+	// outside are the grant names of the Nodes that exist but are not in
+	// the fleet: not counted, never granted, their Leases left alone.
+	outside := map[string]bool{}
 	for _, n := range nodes {
+		if !c.opts.Config.Members.Includes(n) {
+			outside[fleet.GrantName(n.Name)] = true
+			continue
+		}
 		fn := c.fleetNode(n, now)
 		v.fleetNodes = append(v.fleetNodes, fn)
 		v.nodes[n.Name] = n
@@ -54,6 +63,9 @@ func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Leas
 	}
 	c.forgetGone(v.nodes)
 	for _, l := range leases {
+		if outside[l.Name] {
+			continue
+		}
 		node, ok := grantNode(l, byGrantName)
 		if !ok {
 			c.log.Debug("ignoring a lease labelled as a grant whose name is not a grant's", "lease", l.Name)

@@ -265,3 +265,58 @@ func TestGrantNode(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveFleetMembers: observe sees only the fleet's Nodes
+// (Config.Members): the others are not given to Decide, and their grant
+// Leases are neither counted nor released (another fleet's coordinator
+// may hold them), while a grant whose Node is gone still is (to be
+// released).
+func TestObserveFleetMembers(t *testing.T) {
+	node := func(name string, virtual bool) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if virtual {
+			n.Labels = map[string]string{fleet.VirtualLabel: "true"}
+		}
+		return n
+	}
+	nodes := []*corev1.Node{node("real-1", false), node("real-2", false), node("vnode-1", true), node("vnode-2", true)}
+	leases := []*coordinationv1.Lease{
+		lease(fleet.GrantName("real-1"), "u1", "1", "real-1"),
+		lease(fleet.GrantName("vnode-1"), "u2", "2", "vnode-1"),
+		lease(fleet.GrantName("gone"), "u3", "3", "gone"),
+	}
+	for _, tt := range []struct {
+		members    fleet.Membership
+		wantNodes  []string
+		wantGrants []string
+	}{
+		{"", []string{"real-1", "real-2"}, []string{"gone", "real-1"}},
+		{fleet.MembersReal, []string{"real-1", "real-2"}, []string{"gone", "real-1"}},
+		{fleet.MembersVirtual, []string{"vnode-1", "vnode-2"}, []string{"gone", "vnode-1"}},
+		{fleet.MembersAll, []string{"real-1", "real-2", "vnode-1", "vnode-2"}, []string{"gone", "real-1", "vnode-1"}},
+	} {
+		c, _ := testController()
+		c.opts.Config.Members = tt.members
+		v := c.observe(slices.Clone(nodes), leases, time.Now())
+		var gotNodes, gotGrants []string
+		for _, n := range v.fleetNodes {
+			gotNodes = append(gotNodes, n.Name)
+		}
+		for _, g := range v.grants {
+			gotGrants = append(gotGrants, g.Node)
+		}
+		if !slices.Equal(gotNodes, tt.wantNodes) || !slices.Equal(gotGrants, tt.wantGrants) {
+			t.Errorf("members %q: nodes %v grants %v, want nodes %v grants %v", tt.members, gotNodes, gotGrants, tt.wantNodes, tt.wantGrants)
+		}
+		// Events about the same Nodes queue a decision.
+		var queued []string
+		for _, n := range nodes {
+			if c.member(n) {
+				queued = append(queued, n.Name)
+			}
+		}
+		if !slices.Equal(queued, tt.wantNodes) || !c.member("not a node") {
+			t.Errorf("members %q: events of %v queue a decision, want %v (and anything not a Node)", tt.members, queued, tt.wantNodes)
+		}
+	}
+}

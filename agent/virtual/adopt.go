@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // NotVirtualError says a Node with the name of one of the virtual nodes
@@ -30,7 +32,7 @@ func (e *NotVirtualError) Error() string {
 
 // IsVirtual reports whether n is a virtual node: labelled
 // selftaint.io/virtual=true, as every virtual node registers.
-func IsVirtual(n *corev1.Node) bool { return n.Labels[LabelVirtual] == "true" }
+func IsVirtual(n *corev1.Node) bool { return fleet.IsVirtual(n) }
 
 // registration is what this process knows of the Node object it serves
 // under one name.

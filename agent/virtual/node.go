@@ -9,12 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // Labels every virtual node carries, so people and selectors can tell it
 // from a real one. "type: virtual-kubelet" is virtual-kubelet's convention.
 const (
-	LabelVirtual   = "selftaint.io/virtual"
+	LabelVirtual   = fleet.VirtualLabel
 	LabelType      = "type"
 	LabelTypeValue = "virtual-kubelet"
 )
@@ -61,6 +63,9 @@ func (t NodeTemplate) newNode(name string, index int) *corev1.Node {
 	for k, v := range t.Labels {
 		labels[k] = v
 	}
+	// Never overridden: it keeps a virtual node out of a real fleet's
+	// budget and guard, and it is what the admission policy confines.
+	labels[LabelVirtual] = "true"
 	taints := append([]corev1.Taint(nil), t.Taints...)
 	// Like the kubelet: no pods until the node is known to be ready. The
 	// node lifecycle controller lifts it once Ready is True.

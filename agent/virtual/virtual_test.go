@@ -168,6 +168,12 @@ func TestNewNode(t *testing.T) {
 	if len(n.Status.Conditions) != 0 {
 		t.Errorf("registered with conditions %v; the agent writes them", n.Status.Conditions)
 	}
+	// The virtual label cannot be overridden: it keeps the node out of a
+	// real fleet's budget and guard.
+	tmpl.Labels[LabelVirtual] = "false"
+	if got := tmpl.newNode("vnode-8", 7).Labels[LabelVirtual]; got != "true" {
+		t.Errorf("with --labels %s=false: label %q, want true", LabelVirtual, got)
+	}
 	if q := n.Status.Allocatable[corev1.ResourcePods]; q.String() != "110" {
 		t.Errorf("allocatable pods %s, want 110", q.String())
 	}

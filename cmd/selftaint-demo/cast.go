@@ -35,6 +35,7 @@ rules:
 coordinator:
   namespace: kube-system    # where the grant Leases and the guard live
   maxNoExecute: 1           # the budget: one node may carry NoExecute at a time
+  fleet: virtual            # count the virtual nodes (selftaint virtual --coordinator always does)
   # Three nodes are a tiny fleet: with two of them faulty (67%) the disruption
   # guard would rightly call it a fleet problem and hold every new taint for the
   # condition. The demo judges fleets from 4 nodes on, so that it shows the budget.

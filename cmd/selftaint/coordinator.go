@@ -145,7 +145,7 @@ func newCoordinator(f coordinatorFlags, cfg *config.Config, identity string, sel
 		obs.close()
 		return nil, nil, err
 	}
-	logger.Info("coordinator configured", "namespace", opts.Namespace, "identity", identity, "guard", opts.GuardName,
+	logger.Info("coordinator configured", "namespace", opts.Namespace, "identity", identity, "guard", opts.GuardName, "fleet", opts.Config.Members,
 		"maxNoExecute", opts.Config.MaxNoExecute.String(), "ratePerMinute", opts.Config.RatePerMinute, "grantTTL", opts.Config.GrantTTL,
 		"nodeSelector", selector.String())
 	return c, obs, nil

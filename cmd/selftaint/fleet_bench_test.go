@@ -51,6 +51,7 @@ func BenchmarkFleet1000(b *testing.B) {
 - condition: SelftaintMemoryPressure
   taint: {key: selftaint.io/memory-pressure, effect: NoExecute}
   fallback: NoSchedule
+coordinator: {fleet: virtual}
 `), 0o600); err != nil {
 		b.Fatal(err)
 	}

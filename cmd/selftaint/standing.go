@@ -48,6 +48,9 @@ type standing struct {
 	waiting    []string
 	namespace  string
 	now        time.Time
+	// members are the Nodes the coordinator counts: the guard's record of
+	// its coordinator's, else the config's coordinator.fleet.
+	members fleet.Membership
 }
 
 // describe says, for each NoExecute rule of the node's, whether its
@@ -65,6 +68,12 @@ func (s standing) describe() []string {
 		return nil
 	}
 	name := s.node.Name
+	if !s.members.Includes(s.node) {
+		return []string{
+			fmt.Sprintf("NoExecute on %s: selftaint's NoExecute rules need a grant from the coordinator (namespace %s).", name, s.namespace),
+			fmt.Sprintf("  this node is not in that coordinator's fleet (fleet %s: %s): it is not counted there and gets no grant from it, so its NoExecute rules apply their fallback; a coordinator whose fleet includes it (for a virtual node, `selftaint virtual --coordinator`, in its own namespace) grants it", s.members.OrDefault(), s.members.Describe()),
+		}
+	}
 	in := taints.NoExecuteInput{Guard: s.guard}
 	in.Granted, in.GrantUntil = fleet.Granted(s.grant, name, s.now, s.now)
 	if s.guard != nil {
@@ -93,7 +102,7 @@ func (s standing) waitWhy() string {
 }
 
 func (s standing) budgetLine() string {
-	return fmt.Sprintf("budget: %d of %d grants held (maxNoExecute %s of %d nodes); %d node(s) waiting", s.held, s.budget, s.max.String(), s.nodes, len(s.waiting))
+	return fmt.Sprintf("budget: %d of %d grants held (maxNoExecute %s of %d nodes, fleet %s); %d node(s) waiting", s.held, s.budget, s.max.String(), s.nodes, s.members.OrDefault(), len(s.waiting))
 }
 
 func (s standing) guardLine(fresh bool) string {
@@ -212,15 +221,24 @@ func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases 
 	for c, st := range overrides {
 		s.statuses[c], s.flapping[c] = st, false
 	}
-	nodes, err := core.Nodes().List(ctx, metav1.ListOptions{})
+	if err := s.readGuard(ctx, core, cfg); err != nil {
+		return s, err
+	}
+	all, err := core.Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return s, fmt.Errorf("listing nodes for the NoExecute budget: %w", err)
+	}
+	var members []corev1.Node
+	for _, n := range all.Items {
+		if s.members.Includes(&n) {
+			members = append(members, n)
+		}
 	}
 	list, err := leases.Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.GrantLabel + "=true"})
 	if err != nil {
 		return s, fmt.Errorf("listing NoExecute grants in %s: %w", namespace, err)
 	}
-	s.nodes = len(nodes.Items)
+	s.nodes = len(members)
 	s.budget, err = intstr.GetScaledValueFromIntOrPercent(&s.max, s.nodes, true)
 	if err != nil {
 		return s, fmt.Errorf("coordinator.maxNoExecute: %w", err)
@@ -240,21 +258,32 @@ func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases 
 		}
 	}
 	s.held = len(live)
-	s.waiting = waitingOrder(nodes.Items, live)
-	cm, err := core.ConfigMaps(namespace).Get(ctx, cfg.Coordinator.Guard.Name, metav1.GetOptions{})
+	s.waiting = waitingOrder(members, live)
+	return s, nil
+}
+
+// readGuard reads the guard in s's namespace, and the fleet its
+// coordinator counts (its annotation fleet.FleetAnnotation; the config's
+// coordinator.fleet where it has none).
+func (s *standing) readGuard(ctx context.Context, core typedcorev1.CoreV1Interface, cfg *config.Config) error {
+	s.members = fleet.Membership(cfg.Coordinator.Fleet).OrDefault()
+	cm, err := core.ConfigMaps(s.namespace).Get(ctx, cfg.Coordinator.Guard.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		return nil
 	case err != nil:
-		return s, fmt.Errorf("reading the guard %s/%s: %w", namespace, cfg.Coordinator.Guard.Name, err)
-	default:
-		g, gerr := fleet.DecodeGuard(cm.Data)
-		if gerr != nil {
-			s.guardErr = gerr
-		} else {
-			s.guard = &g
-		}
+		return fmt.Errorf("reading the guard %s/%s: %w", s.namespace, cfg.Coordinator.Guard.Name, err)
 	}
-	return s, nil
+	if m, err := fleet.ParseMembership(cm.Annotations[fleet.FleetAnnotation]); err == nil && cm.Annotations[fleet.FleetAnnotation] != "" {
+		s.members = m
+	}
+	g, err := fleet.DecodeGuard(cm.Data)
+	if err != nil {
+		s.guardErr = err
+		return nil
+	}
+	s.guard = &g
+	return nil
 }
 
 // waitingOrder is the nodes that ask for a grant and hold none, in the

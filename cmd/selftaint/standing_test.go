@@ -36,7 +36,7 @@ func TestStandingDescribe(t *testing.T) {
 		want []string
 	}{
 		{name: "waiting for a grant", s: with(func(s *standing) { s.guard = fresh }),
-			want: []string{"2 of 2 grants held (maxNoExecute 10% of 20 nodes); 2 node(s) waiting", "fresh", "no grant: 2nd of 2 waiting",
+			want: []string{"2 of 2 grants held (maxNoExecute 10% of 20 nodes, fleet real); 2 node(s) waiting", "fresh", "no grant: 2nd of 2 waiting",
 				"selftaint.io/mem:NoSchedule applies; selftaint.io/mem:NoExecute falls back to it (NoExecuteWaiting", "budget is full (2 of 2 held)"}},
 		{name: "waiting with room in the budget", s: with(func(s *standing) { s.guard, s.held = fresh, 1 }),
 			want: []string{"the budget has room (1 of 2 held)"}},
@@ -64,6 +64,16 @@ func TestStandingDescribe(t *testing.T) {
 			other.Name = fleet.GrantName("n1")
 			s.grant = other
 		}), want: []string{"no grant: 2nd of 2 waiting"}},
+		{name: "a virtual node outside a real fleet", s: with(func(s *standing) {
+			s.guard = fresh
+			s.node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{fleet.VirtualLabel: "true"}}}
+		}), want: []string{"not in that coordinator's fleet (fleet real: real Nodes only", "gets no grant from it", "virtual --coordinator"}},
+		{name: "a virtual node in a virtual fleet", s: with(func(s *standing) {
+			s.guard, s.members = fresh, fleet.MembersVirtual
+			s.node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{fleet.VirtualLabel: "true"}, Annotations: node.Annotations}}
+		}), want: []string{"of 20 nodes, fleet virtual)", "no grant: 2nd of 2 waiting"}},
+		{name: "a real node outside a virtual fleet", s: with(func(s *standing) { s.guard, s.members = fresh, fleet.MembersVirtual }),
+			want: []string{"not in that coordinator's fleet (fleet virtual: virtual Nodes only"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,7 +74,8 @@ type fleetPolicy struct {
 
 // writeStormConfig writes the agents' and coordinators' config: the
 // NoExecute rule (fallback NoSchedule), a change limiter loose enough for
-// storms that re-inject many times, and the coordinator section.
+// storms that re-inject many times, and the coordinator section (a
+// virtual fleet: the storms' nodes are virtual).
 func writeStormConfig(t *testing.T, p fleetPolicy) string {
 	t.Helper()
 	var b strings.Builder
@@ -94,6 +95,7 @@ coordinator:
   maxNoExecute: %s
   ratePerMinute: %d
   grantTTL: %s
+  fleet: virtual
 `, coordNS, p.maxNoExecute, p.ratePerMinute, p.grantTTL)
 	if p.guard != "" {
 		fmt.Fprintf(&b, "  guard: {%s}\n", p.guard)

@@ -30,6 +30,7 @@ import (
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // virtualFlags are the virtual subcommand's flags.
@@ -71,7 +72,7 @@ func (f *virtualFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.statsInterval, "stats-interval", time.Minute, "how often to log the process's API request rate and memory; 0 turns it off")
 	fs.Float64Var(&f.qps, "kube-api-qps", 0, "client-side limit on API requests per second for the whole process; 0 means 2 per node, at least 20")
 	fs.IntVar(&f.burst, "kube-api-burst", 0, "client-side burst of API requests; 0 means twice the QPS")
-	fs.BoolVar(&f.coordinator, "coordinator", false, "also run a coordinator in this process (leader-elected like the Deployment's replicas), so NoExecute rules get grants without deploying one")
+	fs.BoolVar(&f.coordinator, "coordinator", false, "also run the virtual fleet's coordinator in this process (leader-elected in the coordinator namespace; it counts and grants only virtual nodes), so NoExecute rules get grants")
 }
 
 // template turns the node flags into a NodeTemplate.
@@ -243,16 +244,22 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 // inProcessCoordinator runs a coordinator in this process, its identity named
 // after the virtual nodes, until ctx ends or the returned function, which
 // stops it and waits, is called. Losing leadership to another coordinator is logged, not fatal: the
-// virtual nodes go on.
+// virtual nodes go on. It is the virtual fleet's coordinator: it counts
+// and grants only virtual Nodes, whatever coordinator.fleet says.
 func inProcessCoordinator(ctx context.Context, rc *rest.Config, cfg *config.Config, namespace, prefix string, logger *slog.Logger) (func(), error) {
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("building API client: %w", err)
 	}
 	host, _ := os.Hostname()
+	policy := cfg.Fleet()
+	policy.Members = fleet.MembersVirtual
+	log := logger.With("component", "coordinator")
+	log.Info("coordinator configured", "namespace", namespace, "guard", cfg.Coordinator.Guard.Name, "fleet", policy.Members,
+		"maxNoExecute", policy.MaxNoExecute.String(), "ratePerMinute", policy.RatePerMinute, "grantTTL", policy.GrantTTL)
 	c, err := coordinator.New(coordinator.Options{
 		Client: client, Namespace: namespace, Identity: fmt.Sprintf("virtual-%s%s-%d", prefix, host, os.Getpid()),
-		Config: cfg.Fleet(), GuardName: cfg.Coordinator.Guard.Name, Logger: logger.With("component", "coordinator"),
+		Config: policy, GuardName: cfg.Coordinator.Guard.Name, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)

@@ -26,6 +26,9 @@ type Config struct {
 	// Watched are the conditions the guard judges, each with the statuses
 	// that count as reporting it (those that apply its rules' taints).
 	Watched map[corev1.NodeConditionType][]corev1.ConditionStatus
+	// Members are the Nodes that are the fleet ("": MembersReal). Decide
+	// is given only those: the caller picks them with Members.Includes.
+	Members Membership
 }
 
 // GuardConfig is the disruption guard's policy.

@@ -433,7 +433,7 @@ func TestNVMLStartRetried(t *testing.T) {
 		if opens <= 2 {
 			return nil, fmt.Errorf("nvmlInit: %w", nvml.ERROR_DRIVER_NOT_LOADED)
 		}
-		return f, nil
+		return f.open()
 	}
 	m := newMonitor(t, f, testConfig(), Env{Open: open, GPUsOnPCI: f.pciList})
 	unavailable := want{status: probes.StatusProblem, reason: ReasonDriverUnavailable,
@@ -476,7 +476,7 @@ func TestNVMLStartRetried(t *testing.T) {
 func TestDriverGoneReopened(t *testing.T) {
 	f := newFake(t)
 	opens := 0
-	open := func() (nvml.Interface, error) { opens++; return f, nil }
+	open := func() (nvml.Interface, error) { opens++; return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList})
 	f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
 	f.failLib("DeviceGetCount", fault{ret: nvml.ERROR_DRIVER_NOT_LOADED})

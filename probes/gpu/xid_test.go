@@ -145,7 +145,7 @@ func TestSameXidOnTwoGPUsInTheFirstRun(t *testing.T) {
 // the driver is reloaded with a GPU gone and NVML's indices shift.
 func TestXidStaysWithItsGPUWhenIndicesShift(t *testing.T) {
 	f := newFake(t)
-	open := func() (nvml.Interface, error) { return f, nil }
+	open := func() (nvml.Interface, error) { return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open})
 	f.push(f.xid(3, 79))
 	f.waitFor(t, m, NameFatal, want{status: probes.StatusProblem, reason: ReasonGPURebootRequired, message: []string{"GPU 3 ({uuid3}): Xid 79"}})

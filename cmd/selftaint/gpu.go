@@ -24,14 +24,15 @@ import (
 )
 
 const gpuUsage = `Usage:
-  selftaint gpu clear NODE (--gpu UUID [--gpu UUID ...] | --all) [--wait[=60s]] [--by WHO] [--kubeconfig FILE]
+  selftaint gpu clear NODE (--gpu GPU [--gpu GPU ...] | --all) [--wait[=60s]] [--by WHO] [--kubeconfig FILE]
 
 A GPU that raised an Xid needing a reset stays failed until the reset is
 seen, across agent restarts: the gpu probe keeps what it saw in the Node
 annotation ` + agent.StateAnnotationPrefix + `gpu. Once the GPU is fixed, "gpu clear" asks
 the agent on NODE to forget what it learned about the GPUs named (by UUID, as
-the condition's message and nvidia-smi -L show them; --all for every GPU)
-before now. It writes the request ` + agent.ClearAnnotationPrefix + `gpu on the Node; the agent
+the condition's message and nvidia-smi -L show them, or by PCI address,
+0000:07:00.0, which also names a GPU NVML no longer sees; --all for every
+GPU) before now. It writes the request ` + agent.ClearAnnotationPrefix + `gpu on the Node; the agent
 acts on it once, removes it, and records an Event on the Node:
 ProbeStateCleared with what was cleared, or ClearRejected saying why not (a
 rejected request is removed too). The probe's next run publishes the result
@@ -48,7 +49,7 @@ const defaultWait = 60 * time.Second
 // gpuClearArgs is a parsed `selftaint gpu clear` command line.
 type gpuClearArgs struct {
 	node string
-	// targets are the GPU UUIDs, or [agent.ClearAll].
+	// targets are the GPU UUIDs or PCI addresses, or [agent.ClearAll].
 	targets    []string
 	wait       time.Duration // zero: do not wait
 	by         string
@@ -134,7 +135,7 @@ func parseGPUClear(args []string, stderr io.Writer) (gpuClearArgs, error) {
 		wait waitFlag
 		out  gpuClearArgs
 	)
-	fs.Var(&gpus, "gpu", "the UUID of a GPU to clear (GPU-...); repeat, or separate with commas, for more")
+	fs.Var(&gpus, "gpu", "the UUID (GPU-...) or PCI address (0000:07:00.0) of a GPU to clear; repeat, or separate with commas, for more")
 	all := fs.Bool("all", false, "clear every GPU the probe holds")
 	fs.Var(&wait, "wait", "wait for the agent's answer: --wait (60s) or --wait=DURATION")
 	fs.StringVar(&out.by, "by", defaultClearedBy(), "who asks, recorded in the request and the agent's Event")

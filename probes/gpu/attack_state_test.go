@@ -221,7 +221,7 @@ func TestAttackClearUnknown(t *testing.T) {
 // requestedAt is cleared, so a failure seen after the request stands").
 func TestAttackClearKeptRecordHonoursRequestedAt(t *testing.T) {
 	f := newFake(t)
-	open := func() (nvml.Interface, error) { return f, nil }
+	open := func() (nvml.Interface, error) { return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open})
 	f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
 	requested := f.clk.Now()

@@ -124,7 +124,7 @@ func TestAttackLostGPUStaysLostWhenCountFails(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(t)
-			open := func() (nvml.Interface, error) { return f, nil }
+			open := func() (nvml.Interface, error) { return f.open() }
 			m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList})
 			f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
 			// The driver reloads without GPU 3 (it stays on the PCI bus).
@@ -236,7 +236,7 @@ func TestAttackDriverGoneOnGPUCalls(t *testing.T) {
 		t.Run(ret.String(), func(t *testing.T) {
 			f := newFake(t)
 			var opens atomic.Int32
-			open := func() (nvml.Interface, error) { opens.Add(1); return f, nil }
+			open := func() (nvml.Interface, error) { opens.Add(1); return f.open() }
 			m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList})
 			f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
 			for i := range f.gpus {
@@ -452,7 +452,7 @@ func TestAttackUnknownDeviceHungUUID(t *testing.T) {
 // each failure follows its GPU's UUID, none is pinned on another GPU.
 func TestAttackReenumeratedReverse(t *testing.T) {
 	f := newFake(t)
-	open := func() (nvml.Interface, error) { return f, nil }
+	open := func() (nvml.Interface, error) { return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList, BootID: bootID("boot-1")})
 	f.set(5, func(g *simGPU) { g.ecc = 2 })
 	f.set(6, func(g *simGPU) { g.remapPending = true })
@@ -495,7 +495,7 @@ func TestAttackReenumeratedReverse(t *testing.T) {
 // the GPU now at its old index.
 func TestAttackReenumeratedSwapUnreadable(t *testing.T) {
 	f := newFake(t)
-	open := func() (nvml.Interface, error) { return f, nil }
+	open := func() (nvml.Interface, error) { return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList})
 	f.push(f.xid(3, 79))
 	f.waitFor(t, m, NameFatal, attackXid79)
@@ -571,7 +571,7 @@ func TestAttackConcurrent(t *testing.T) {
 func TestAttackDriverGoneOnOneSignalOnly(t *testing.T) {
 	f := newFake(t)
 	var opens atomic.Int32
-	open := func() (nvml.Interface, error) { opens.Add(1); return f, nil }
+	open := func() (nvml.Interface, error) { opens.Add(1); return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList})
 	f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
 	for i := range f.gpus {

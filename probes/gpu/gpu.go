@@ -22,13 +22,25 @@
 //     it holds (fatal Xids, the last problem of each signal, the GPUs the
 //     node should have) is kept on the Node and restored after a restart.
 //     A fatal Xid is held until a recovery is observed (see Recovery).
+//   - A GPU is who it is, not its NVML index: what the Monitor holds
+//     about a GPU follows its UUID (else its PCI address) when a driver
+//     reload renumbers the GPUs.
+//   - A driver reload leaves nothing behind. Every NVML call is bound to
+//     the NVML session it started in (session.go): a call that hung across
+//     a reload or Close makes no further call once it returns, and what it
+//     found is dropped, so a dead handle never comes back into a GPU's
+//     slot, and after Close returns no call is made but one that was
+//     already under way. A handle that dies
+//     alone (a reset re-created the device) is got again by index; an
+//     event set whose waits fail is replaced.
 //   - Xids are judged by NVIDIA's Xid catalog (catalog.go, xids.csv),
 //     which config extends. Xid events are drained continuously by a
 //     watcher goroutine, so a storm of harmless Xids cannot hide a
 //     critical one.
-//   - The node's expected GPUs come from config or its PCI bus, so a GPU
-//     NVML no longer sees is named, and a driver that does not start is a
-//     failure (retried with backoff), not silence.
+//   - The node's expected GPUs come from config (Config.ExpectedGPUs,
+//     which wins over everything else) or its PCI bus, so a GPU NVML no
+//     longer sees is named, and a driver that does not start is a failure
+//     (retried with backoff), not silence.
 //
 // Functions that newer drivers added are looked up in the library before
 // they are called, because calling a symbol the driver lacks aborts the
@@ -40,11 +52,20 @@
 // A fatal Xid is cleared when the GPU is readable and healthy, its
 // driver-reported recovery action (where the driver has one) is none, and
 // one of these was observed after the Xid: the node rebooted (the host's
-// boot ID changed); the GPU was reset (it was lost, unreadable or missing
-// and came back, or its recovery action went from an action back to
-// none), which clears Xids whose action is a GPU reset but not those that
-// need a reboot or service; or an operator cleared it (Clear,
-// `selftaint gpu clear`).
+// boot ID changed), which clears every Xid; the GPU was reset, which
+// clears Xids whose action is a GPU reset but not those that need a
+// reboot or service; or an operator cleared it (Clear, `selftaint gpu
+// clear`), which clears the Xids it held that were last seen by the
+// request's requestedAt. A reset is observed when the GPU was lost (a
+// call said GPU_IS_LOST or RESET_REQUIRED) or missing from NVML's count
+// and reads again, whatever its index now, or when its recovery action
+// went from an action back to none. A GPU that was merely unreadable (a
+// call failed or hung) and reads again was not reset: a read failure is
+// never a recovery.
+//
+// "After" is in the order the Monitor saw things, not by wall-clock
+// times, which a clock step reorders: what was restored from before a
+// restart is before everything seen since (see mark in state.go).
 //
 // The Monitor is written against nvml.Interface (go-nvml), so tests use
 // go-nvml's mocks.
@@ -181,8 +202,12 @@ type Config struct {
 	// ReadTimeout bounds one run's reads when the run has no deadline;
 	// with one, reads end at 80% of it. 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
-	// ExpectedGPUs is how many GPUs the node has. 0: the NVIDIA GPUs on
-	// its PCI bus (Env.GPUsOnPCI), else the most NVML ever saw.
+	// ExpectedGPUs is how many GPUs the node has. Where set, it is the
+	// whole baseline: the node is short (GPULost) exactly when NVML counts
+	// fewer, whatever the PCI bus has or NVML saw before (those only name
+	// the GPUs NVML does not see). An operator who accepts a dead GPU sets
+	// it to the GPUs that work. 0: the NVIDIA GPUs on its PCI bus
+	// (Env.GPUsOnPCI) and those NVML saw, else the most NVML ever counted.
 	ExpectedGPUs int
 	// Window is what sustained signals are judged over. 0 means
 	// DefaultWindow.
@@ -330,9 +355,15 @@ type Monitor struct {
 	// records are kept records of GPUs not (yet) matched to a GPU this
 	// run has opened, by key.
 	records map[string]*gpuRecord
-	// expected are the PCI addresses of the GPUs the node should have.
+	// expected are the PCI addresses of the GPUs the node should have
+	// (with ExpectedGPUs set, only to name those NVML does not see).
 	expected []string
+	// lastPCI are the NVIDIA GPUs on the PCI bus at the last scan.
+	lastPCI  []string
 	maxCount int
+	// seq orders what the Monitor sees (Xids, recoveries, clears): see
+	// mark and tick.
+	seq uint64
 	// handleUUIDs are the UUIDs of handles events came from that are no
 	// GPU's handle (recordEvent), at most maxHandleUUIDs.
 	handleUUIDs map[nvml.Device]string
@@ -352,7 +383,9 @@ type Monitor struct {
 
 // nvmlState is how far NVML got.
 type nvmlState struct {
-	lib      nvml.Interface
+	lib nvml.Interface
+	// sess is lib's session, nil while there is none.
+	sess     *session
 	owned    bool      // opened by env.Open: shut down on Close or reopen
 	err      error     // why NVML is not usable, nil when it is
 	failures int       // consecutive failures to open
@@ -381,7 +414,7 @@ func New(cfg Config, env Env) (*Monitor, error) {
 		m.now = time.Now
 	}
 	if env.Lib != nil {
-		m.nv = nvmlState{lib: env.Lib, owned: env.Open != nil, has: lookupSymbols(env.Lib)}
+		m.nv = nvmlState{lib: env.Lib, sess: newSession(env.Lib), owned: env.Open != nil, has: lookupSymbols(env.Lib)}
 	}
 	if env.BootID != nil {
 		if id, err := env.BootID(); err == nil {
@@ -389,6 +422,13 @@ func New(cfg Config, env Env) (*Monitor, error) {
 		}
 	}
 	return m, nil
+}
+
+// tick returns the next place in the order of what the Monitor sees.
+// m.mu is held.
+func (m *Monitor) tick() uint64 {
+	m.seq++
+	return m.seq
 }
 
 // Lib returns the NVML library once it is initialized, nil before.
@@ -402,7 +442,9 @@ func (m *Monitor) Lib() nvml.Interface {
 }
 
 // Close stops the Monitor: its Xid watcher, its workers, its event set,
-// and NVML where the Monitor opened it. The probes report Unknown
+// and NVML where the Monitor opened it. It ends the NVML session, so no
+// NVML call is made after it returns, not even by a call that was hung in
+// it and returns later (see session). The probes report Unknown
 // afterwards.
 func (m *Monitor) Close() error {
 	m.mu.Lock()
@@ -418,8 +460,9 @@ func (m *Monitor) Close() error {
 	m.mu.Unlock()
 	var errs []error
 	if w != nil {
-		errs = append(errs, w.stop())
+		errs = append(errs, w.stop()) // frees the event set while the session is live
 	}
+	nv.sess.end()
 	for _, g := range gpus {
 		g.w.stop()
 	}

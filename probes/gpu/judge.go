@@ -25,7 +25,10 @@ type snapshot struct {
 	count    int
 	expected int
 	pciGPUs  int
-	missing  []missingGPU
+	// pciScanned: the PCI bus was listed this run (onBus of missing means
+	// something).
+	pciScanned bool
+	missing    []missingGPU
 	// kept is the last successful count, when this run's failed: missing
 	// is its.
 	kept  *lastCount
@@ -121,6 +124,10 @@ func judge(s *snapshot, probe string) probes.Result {
 		v.unknown = append(v.unknown, s.driverErr.Error())
 	case s.countErr != nil:
 		v.unknown = append(v.unknown, s.countErr.Error())
+	case s.count == 0 && s.expected > 0:
+		// The fatal probe says GPULost: "no GPUs found, none degraded"
+		// beside it would be a verdict on nothing.
+		v.unknown = append(v.unknown, fmt.Sprintf("NVML sees no GPU, the node has %d: nothing to judge", s.expected))
 	}
 	for _, g := range s.gpus {
 		v.gpu(s, g)
@@ -145,28 +152,62 @@ func (v *verdict) nodeLevel(s *snapshot) {
 	if s.pciErr != nil {
 		v.unknown = append(v.unknown, s.pciErr.Error())
 	}
-	kept := ""
-	if s.kept != nil {
-		kept = " (at its last count; kept while NVML cannot count the GPUs)"
-	}
-	for _, mg := range s.missing {
-		if mg.onBus {
-			v.problem(ReasonGPULost, "the GPU at PCI %s is on the PCI bus but NVML does not see it%s", mg.pci, kept)
-		} else {
-			v.problem(ReasonGPULost, "the GPU at PCI %s, seen before, is gone from NVML and the PCI bus%s", mg.pci, kept)
-		}
-	}
-	switch {
-	case len(s.missing) > 0 || s.driverErr != nil:
-	case s.countErr == nil && s.count < s.expected:
-		v.problem(ReasonGPULost, "NVML sees %d GPUs, the node has %d", s.count, s.expected)
-	case s.kept != nil && s.kept.count < s.expected:
-		v.problem(ReasonGPULost, "NVML saw %d GPUs, the node has %d%s", s.kept.count, s.expected, kept)
+	if s.driverErr == nil {
+		v.lost(s)
 	}
 	if len(s.stray) > 0 {
 		a := worstAction(s.stray)
 		v.problem(a.Reason(), "a GPU NVML did not identify: %s; %s", describeXids(s.stray), a.Advice())
 	}
+}
+
+// lost judges the count of the GPUs against what the node should have.
+// With expectedGPUs set, that count is all that matters: NVML counting
+// fewer is GPULost, naming the GPUs (by PCI address) it does not see;
+// else each expected GPU (on the PCI bus, or seen before) NVML does not
+// see is GPULost.
+func (v *verdict) lost(s *snapshot) {
+	kept := ""
+	n, counted, sees := s.count, s.countErr == nil, "sees"
+	if s.kept != nil {
+		kept = " (at its last count; kept while NVML cannot count the GPUs)"
+		n, counted, sees = s.kept.count, true, "saw"
+	}
+	if s.cfg.ExpectedGPUs > 0 {
+		if counted && n < s.cfg.ExpectedGPUs {
+			v.problem(ReasonGPULost, "NVML %s %d GPUs, the node has %d (expectedGPUs)%s%s", sees, n, s.cfg.ExpectedGPUs, notSeen(s.missing), kept)
+		}
+		return
+	}
+	for _, mg := range s.missing {
+		switch {
+		case mg.onBus:
+			v.problem(ReasonGPULost, "the GPU at PCI %s is on the PCI bus but NVML does not see it%s", mg.pci, kept)
+		case s.pciScanned:
+			v.problem(ReasonGPULost, "the GPU at PCI %s, seen before, is gone from NVML and the PCI bus%s", mg.pci, kept)
+		default:
+			v.problem(ReasonGPULost, "the GPU at PCI %s, seen before, is gone from NVML%s", mg.pci, kept)
+		}
+	}
+	if len(s.missing) == 0 && counted && n < s.expected {
+		v.problem(ReasonGPULost, "NVML %s %d GPUs, the node has %d%s", sees, n, s.expected, kept)
+	}
+}
+
+// notSeen names the missing GPUs: "; not seen: PCI 0000:07:00.0 (on the
+// PCI bus), ...".
+func notSeen(missing []missingGPU) string {
+	if len(missing) == 0 {
+		return ""
+	}
+	parts := make([]string, len(missing))
+	for i, mg := range missing {
+		parts[i] = "PCI " + mg.pci
+		if mg.onBus {
+			parts[i] += " (on the PCI bus)"
+		}
+	}
+	return "; not seen: " + strings.Join(parts, ", ")
 }
 
 // gpu judges one GPU.
@@ -270,6 +311,9 @@ func (v *verdict) result(s *snapshot) probes.Result {
 		res.Status, res.Reason = probes.StatusUnknown, ReasonReadError
 		res.Message = fmt.Sprintf("no problem found, but %d of %d GPUs could not be read completely: %s",
 			len(s.gpus)-v.read, len(s.gpus), strings.Join(v.unreadNotes(s), "; "))
+		if len(s.gpus) == 0 {
+			res.Message = "no problem found, but " + strings.Join(v.unreadNotes(s), "; ")
+		}
 	default:
 		res.Status = probes.StatusOK
 		res.Reason = ReasonGPUsHealthy

@@ -22,14 +22,18 @@ const (
 )
 
 // gpuState is what the Monitor keeps about one GPU (by NVML index) across
-// runs; rec is the part kept across restarts.
+// runs; rec is the part kept across restarts, and what follows the GPU
+// (by UUID, else PCI address) when NVML's indices change.
 type gpuState struct {
 	index  int
 	w      *worker
 	handle nvml.Device // nil until got
-	uuid   string
-	pci    string
-	mig    bool
+	// reacquire: handle is dead or may be (a call on it failed to name
+	// the GPU, or said it is lost): the next read gets a new one by index.
+	reacquire bool
+	uuid      string
+	pci       string
+	mig       bool
 	// watched: registered for Xid events; else watch says why not.
 	watched bool
 	watch   sigRead
@@ -37,11 +41,11 @@ type gpuState struct {
 	// minor are the Xids seen that need no action on the GPU.
 	minor []xidRecord
 	hist  map[string]history
-	// downSince is when the GPU was first seen lost or missing in its
-	// current spell, zero while it is not.
-	downSince time.Time
 	// actionSeen: the driver's recovery action was not none.
 	actionSeen bool
+	// healthy: the GPU's last read was complete and found no failure but
+	// its Xids (see healthyRead).
+	healthy bool
 }
 
 // read reads every GPU once and returns what the probes judge.
@@ -201,7 +205,9 @@ func (m *Monitor) scanPCI() ([]string, error) {
 }
 
 // ensureNVML opens NVML when it is not open and an attempt is due, and
-// returns why it is not usable (nil when it is).
+// returns why it is not usable (nil when it is). Reopening ends the old
+// session first: its jobs still in flight (a call hung across the driver
+// reload) make no more calls and report nothing (see session).
 func (m *Monitor) ensureNVML(ctx context.Context, now time.Time) error {
 	m.mu.Lock()
 	nv := m.nv
@@ -221,6 +227,7 @@ func (m *Monitor) ensureNVML(ctx context.Context, now time.Time) error {
 	if w != nil {
 		_ = w.stop()
 	}
+	nv.sess.end()
 	var lib nvml.Interface
 	var err error
 	werr := m.lw.do(ctx, func(step func(string)) {
@@ -243,18 +250,18 @@ func (m *Monitor) ensureNVML(ctx context.Context, now time.Time) error {
 	if werr != nil {
 		err = werr
 	}
+	clear(m.handleUUIDs) // the old library's handles
+	for _, g := range gpus {
+		g.handle, g.reacquire, g.watched, g.watch = nil, false, false, sigRead{}
+	}
 	if err != nil {
-		m.nv.lib, m.nv.owned = nil, false
+		m.nv.lib, m.nv.sess, m.nv.owned = nil, nil, false
 		m.nv.failures++
 		m.nv.err = fmt.Errorf("%w: NVML did not start: %w", errDriverGone, err)
 		m.nv.retryAt = now.Add(backoff(m.nv.failures))
 		return m.nv.err
 	}
-	m.nv = nvmlState{lib: lib, owned: true, has: lookupSymbols(lib)}
-	clear(m.handleUUIDs) // the old library's handles
-	for _, g := range gpus {
-		g.handle, g.watched, g.watch = nil, false, sigRead{}
-	}
+	m.nv = nvmlState{lib: lib, sess: newSession(lib), owned: true, has: lookupSymbols(lib)}
 	return nil
 }
 
@@ -267,21 +274,35 @@ func backoff(failures int) time.Duration {
 }
 
 // count asks NVML how many GPUs it sees, and starts the Xid watcher when
-// it is not running. A count that says the driver went away schedules a
-// reopen.
+// it is not running, or replaces it when its event set broke (its waits
+// fail): every GPU registers on the new set. A count that says the driver
+// went away schedules a reopen.
 func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 	m.mu.Lock()
-	lib, has, needWatch := m.nv.lib, m.nv.has, m.w == nil && m.nv.has.events
+	if m.w != nil && m.w.failing() {
+		m.eventsErr = fmt.Errorf("the NVML event set broke (%w); replacing it", m.w.health())
+		m.w.retire()
+		m.w = nil
+		for _, g := range m.gpus {
+			g.watched, g.watch = false, sigRead{}
+		}
+	}
+	lib, sess, has, needWatch := m.nv.lib, m.nv.sess, m.nv.has, m.w == nil && m.nv.has.events
 	m.mu.Unlock()
 	var n int
-	var ret nvml.Return
-	var h setHandoff
+	ret := dead
+	h := setHandoff{sess: sess}
 	err := m.lw.do(ctx, func(step func(string)) {
 		step("nvmlDeviceGetCount")
+		if !sess.live() {
+			return
+		}
 		n, ret = lib.DeviceGetCount()
 		if needWatch && ret == nvml.SUCCESS {
 			step("nvmlEventSetCreate")
-			h.deliver(lib.EventSetCreate())
+			if sess.live() {
+				h.deliver(lib.EventSetCreate())
+			}
 		}
 	})
 	if err != nil {
@@ -292,14 +313,15 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 	m.mu.Lock()
 	if m.closed { // while counting: the event set would outlive the Monitor
 		m.mu.Unlock()
-		freeSet(set, setRet)
+		freeSet(sess, set, setRet)
 		return 0, errClosed
 	}
 	defer m.mu.Unlock()
 	if needWatch && has.events && ret == nvml.SUCCESS {
 		if setRet == nvml.SUCCESS {
-			m.w = startWatcher(set, m.cfg.eventWait(), m.recordEvent)
+			m.w = startWatcher(set, sess, m.cfg.eventWait(), func(ev nvml.EventData) { m.recordEvent(sess, ev) }, m.eventsErr)
 			m.nv.err = nil
+			m.eventsErr = nil
 		} else {
 			m.eventsErr = fmt.Errorf("creating the NVML event set: %w", setRet)
 		}
@@ -316,8 +338,10 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 
 // setHandoff hands an event set from a count's job to the count. A job
 // that outlives the count's wait must not leave its set behind: whichever
-// of deliver and abandon comes second frees it.
+// of deliver and abandon comes second frees it (while the session is live:
+// an ended session's library freed it, and no call is made after Close).
 type setHandoff struct {
+	sess      *session
 	mu        sync.Mutex
 	set       nvml.EventSet
 	ret       nvml.Return
@@ -329,7 +353,7 @@ func (h *setHandoff) deliver(set nvml.EventSet, ret nvml.Return) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.abandoned {
-		freeSet(set, ret)
+		freeSet(h.sess, set, ret)
 		return
 	}
 	h.set, h.ret = set, ret
@@ -340,13 +364,13 @@ func (h *setHandoff) abandon() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.abandoned = true
-	freeSet(h.set, h.ret)
+	freeSet(h.sess, h.set, h.ret)
 	h.set = nil
 }
 
-// freeSet frees a set EventSetCreate made.
-func freeSet(set nvml.EventSet, ret nvml.Return) {
-	if ret == nvml.SUCCESS && set != nil {
+// freeSet frees a set EventSetCreate made in sess, unless sess has ended.
+func freeSet(sess *session, set nvml.EventSet, ret nvml.Return) {
+	if ret == nvml.SUCCESS && set != nil && sess.live() {
 		_ = set.Free()
 	}
 }
@@ -366,46 +390,76 @@ func (m *Monitor) prepare(run runInput) ([]readSpec, error) {
 	if m.w != nil {
 		set = m.w.set
 	}
+	sess := m.nv.sess
 	specs := make([]readSpec, len(m.gpus))
 	for i, g := range m.gpus {
-		specs[i] = readSpec{index: i, handle: g.handle, has: m.nv.has, lib: m.nv.lib, events: set,
+		handle := g.handle
+		if g.reacquire {
+			handle = nil
+		}
+		specs[i] = readSpec{index: i, handle: handle, sess: sess, has: m.nv.has, lib: m.nv.lib, events: set,
 			watched: g.watched || g.watch.na != "", cfg: m.cfg, fabricH: m.fabricHealth,
-			identified: func(h nvml.Device, uuid, pci string, mig, migRead bool) {
+			identified: func(id identity) bool {
 				m.mu.Lock()
 				defer m.mu.Unlock()
-				m.identify(g, h, uuid, pci, mig, migRead)
+				if sess != m.nv.sess || !sess.live() { // a job of a session that ended
+					return false
+				}
+				m.identify(g, id)
+				return !g.watched && g.watch.na == ""
 			}}
 	}
 	return specs, nil
 }
 
-// identify records who GPU g is, as its read found: its handle, UUID, PCI
-// address and MIG mode (where read). A kept record follows its UUID: when
-// NVML's index g now names another GPU (the driver was reloaded without
-// one), g's record is kept for its own GPU and g takes the record of the
-// GPU it is now. m.mu is held.
-func (m *Monitor) identify(g *gpuState, h nvml.Device, uuid, pci string, mig, migRead bool) {
-	if uuid != "" && uuid != g.uuid {
+// identity is who a read found a GPU is: its handle (fresh: got by index
+// in this read, not the cached one), UUID, PCI address and MIG mode (where
+// read).
+type identity struct {
+	handle    nvml.Device
+	fresh     bool
+	uuid, pci string
+	mig       bool
+	migRead   bool
+}
+
+// identify records who GPU g is, as its read found. A kept record follows
+// its UUID: when NVML's index g now names another GPU (the driver was
+// reloaded without one), g's record is kept for its own GPU and g takes
+// the record of the GPU it is now. A read made with a cached handle that
+// is no longer g's (a late job; g got a new handle since) tells nothing.
+// m.mu is held.
+func (m *Monitor) identify(g *gpuState, id identity) {
+	if !id.fresh && id.handle != nil && g.handle != nil && !sameDevice(id.handle, g.handle) {
+		return
+	}
+	if id.uuid != "" && id.uuid != g.uuid {
 		if g.uuid != "" {
 			m.park(g)
 		}
 		for _, o := range m.gpus {
-			if o != g && o.uuid == uuid {
+			if o != g && o.uuid == id.uuid {
 				m.park(o)
 			}
 		}
 	}
-	if h != nil {
-		g.handle = h
+	if id.handle != nil {
+		if id.fresh {
+			if g.handle != nil && !sameDevice(id.handle, g.handle) {
+				g.watched, g.watch = false, sigRead{} // the new handle registers for events
+			}
+			g.reacquire = false
+		}
+		g.handle = id.handle
 	}
-	if uuid != "" {
-		g.uuid = uuid
+	if id.uuid != "" {
+		g.uuid = id.uuid
 	}
-	if pci != "" {
-		g.pci = pci
+	if id.pci != "" {
+		g.pci = id.pci
 	}
-	if migRead {
-		g.mig = mig
+	if id.migRead {
+		g.mig = id.mig
 	}
 	m.adopt(g)
 }
@@ -418,7 +472,7 @@ func (m *Monitor) park(g *gpuState) {
 	}
 	g.rec, g.uuid, g.pci, g.minor = nil, "", "", nil
 	g.hist = map[string]history{}
-	g.downSince, g.actionSeen = time.Time{}, false
+	g.actionSeen, g.healthy = false, false
 }
 
 func (m *Monitor) gpuWorker(i int) *worker {
@@ -437,18 +491,22 @@ func sameDevice(a, b nvml.Device) bool {
 	return ta == tb && ta.Comparable() && a == b
 }
 
-// recordEvent is the watcher's sink: it files a critical Xid under its
-// GPU. Its GPU is found by handle, else by UUID (eventGPU).
-func (m *Monitor) recordEvent(ev nvml.EventData) {
-	if ev.EventType&nvml.EventTypeXidCriticalError == 0 {
+// recordEvent is the sink of sess's watcher: it files a critical Xid
+// under its GPU. Its GPU is found by handle, else by UUID (eventGPU). An
+// event of a session that ended is not the Monitor's any more.
+func (m *Monitor) recordEvent(sess *session, ev nvml.EventData) {
+	if ev.EventType&nvml.EventTypeXidCriticalError == 0 || !sess.live() {
 		return
 	}
 	at := m.now()
 	info := m.catalog.Lookup(ev.EventData)
-	g, uuid := m.eventGPU(ev.Device, info.Action.Fatal())
+	g, uuid := m.eventGPU(sess, ev.Device, info.Action.Fatal())
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name}
+	if sess != m.nv.sess {
+		return
+	}
+	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name, seq: m.tick()}
 	if g != nil && g.mig && ev.GpuInstanceId != 0xFFFFFFFF {
 		gi, ci := ev.GpuInstanceId, ev.ComputeInstanceId
 		x.GI = &gi
@@ -473,7 +531,7 @@ func (m *Monitor) recordEvent(ev nvml.EventData) {
 // is asked once per handle (one NVML call, made without the lock; a storm
 // from one device costs one call); a handle that cannot be cached is asked
 // only for a fatal Xid.
-func (m *Monitor) eventGPU(dev nvml.Device, fatal bool) (_ *gpuState, uuid string) {
+func (m *Monitor) eventGPU(sess *session, dev nvml.Device, fatal bool) (_ *gpuState, uuid string) {
 	m.mu.Lock()
 	g := m.gpuByHandle(dev)
 	cached := false
@@ -485,7 +543,7 @@ func (m *Monitor) eventGPU(dev nvml.Device, fatal bool) (_ *gpuState, uuid strin
 		return g, ""
 	}
 	if !cached && (cacheable(dev) || fatal) {
-		uuid = m.uuidOf(dev)
+		uuid = m.uuidOf(liveDevice{Device: dev, s: sess})
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -591,6 +649,9 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	s := &snapshot{cfg: m.cfg, at: run.at, driverErr: run.driverErr, countErr: run.countErr, count: run.count, pciErr: run.pciErr}
 	counted := run.driverErr == nil && run.countErr == nil
 	run, s.kept = m.withLastCount(run)
+	if run.pciErr == nil && m.env.GPUsOnPCI != nil {
+		m.lastPCI = run.pci
+	}
 	if m.w != nil {
 		s.watchErr = m.w.health()
 	} else if m.nv.lib != nil && m.nv.has.events {
@@ -600,27 +661,16 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	for i, r := range run.reads {
 		g := m.gpus[i]
 		v := m.integrateGPU(g, r, run, s.watchErr)
-		if g.pci != "" {
+		if g.pci != "" && (!run.counted || g.index < run.count) {
 			seenPCI[g.pci] = true
 		}
 		s.gpus = append(s.gpus, v)
 	}
-	if counted {
-		m.maxCount = max(m.maxCount, run.count)
-		m.expect(run.pci, seenPCI)
-	}
-	s.pciGPUs = len(run.pci)
-	s.expected = m.expectedCount()
-	if counted {
-		s.missing = m.missing(run, seenPCI)
-		m.lastCount = lastCount{known: true, count: run.count, missing: s.missing}
-	} else if s.kept != nil {
-		s.missing = s.kept.missing
-	}
-	slices.SortFunc(s.missing, func(a, b missingGPU) int { return strings.Compare(a.pci, b.pci) })
+	s.pciGPUs, s.pciScanned = len(run.pci), m.env.GPUsOnPCI != nil && run.pciErr == nil
+	m.countGPUs(s, run, counted, seenPCI)
 	// After a reboot, a kept record whose GPU is not among a complete set
 	// of identified GPUs belongs to hardware that is gone.
-	if m.rebooted && len(m.records) > 0 && run.driverErr == nil && run.countErr == nil && len(s.missing) == 0 &&
+	if m.rebooted && len(m.records) > 0 && counted && len(s.missing) == 0 &&
 		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.uuid == "" }) {
 		clear(m.records)
 	}
@@ -631,6 +681,41 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	}
 	slices.SortFunc(s.orphans, func(a, b gpuRecord) int { return strings.Compare(a.key(), b.key()) })
 	return s
+}
+
+// countGPUs sets what s says of the GPUs' count: how many the node should
+// have and which NVML does not see (by this run's count, or while NVML
+// cannot count, by the last), and keeps the count. m.mu is held.
+func (m *Monitor) countGPUs(s *snapshot, run runInput, counted bool, seenPCI map[string]bool) {
+	if counted {
+		m.maxCount = max(m.maxCount, run.count)
+		m.expect(run.pci, seenPCI)
+	}
+	s.expected = m.expectedCount()
+	switch {
+	case counted:
+		s.missing = m.missing(run, seenPCI)
+		m.markMissing(s.missing)
+		if m.cfg.ExpectedGPUs > 0 && run.count >= m.cfg.ExpectedGPUs {
+			s.missing = nil // the operator's count is met: the others are not expected
+		}
+		m.lastCount = lastCount{known: true, count: run.count, missing: s.missing}
+	case s.kept != nil:
+		s.missing = s.kept.missing
+	}
+	slices.SortFunc(s.missing, func(a, b missingGPU) int { return strings.Compare(a.pci, b.pci) })
+}
+
+// markMissing marks the kept records of the GPUs NVML does not see (by
+// PCI address) down: their return is a reset. m.mu is held.
+func (m *Monitor) markMissing(missing []missingGPU) {
+	for _, mg := range missing {
+		for _, r := range m.records {
+			if r.PCI == mg.pci {
+				r.down = true
+			}
+		}
+	}
 }
 
 // withLastCount marks run counted when NVML counted the GPUs; when it
@@ -710,11 +795,12 @@ func (m *Monitor) expectedCount() int {
 // integrateGPU folds one GPU's read into its state and returns its view.
 func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr error) gpuView {
 	now := run.at
-	m.identify(g, r.handle, r.uuid, r.pci, r.mig, r.migRead)
+	m.identify(g, identity{handle: r.handle, fresh: r.fresh, uuid: r.uuid, pci: r.pci, mig: r.mig, migRead: r.migRead})
 	if r.regTried {
 		g.watched, g.watch = r.reg.ok(), r.reg
 	}
 	rec := g.record()
+	g.healthy = false
 	if run.driverErr != nil {
 		return m.view(g, rec, gpuView{unreadable: run.driverErr})
 	}
@@ -724,6 +810,9 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 		errs = append(errs, sr.err)
 	}
 	view.lost = errLostOf(errs...)
+	if r.staleHandle || view.lost != nil {
+		g.reacquire = true // a reset may have re-created the device
+	}
 	missing := run.counted && g.index >= run.count
 	switch {
 	case r.openErr != nil:
@@ -743,23 +832,26 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 		setFindings(rec, sig, m.judgeSignal(g, sig, r.v, now))
 	}
 	view.healthy = back && healthyRead(r, rec)
-	m.recover(g, rec, view.healthy)
+	g.healthy = view.healthy
+	m.recover(rec, view.healthy)
 	return m.view(g, rec, view)
 }
 
-// noteResets records what this read says about the GPU being reset: a
-// GPU that was lost or missing is back, or the driver's recovery action
-// went back to none. It keeps the "lost" finding and reports whether the
-// GPU is back (read without being lost, missing, unreadable or hung).
+// noteResets records what this read says about the GPU being reset: the
+// GPU (its record, which follows it across NVML indices) was lost or
+// missing and is back, or the driver's recovery action went back to none.
+// It keeps the "lost" finding and reports whether the GPU is back (read
+// without being lost, missing, unreadable or hung).
 func (m *Monitor) noteResets(g *gpuState, rec *gpuRecord, r gpuRead, view gpuView, missing bool, now time.Time) bool {
 	down := view.lost != nil || missing
 	back := !down && view.unreadable == nil && r.hung == nil
+	identified := g.uuid != "" || g.pci != ""
 	switch {
-	case down && g.downSince.IsZero():
-		g.downSince = now
-	case back && !g.downSince.IsZero():
-		g.downSince = time.Time{}
-		rec.Recovered = now
+	case down && identified:
+		rec.down = true
+	case back && rec.down:
+		rec.down = false
+		rec.reset = mark{at: now, seq: m.tick()}
 	}
 	if view.lost != nil {
 		setFindings(rec, "lost", []finding{{Probe: NameFatal, Reason: lostReason(view.lost), Text: lostText(view.lost), Since: now}})
@@ -772,7 +864,7 @@ func (m *Monitor) noteResets(g *gpuState, rec *gpuRecord, r gpuRead, view gpuVie
 			g.actionSeen = true
 		case g.actionSeen:
 			g.actionSeen = false
-			rec.Recovered = now
+			rec.reset = mark{at: now, seq: m.tick()}
 		}
 	}
 	return back
@@ -815,23 +907,25 @@ func healthyRead(r gpuRead, rec *gpuRecord) bool {
 	return true
 }
 
-// recover drops the fatal Xids a recovery covers, once the GPU is healthy:
-// a reboot covers all, a reset those that need a reset, an operator's
-// clear those before it.
-func (m *Monitor) recover(g *gpuState, rec *gpuRecord, healthy bool) {
-	if !healthy || len(rec.Xids) == 0 {
+// recover drops, once the GPU is healthy, the fatal Xids the recoveries
+// and the operator's clear it waits on cover: a reboot covers every Xid
+// seen before it, a reset those that need a reset, a clear those held
+// when it was handled and seen before its requestedAt. Each is then done:
+// an Xid seen after it waits for the next.
+func (m *Monitor) recover(rec *gpuRecord, healthy bool) {
+	if !healthy {
 		return
 	}
-	if !rec.Cleared.IsZero() {
-		rec.Xids, _ = clearXids(rec.Xids, rec.Cleared, true)
-		rec.Cleared = time.Time{}
+	if rec.clear.isSet() {
+		rec.Xids, _ = clearedXids(rec.Xids, rec.clear)
 	}
-	if !rec.Recovered.IsZero() {
-		rec.Xids, _ = clearXids(rec.Xids, rec.Recovered, rec.Rebooted)
-		if len(rec.Xids) == 0 {
-			rec.Recovered, rec.Rebooted = time.Time{}, false
-		}
+	if rec.reboot.isSet() {
+		rec.Xids, _ = recoveredXids(rec.Xids, rec.reboot, true)
 	}
+	if rec.reset.isSet() {
+		rec.Xids, _ = recoveredXids(rec.Xids, rec.reset, false)
+	}
+	rec.clear, rec.reboot, rec.reset = mark{}, mark{}, mark{}
 }
 
 // setFindings replaces what sig found on rec, keeping the time a finding

@@ -400,7 +400,7 @@ func TestExpectedGPUs(t *testing.T) {
 		f.check(t, "8 GPUs", runProbe(m, NameFatal, runTimeout), fatalOK)
 		f.see(0, 1, 2, 3, 4, 5, 6)
 		f.check(t, "7 GPUs", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPULost,
-			message: []string{"NVML sees 7 GPUs, the node has 8"}})
+			message: []string{"the GPU at PCI {pci7}, seen before, is gone from NVML;"}})
 	})
 	t.Run("a GPU that appears is polled and its Xids are its own", func(t *testing.T) {
 		f := newFake(t)
@@ -433,7 +433,7 @@ func TestNVMLStartRetried(t *testing.T) {
 		if opens <= 2 {
 			return nil, fmt.Errorf("nvmlInit: %w", nvml.ERROR_DRIVER_NOT_LOADED)
 		}
-		return f, nil
+		return f.open()
 	}
 	m := newMonitor(t, f, testConfig(), Env{Open: open, GPUsOnPCI: f.pciList})
 	unavailable := want{status: probes.StatusProblem, reason: ReasonDriverUnavailable,
@@ -476,7 +476,7 @@ func TestNVMLStartRetried(t *testing.T) {
 func TestDriverGoneReopened(t *testing.T) {
 	f := newFake(t)
 	opens := 0
-	open := func() (nvml.Interface, error) { opens++; return f, nil }
+	open := func() (nvml.Interface, error) { opens++; return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open, GPUsOnPCI: f.pciList})
 	f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
 	f.failLib("DeviceGetCount", fault{ret: nvml.ERROR_DRIVER_NOT_LOADED})

@@ -129,12 +129,18 @@ type linkRead struct {
 // gpuRead is what a read job found about one GPU. The job fills it as
 // calls return; the run takes what is there at its deadline.
 type gpuRead struct {
-	// handle, uuid and pci are the GPU's identity, once read.
+	// handle, uuid and pci are the GPU's identity, once read; fresh says
+	// handle was got by index in this read (not the cached one).
 	handle    nvml.Device
+	fresh     bool
 	uuid, pci string
 	mig       bool
 	migRead   bool  // mig was read
 	openErr   error // getting the handle failed
+	// staleHandle: the cached handle could not say the GPU's UUID: it may
+	// be dead (the GPU was reset, the device re-created); the next read
+	// gets a new one.
+	staleHandle bool
 	// reg is the outcome of registering for Xid events, when tried.
 	regTried bool
 	reg      sigRead
@@ -167,6 +173,7 @@ func (j *readJob) snapshot() gpuRead {
 type readSpec struct {
 	index   int
 	handle  nvml.Device // nil: get it
+	sess    *session    // the session the job is bound to
 	has     symbols
 	lib     nvml.Interface
 	events  nvml.EventSet // non-nil: register the GPU if not yet
@@ -174,8 +181,10 @@ type readSpec struct {
 	cfg     Config
 	fabricH func(nvml.Device) (uint32, nvml.Return)
 	// identified tells the Monitor who the GPU is before it is registered
-	// for events, so that an Xid raised at once is filed under it.
-	identified func(h nvml.Device, uuid, pci string, mig, migRead bool)
+	// for events, so that an Xid raised at once is filed under it, and
+	// says whether to register it (not yet, or a new handle). nil: the
+	// GPU registers unless watched.
+	identified func(identity) bool
 }
 
 // readGPU reads one GPU on its worker until ctx ends.
@@ -187,11 +196,15 @@ func readGPU(ctx context.Context, w *worker, spec readSpec) gpuRead {
 	return res
 }
 
-// run is the read job.
+// run is the read job. Its calls go through liveDevice: none is made once
+// its session has ended.
 func (spec readSpec) run(j *readJob, step func(string)) {
 	h := spec.handle
 	if h == nil {
 		step("nvmlDeviceGetHandleByIndex")
+		if !spec.sess.live() {
+			return
+		}
 		var ret nvml.Return
 		h, ret = spec.lib.DeviceGetHandleByIndex(spec.index)
 		if ret != nvml.SUCCESS {
@@ -201,45 +214,55 @@ func (spec readSpec) run(j *readJob, step func(string)) {
 			return
 		}
 		j.mu.Lock()
-		j.r.handle = h
+		j.r.handle, j.r.fresh = h, true
 		j.mu.Unlock()
 	}
-	var uuid, pci string
-	var mig, migRead bool
+	d := liveDevice{Device: h, s: spec.sess}
+	id := identity{handle: h, fresh: spec.handle == nil}
 	step("nvmlDeviceGetUUID")
-	if u, ret := h.GetUUID(); ret == nvml.SUCCESS {
-		uuid = u
+	if u, ret := d.GetUUID(); ret == nvml.SUCCESS {
+		id.uuid = u
 		j.mu.Lock()
-		j.r.uuid = uuid
+		j.r.uuid = u
 		j.mu.Unlock()
-	} else if isLost(ret) || driverGone(ret) {
+	} else {
 		j.mu.Lock()
-		j.r.openErr = fmt.Errorf("reading the UUID of GPU %d: %w", spec.index, ret)
+		j.r.staleHandle = !id.fresh
+		if isLost(ret) || driverGone(ret) {
+			j.r.openErr = fmt.Errorf("reading the UUID of GPU %d: %w", spec.index, ret)
+		}
+		stop := j.r.openErr != nil
 		j.mu.Unlock()
-		return
+		if stop {
+			return
+		}
 	}
 	step("nvmlDeviceGetPciInfo")
-	if info, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
-		pci = pciAddress(info)
+	if info, ret := d.GetPciInfo(); ret == nvml.SUCCESS {
+		id.pci = pciAddress(info)
 		j.mu.Lock()
-		j.r.pci = pci
+		j.r.pci = id.pci
 		j.mu.Unlock()
 	}
 	if spec.has.mig {
 		step("nvmlDeviceGetMigMode")
-		if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
-			mig, migRead = cur == nvml.DEVICE_MIG_ENABLE, true
+		if cur, _, ret := d.GetMigMode(); ret == nvml.SUCCESS {
+			id.mig, id.migRead = cur == nvml.DEVICE_MIG_ENABLE, true
 			j.mu.Lock()
-			j.r.mig, j.r.migRead = mig, migRead
+			j.r.mig, j.r.migRead = id.mig, id.migRead
 			j.mu.Unlock()
 		}
 	}
+	toRegister := !spec.watched
 	if spec.identified != nil {
-		spec.identified(h, uuid, pci, mig, migRead)
+		toRegister = spec.identified(id)
 	}
-	if spec.events != nil && !spec.watched {
+	if !spec.sess.live() {
+		return
+	}
+	if spec.events != nil && toRegister {
 		step("nvmlDeviceRegisterEvents")
-		reg := register(h, spec.events)
+		reg := register(d, spec.events)
 		j.mu.Lock()
 		j.r.regTried, j.r.reg = true, reg
 		j.mu.Unlock()
@@ -251,7 +274,7 @@ func (spec readSpec) run(j *readJob, step func(string)) {
 			res.na = rd.na
 		} else {
 			step(rd.call)
-			res = outcome(rd.sig, rd.read(h, &v))
+			res = outcome(rd.sig, rd.read(d, &v))
 		}
 		j.mu.Lock()
 		j.r.v = v
@@ -492,7 +515,7 @@ func readFabric(h nvml.Device, v *values, has symbols, health func(nvml.Device) 
 		return nvml.ERROR_NOT_SUPPORTED
 	}
 	if health != nil && has.fabricV {
-		if mask, ret := health(h); ret == nvml.SUCCESS {
+		if mask, ret := withHandle(h, health); ret == nvml.SUCCESS {
 			v.fabricHealth, v.fabricHealthRead = mask, true
 		}
 	}

@@ -4,11 +4,18 @@ package gpu
 // signal reads healthy until a test changes it, with faults per call (an
 // error, a hang until the test ends, a slow answer), an event set that
 // hands out queued events, and a stepping clock.
+//
+// It has NVML's sessions: Shutdown ends the session (every call then says
+// ERROR_UNINITIALIZED, the handles of that session too), and open (a
+// test's Env.Open) starts a new one with new handles, as a driver reload
+// does. A GPU's handle can also die alone (resetHandle), as after a reset
+// that re-created the device. Every call is counted (totalCalls).
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -109,11 +116,19 @@ type fake struct {
 	lib       map[string]fault // faults of library calls
 	lacks     map[string]bool  // symbols the driver lacks
 	calls     map[string]int   // calls made, by name
+	total     int              // every call made, of any kind
 	queue     []nvml.EventData // events not handed out yet
 	changed   chan struct{}    // closed and replaced when queue or registered change
 	reg       map[int]bool     // GPUs registered with the current event set
 	setsMade  int
 	setsFreed int
+	broken    map[int]bool // event sets whose waits fail
+	// handles are every handle made, to its GPU; dead the handles no
+	// longer valid, with what their calls return.
+	handles map[nvml.Device]int
+	dead    map[nvml.Device]nvml.Return
+	down    bool // shut down and not opened since
+	session int  // sessions opened: Open starts the next
 }
 
 func newFake(t testing.TB) *fake {
@@ -126,6 +141,9 @@ func newFake(t testing.TB) *fake {
 		calls:    map[string]int{},
 		changed:  make(chan struct{}),
 		reg:      map[int]bool{},
+		broken:   map[int]bool{},
+		handles:  map[nvml.Device]int{},
+		dead:     map[nvml.Device]nvml.Return{},
 	}
 	t.Cleanup(f.release)
 	for i := range f.Devices {
@@ -147,12 +165,14 @@ func newFake(t testing.TB) *fake {
 		}
 		f.visible = append(f.visible, i)
 		f.onBus = append(f.onBus, i)
-		f.setDevice(i)
+		f.handles[f.Devices[i]] = i
+		f.setDevice(i, f.dev(i))
 	}
 	f.LookupSymbolFunc = func(sym string) error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.calls["LookupSymbol"]++
+		f.total++
 		if f.lacks[sym] {
 			return fmt.Errorf("symbol %s not found", sym)
 		}
@@ -182,12 +202,78 @@ func newFake(t testing.TB) *fake {
 		ret = f.libCall("EventSetCreate", func() nvml.Return {
 			f.setsMade++
 			clear(f.reg)
-			set = &eventSet{f: f, n: f.setsMade}
+			set = &eventSet{f: f, n: f.setsMade, session: f.session}
 			return nvml.SUCCESS
 		})
 		return set, ret
 	}
+	f.ShutdownFunc = func() nvml.Return {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.calls["Shutdown"]++
+		f.total++
+		f.down = true
+		for _, d := range f.Devices {
+			f.dead[d] = nvml.ERROR_UNINITIALIZED
+		}
+		return nvml.SUCCESS
+	}
 	return f
+}
+
+// open starts a new NVML session, as nvmlInit after a driver reload: new
+// handles for every GPU (the old ones stay dead). It is a test's Env.Open.
+func (f *fake) open() (nvml.Interface, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["Init"]++
+	f.total++
+	if fl, ok := f.lib["Init"]; ok && fl.ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlInit: %w", fl.ret)
+	}
+	f.down = false
+	f.session++
+	for i := range f.Devices {
+		if _, dead := f.dead[f.Devices[i]]; !dead {
+			f.dead[f.Devices[i]] = nvml.ERROR_UNINITIALIZED
+		}
+		f.newHandleLocked(i)
+	}
+	return f, nil
+}
+
+// newHandleLocked gives GPU i a new handle. f.mu is held.
+func (f *fake) newHandleLocked(i int) {
+	d := dgxa100.NewDevice(i)
+	f.setDevice(i, d)
+	f.Devices[i] = d
+	f.handles[d] = i
+}
+
+// resetHandle kills GPU i's handle alone, as a reset that re-created the
+// device does: its calls return ret from now on, and NVML hands out a new
+// handle for the GPU.
+func (f *fake) resetHandle(i int, ret nvml.Return) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dead[f.Devices[i]] = ret
+	f.newHandleLocked(i)
+}
+
+// breakSet makes the waits of the current event set fail (ERROR_UNKNOWN)
+// from now on; a set created later works.
+func (f *fake) breakSet() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.broken[f.setsMade] = true
+	f.changedLocked()
+}
+
+// totalCalls is how many calls were made, of any kind.
+func (f *fake) totalCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.total
 }
 
 func (f *fake) dev(i int) *dgxa100.Device { return f.Devices[i].(*dgxa100.Device) }
@@ -309,11 +395,18 @@ func (f *fake) apply(fl fault) nvml.Return {
 	return fl.ret
 }
 
-// call is one call of GPU i: its fault, else answer under the lock.
-func (f *fake) call(i int, name string, answer func(g *simGPU) nvml.Return) nvml.Return {
+// call is one call of GPU i through handle d: what a dead handle says,
+// else its fault, else answer under the lock. A call that entered before
+// its handle died answers as it would have.
+func (f *fake) call(d nvml.Device, i int, name string, answer func(g *simGPU) nvml.Return) nvml.Return {
 	f.mu.Lock()
 	f.calls[name]++
 	f.calls[fmt.Sprintf("%d:%s", i, name)]++
+	f.total++
+	if ret, dead := f.dead[d]; dead {
+		f.mu.Unlock()
+		return ret
+	}
 	fl, ok := f.gpus[i].faults[name]
 	if !ok {
 		fl = f.gpus[i].faults[allCalls]
@@ -331,6 +424,11 @@ func (f *fake) call(i int, name string, answer func(g *simGPU) nvml.Return) nvml
 func (f *fake) libCall(name string, answer func() nvml.Return) nvml.Return {
 	f.mu.Lock()
 	f.calls[name]++
+	f.total++
+	if f.down {
+		f.mu.Unlock()
+		return nvml.ERROR_UNINITIALIZED
+	}
 	fl, ok := f.lib[name]
 	if !ok {
 		fl = f.lib[allCalls]
@@ -344,16 +442,16 @@ func (f *fake) libCall(name string, answer func() nvml.Return) nvml.Return {
 	return answer()
 }
 
-// setDevice makes every function of GPU i the Monitor calls answer from
-// its simGPU.
-func (f *fake) setDevice(i int) {
-	d := f.dev(i)
+// setDevice makes every function of handle d of GPU i the Monitor calls
+// answer from its simGPU.
+func (f *fake) setDevice(i int, d *dgxa100.Device) {
+	call := func(name string, answer func(g *simGPU) nvml.Return) nvml.Return { return f.call(d, i, name, answer) }
 	d.GetUUIDFunc = func() (s string, ret nvml.Return) {
-		ret = f.call(i, "GetUUID", func(g *simGPU) nvml.Return { s = g.uuid; return nvml.SUCCESS })
+		ret = call("GetUUID", func(g *simGPU) nvml.Return { s = g.uuid; return nvml.SUCCESS })
 		return s, ret
 	}
 	d.GetPciInfoFunc = func() (p nvml.PciInfo, ret nvml.Return) {
-		ret = f.call(i, "GetPciInfo", func(g *simGPU) nvml.Return {
+		ret = call("GetPciInfo", func(g *simGPU) nvml.Return {
 			p.PciDeviceId = 0x20B010DE
 			for k, c := range []byte(g.busID) {
 				p.BusId[k] = c
@@ -363,7 +461,7 @@ func (f *fake) setDevice(i int) {
 		return p, ret
 	}
 	d.GetMigModeFunc = func() (cur, pend int, ret nvml.Return) {
-		ret = f.call(i, "GetMigMode", func(g *simGPU) nvml.Return {
+		ret = call("GetMigMode", func(g *simGPU) nvml.Return {
 			if g.mig {
 				cur, pend = nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE
 			}
@@ -372,11 +470,11 @@ func (f *fake) setDevice(i int) {
 		return cur, pend, ret
 	}
 	d.GetSupportedEventTypesFunc = func() (types uint64, ret nvml.Return) {
-		ret = f.call(i, "GetSupportedEventTypes", func(g *simGPU) nvml.Return { types = g.events; return nvml.SUCCESS })
+		ret = call("GetSupportedEventTypes", func(g *simGPU) nvml.Return { types = g.events; return nvml.SUCCESS })
 		return types, ret
 	}
 	d.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
-		return f.call(i, "RegisterEvents", func(g *simGPU) nvml.Return {
+		return call("RegisterEvents", func(g *simGPU) nvml.Return {
 			if types != nvml.EventTypeXidCriticalError {
 				panic(fmt.Sprintf("registered for event types %#x, want only critical Xids", types))
 			}
@@ -389,7 +487,7 @@ func (f *fake) setDevice(i int) {
 		})
 	}
 	d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
-		return f.call(i, "GetFieldValues", func(g *simGPU) nvml.Return {
+		return call("GetFieldValues", func(g *simGPU) nvml.Return {
 			for k := range values {
 				fv := &values[k]
 				var n uint64
@@ -427,11 +525,11 @@ func (f *fake) setDevice(i int) {
 		if typ != nvml.MEMORY_ERROR_TYPE_UNCORRECTED || counter != nvml.VOLATILE_ECC {
 			panic(fmt.Sprintf("read ECC errors of type %d, counter %d, want uncorrected volatile", typ, counter))
 		}
-		ret = f.call(i, "GetTotalEccErrors", func(g *simGPU) nvml.Return { n = g.ecc; return nvml.SUCCESS })
+		ret = call("GetTotalEccErrors", func(g *simGPU) nvml.Return { n = g.ecc; return nvml.SUCCESS })
 		return n, ret
 	}
 	d.GetRemappedRowsFunc = func() (corr, unc int, pending, failed bool, ret nvml.Return) {
-		ret = f.call(i, "GetRemappedRows", func(g *simGPU) nvml.Return {
+		ret = call("GetRemappedRows", func(g *simGPU) nvml.Return {
 			if g.remapNA {
 				return nvml.ERROR_NOT_SUPPORTED
 			}
@@ -441,14 +539,14 @@ func (f *fake) setDevice(i int) {
 		return corr, unc, pending, failed, ret
 	}
 	d.GetGpuFabricInfoFunc = func() (info nvml.GpuFabricInfo, ret nvml.Return) {
-		ret = f.call(i, "GetGpuFabricInfo", func(g *simGPU) nvml.Return {
+		ret = call("GetGpuFabricInfo", func(g *simGPU) nvml.Return {
 			info.State, info.Status = g.fabricState, uint32(g.fabricStatus)
 			return nvml.SUCCESS
 		})
 		return info, ret
 	}
 	d.GetNvLinkStateFunc = func(link int) (st nvml.EnableState, ret nvml.Return) {
-		ret = f.call(i, "GetNvLinkState", func(g *simGPU) nvml.Return {
+		ret = call("GetNvLinkState", func(g *simGPU) nvml.Return {
 			if link < 0 || link >= len(g.links) {
 				return nvml.ERROR_INVALID_ARGUMENT
 			}
@@ -460,7 +558,7 @@ func (f *fake) setDevice(i int) {
 		return st, ret
 	}
 	d.GetNvLinkErrorCounterFunc = func(link int, c nvml.NvLinkErrorCounter) (n uint64, ret nvml.Return) {
-		ret = f.call(i, "GetNvLinkErrorCounter", func(g *simGPU) nvml.Return {
+		ret = call("GetNvLinkErrorCounter", func(g *simGPU) nvml.Return {
 			if link < 0 || link >= len(g.links) {
 				return nvml.ERROR_INVALID_ARGUMENT
 			}
@@ -470,7 +568,7 @@ func (f *fake) setDevice(i int) {
 		return n, ret
 	}
 	d.GetRetiredPagesPendingStatusFunc = func() (st nvml.EnableState, ret nvml.Return) {
-		ret = f.call(i, "GetRetiredPagesPendingStatus", func(g *simGPU) nvml.Return {
+		ret = call("GetRetiredPagesPendingStatus", func(g *simGPU) nvml.Return {
 			if g.retired {
 				st = nvml.FEATURE_ENABLED
 			}
@@ -479,27 +577,27 @@ func (f *fake) setDevice(i int) {
 		return st, ret
 	}
 	d.GetCurrPcieLinkWidthFunc = func() (n int, ret nvml.Return) {
-		ret = f.call(i, "GetCurrPcieLinkWidth", func(g *simGPU) nvml.Return { n = g.width; return nvml.SUCCESS })
+		ret = call("GetCurrPcieLinkWidth", func(g *simGPU) nvml.Return { n = g.width; return nvml.SUCCESS })
 		return n, ret
 	}
 	d.GetMaxPcieLinkWidthFunc = func() (n int, ret nvml.Return) {
-		ret = f.call(i, "GetMaxPcieLinkWidth", func(g *simGPU) nvml.Return { n = g.maxWidth; return nvml.SUCCESS })
+		ret = call("GetMaxPcieLinkWidth", func(g *simGPU) nvml.Return { n = g.maxWidth; return nvml.SUCCESS })
 		return n, ret
 	}
 	d.GetCurrPcieLinkGenerationFunc = func() (n int, ret nvml.Return) {
-		ret = f.call(i, "GetCurrPcieLinkGeneration", func(g *simGPU) nvml.Return { n = g.gen; return nvml.SUCCESS })
+		ret = call("GetCurrPcieLinkGeneration", func(g *simGPU) nvml.Return { n = g.gen; return nvml.SUCCESS })
 		return n, ret
 	}
 	d.GetMaxPcieLinkGenerationFunc = func() (n int, ret nvml.Return) {
-		ret = f.call(i, "GetMaxPcieLinkGeneration", func(g *simGPU) nvml.Return { n = g.maxGen; return nvml.SUCCESS })
+		ret = call("GetMaxPcieLinkGeneration", func(g *simGPU) nvml.Return { n = g.maxGen; return nvml.SUCCESS })
 		return n, ret
 	}
 	d.GetPcieReplayCounterFunc = func() (n int, ret nvml.Return) {
-		ret = f.call(i, "GetPcieReplayCounter", func(g *simGPU) nvml.Return { n = g.replays; return nvml.SUCCESS })
+		ret = call("GetPcieReplayCounter", func(g *simGPU) nvml.Return { n = g.replays; return nvml.SUCCESS })
 		return n, ret
 	}
 	d.GetEccModeFunc = func() (cur, pend nvml.EnableState, ret nvml.Return) {
-		ret = f.call(i, "GetEccMode", func(g *simGPU) nvml.Return {
+		ret = call("GetEccMode", func(g *simGPU) nvml.Return {
 			if g.eccOn {
 				cur = nvml.FEATURE_ENABLED
 			}
@@ -511,18 +609,18 @@ func (f *fake) setDevice(i int) {
 		return cur, pend, ret
 	}
 	d.ValidateInforomFunc = func() nvml.Return {
-		return f.call(i, "ValidateInforom", func(g *simGPU) nvml.Return { return g.inforom })
+		return call("ValidateInforom", func(g *simGPU) nvml.Return { return g.inforom })
 	}
 	clocks := func(name string) func() (uint64, nvml.Return) {
 		return func() (r uint64, ret nvml.Return) {
-			ret = f.call(i, name, func(g *simGPU) nvml.Return { r = g.clockReasons; return nvml.SUCCESS })
+			ret = call(name, func(g *simGPU) nvml.Return { r = g.clockReasons; return nvml.SUCCESS })
 			return r, ret
 		}
 	}
 	d.GetCurrentClocksEventReasonsFunc = clocks("GetCurrentClocksEventReasons")
 	d.GetCurrentClocksThrottleReasonsFunc = clocks("GetCurrentClocksThrottleReasons")
 	d.GetViolationStatusFunc = func(policy nvml.PerfPolicyType) (v nvml.ViolationTime, ret nvml.Return) {
-		ret = f.call(i, "GetViolationStatus", func(g *simGPU) nvml.Return {
+		ret = call("GetViolationStatus", func(g *simGPU) nvml.Return {
 			v.ReferenceTime = uint64(f.clk.Now().UnixNano())
 			switch policy {
 			case nvml.PERF_POLICY_THERMAL:
@@ -541,11 +639,9 @@ func (f *fake) setDevice(i int) {
 // fabricHealth stands in for the versioned fabric call, which only works
 // on real NVML.
 func (f *fake) fabricHealth(h nvml.Device) (mask uint32, ret nvml.Return) {
-	for i := range f.Devices {
-		if f.Devices[i] == h {
-			ret = f.call(i, "GetGpuFabricInfoV", func(g *simGPU) nvml.Return { mask = g.fabricHealth; return nvml.SUCCESS })
-			return mask, ret
-		}
+	if i := f.index(h); i >= 0 {
+		ret = f.call(h, i, "GetGpuFabricInfoV", func(g *simGPU) nvml.Return { mask = g.fabricHealth; return nvml.SUCCESS })
+		return mask, ret
 	}
 	return 0, nvml.ERROR_INVALID_ARGUMENT
 }
@@ -557,12 +653,21 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
-// index is the fake GPU d is, -1 for a device that is none of them.
+// index is the fake GPU handle d is (any handle ever made), -1 for a
+// device that is none of them.
 func (f *fake) index(d nvml.Device) int {
-	for i := range f.Devices {
-		if d != nil && f.Devices[i] == d {
-			return i
-		}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.indexLocked(d)
+}
+
+// indexLocked is index. f.mu is held.
+func (f *fake) indexLocked(d nvml.Device) int {
+	if d == nil || !reflect.TypeOf(d).Comparable() {
+		return -1
+	}
+	if i, ok := f.handles[d]; ok {
+		return i
 	}
 	return -1
 }
@@ -599,7 +704,7 @@ func (f *fake) xid(i int, xid uint64) nvml.EventData {
 // popLocked takes the first event that can be handed out. f.mu is held.
 func (f *fake) popLocked() (nvml.EventData, bool) {
 	for k, ev := range f.queue {
-		if i := f.index(ev.Device); i < 0 || f.reg[i] {
+		if i := f.indexLocked(ev.Device); i < 0 || f.reg[i] {
 			if k == 0 {
 				f.queue = f.queue[1:]
 			} else {
@@ -613,8 +718,9 @@ func (f *fake) popLocked() (nvml.EventData, bool) {
 
 // eventSet is the fake's NVML event set.
 type eventSet struct {
-	f *fake
-	n int // which set the fake made
+	f       *fake
+	n       int // which set the fake made
+	session int // the session it was made in
 }
 
 // Wait hands out the next event, or blocks up to ms for one; the library
@@ -623,6 +729,11 @@ func (s *eventSet) Wait(ms uint32) (nvml.EventData, nvml.Return) {
 	f := s.f
 	f.mu.Lock()
 	f.calls["EventSetWait"]++
+	f.total++
+	if f.down || s.session != f.session {
+		f.mu.Unlock()
+		return nvml.EventData{}, nvml.ERROR_UNINITIALIZED
+	}
 	fl, ok := f.lib["EventSetWait"]
 	if !ok {
 		fl = f.lib[allCalls]
@@ -634,6 +745,10 @@ func (s *eventSet) Wait(ms uint32) (nvml.EventData, nvml.Return) {
 	var timer *time.Timer // made when the wait first blocks
 	for {
 		f.mu.Lock()
+		if f.broken[s.n] {
+			f.mu.Unlock()
+			return nvml.EventData{}, nvml.ERROR_UNKNOWN
+		}
 		ev, ok := f.popLocked()
 		changed := f.changed
 		f.mu.Unlock()
@@ -658,6 +773,8 @@ func (s *eventSet) Wait(ms uint32) (nvml.EventData, nvml.Return) {
 func (s *eventSet) Free() nvml.Return {
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
+	s.f.calls["EventSetFree"]++
+	s.f.total++
 	s.f.setsFreed++
 	return nvml.SUCCESS
 }

@@ -95,11 +95,70 @@ type gpuRecord struct {
 	ECCEnabled bool `json:"eccEnabled,omitempty"`
 	// Recovered is when a recovery was observed (a reset, or with
 	// Rebooted a reboot) that the Xids before it wait on the GPU being
-	// healthy to be cleared by.
+	// healthy to be cleared by. Only State and Restore use it: the
+	// Monitor keeps reset and reboot.
 	Recovered time.Time `json:"recovered,omitzero"`
 	Rebooted  bool      `json:"rebooted,omitempty"`
-	// Cleared is when an operator cleared the GPU's Xids.
+	// Cleared is when an operator cleared the GPU's Xids (requestedAt),
+	// while that waits for the GPU to read healthy. Only State and Restore
+	// use it: the Monitor keeps clear.
 	Cleared time.Time `json:"cleared,omitzero"`
+
+	// What follows is the Monitor's, not the state's.
+
+	// reset and reboot are a reset and a reboot observed that wait for
+	// the GPU to read healthy; clear an operator's clear that does.
+	reset, reboot, clear mark
+	// down: the GPU was seen lost, or missing from NVML, and has not read
+	// back since: its return is a reset.
+	down bool
+}
+
+// mark is when the Monitor saw something. seq is its place in the order
+// of what this agent saw (1, 2, ...; see Monitor.tick), 0 for what was
+// restored from before the restart, which is older than all of that. at
+// is the wall-clock time, which the state keeps: it orders only two
+// restored things, since a clock step (back or forward, while the agent
+// runs or across a restart) can reorder wall-clock times.
+type mark struct {
+	at  time.Time
+	seq uint64
+}
+
+func (k mark) isSet() bool { return !k.at.IsZero() || k.seq > 0 }
+
+// covers reports whether something last seen at (seq, at) was seen at or
+// before k.
+func (k mark) covers(seq uint64, at time.Time) bool {
+	if k.seq > 0 {
+		return seq <= k.seq
+	}
+	return seq == 0 && !at.After(k.at)
+}
+
+// persist returns r with the recoveries and clear it waits on in the
+// state's fields. A reboot is written rather than a reset where both
+// wait: it covers more (the reset's Xids raised between the two are then
+// held until the next reset).
+func (r gpuRecord) persist() gpuRecord {
+	r.Recovered, r.Rebooted, r.Cleared = r.reset.at, false, r.clear.at
+	if r.reboot.isSet() {
+		r.Recovered, r.Rebooted = r.reboot.at, true
+	}
+	return r
+}
+
+// restored returns r, as decoded, with the state's recovery and clear as
+// the Monitor keeps them (restored: seq 0).
+func (r gpuRecord) restored() gpuRecord {
+	r.reset, r.reboot, r.clear = mark{}, mark{}, mark{at: r.Cleared}
+	if r.Rebooted {
+		r.reboot.at = r.Recovered
+	} else {
+		r.reset.at = r.Recovered
+	}
+	r.Recovered, r.Rebooted, r.Cleared = time.Time{}, false, time.Time{}
+	return r
 }
 
 // xidRecord counts one Xid on one GPU (or MIG instance).
@@ -121,6 +180,9 @@ type xidRecord struct {
 	// UUID is the device's UUID on a stray record, when the event's
 	// device could say it: the GPU it belongs to may be identified later.
 	UUID string `json:"uuid,omitempty"`
+	// seq is the Monitor's order of the last occurrence (see mark): 0
+	// for one restored from before the restart. Not in the state.
+	seq uint64
 }
 
 // finding is one problem a signal showed.
@@ -597,7 +659,8 @@ func (g gpuRecord) key() string {
 
 // empty reports whether the record holds nothing worth keeping.
 func (g gpuRecord) empty() bool {
-	return len(g.Xids) == 0 && len(g.Findings) == 0 && len(g.NVLinkUp) == 0 && !g.ECCEnabled && g.Recovered.IsZero() && g.Cleared.IsZero()
+	return len(g.Xids) == 0 && len(g.Findings) == 0 && len(g.NVLinkUp) == 0 && !g.ECCEnabled && g.Recovered.IsZero() && g.Cleared.IsZero() &&
+		!g.reset.isSet() && !g.reboot.isSet() && !g.clear.isSet()
 }
 
 // lastSeen is when the Xid was last seen (in the compact encoding, Last is
@@ -609,14 +672,16 @@ func (r xidRecord) lastSeen() time.Time {
 	return r.Last
 }
 
-// addXid records one occurrence of x at at, keeping at most maxXidRecords
-// distinct Xids (dropping the mildest, then the oldest).
+// addXid records one occurrence of x at at (in the Monitor's order,
+// x.seq), keeping at most maxXidRecords distinct Xids (dropping the
+// mildest, then the oldest).
 func addXid(l []xidRecord, x xidRecord, at time.Time) []xidRecord {
 	for i := range l {
 		r := &l[i]
 		if sameXid(*r, x) {
 			r.Count++
 			r.Last = at
+			r.seq = max(r.seq, x.seq)
 			r.Action, r.Name = x.Action, x.Name
 			return l
 		}
@@ -652,6 +717,7 @@ func mergeXids(dst, src []xidRecord) []xidRecord {
 		}
 		r := &dst[i]
 		r.Count += x.Count
+		r.seq = max(r.seq, x.seq)
 		if x.First.Before(r.First) {
 			r.First = x.First
 		}
@@ -675,14 +741,27 @@ func eqInstance(a, b *uint32) bool {
 	return *a == *b
 }
 
-// clearXids drops the records the recovery covers: with rebooted, every
-// one older than at; else the records whose action a GPU reset fixes
-// (reset-gpu; reboot and contact-support stay). It returns what is left
-// and what was dropped.
-func clearXids(l []xidRecord, at time.Time, rebooted bool) (kept, dropped []xidRecord) {
+// recoveredXids drops the records a recovery observed at k covers: with
+// rebooted, every one seen at or before k; else those whose action a GPU
+// reset fixes (reset-gpu; reboot and contact-support stay). It returns
+// what is left and what was dropped.
+func recoveredXids(l []xidRecord, k mark, rebooted bool) (kept, dropped []xidRecord) {
+	return splitXids(l, func(r xidRecord) bool {
+		return k.covers(r.seq, r.lastSeen()) && (rebooted || r.Action == ActionResetGPU)
+	})
+}
+
+// clearedXids drops the records an operator's clear covers: those held
+// when it was handled (k.seq; restored ones, seq 0, were) and last seen at
+// or before its requestedAt (k.at), so that an Xid raised after
+// requestedAt stays, whatever the operator's clock said.
+func clearedXids(l []xidRecord, k mark) (kept, dropped []xidRecord) {
+	return splitXids(l, func(r xidRecord) bool { return k.covers(r.seq, r.lastSeen()) && !r.lastSeen().After(k.at) })
+}
+
+func splitXids(l []xidRecord, drop func(xidRecord) bool) (kept, dropped []xidRecord) {
 	for _, r := range l {
-		covered := !r.Last.After(at) && (rebooted || r.Action == ActionResetGPU)
-		if covered {
+		if drop(r) {
 			dropped = append(dropped, r)
 		} else {
 			kept = append(kept, r)

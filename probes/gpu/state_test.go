@@ -55,7 +55,7 @@ func TestXidSurvivesRestart(t *testing.T) {
 	back := func(f *fake, _ *Monitor) { f.fail(2, allCalls, fault{}) }
 	clearGPU2 := func(f *fake, m *Monitor) {
 		got, err := m.Clear([]string{f.uuid(2)}, f.clk.Now())
-		if err != nil || !strings.Contains(got, "GPU 2 ("+f.uuid(2)+"): Xid") {
+		if err != nil || !strings.Contains(got, "GPU 2 ("+f.uuid(2)+"): ") || !strings.Contains(got, "Xid") {
 			panic(fmt.Sprintf("Clear: got %q, %v", got, err))
 		}
 	}
@@ -158,7 +158,7 @@ func TestClear(t *testing.T) {
 
 	// By PCI address, as sysfs writes it.
 	got, err := m.Clear([]string{f.pci(2)}, f.clk.Now())
-	if err != nil || !strings.Contains(got, "GPU 2 ("+f.uuid(2)+"): Xid 94 x1") {
+	if err != nil || !strings.Contains(got, "GPU 2 ("+f.uuid(2)+"): dropped Xid 94 x1") {
 		t.Errorf("Clear(%s): got %q, %v; want GPU 2's Xid 94 cleared", f.pci(2), got, err)
 	}
 	f.check(t, "GPU 2 cleared", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPURebootRequired,
@@ -382,25 +382,45 @@ func TestMergeXids(t *testing.T) {
 	}
 }
 
-func TestClearXids(t *testing.T) {
+func TestRecoveredAndClearedXids(t *testing.T) {
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	// seq 0: restored from before the restart; the rest seen by this agent,
+	// some under a clock that went back (Last before the marks' times).
 	l := []xidRecord{
 		{Xid: 94, Action: ActionResetGPU, Last: at(1)},
 		{Xid: 79, Action: ActionReboot, Last: at(1)},
 		{Xid: 48, Action: ActionContactSupport, Last: at(1)},
-		{Xid: 95, Action: ActionResetGPU, Last: at(5)}, // after the recovery
+		{Xid: 95, Action: ActionResetGPU, Last: at(5)},           // restored, after the restored marks
+		{Xid: 63, Action: ActionResetGPU, Last: at(-60), seq: 2}, // seen here, before the marks of seq 3
+		{Xid: 64, Action: ActionResetGPU, Last: at(-50), seq: 4}, // seen here after them, under a clock set back
 	}
 	tests := []struct {
-		name     string
-		rebooted bool
-		kept     []uint64
-		dropped  []uint64
+		name    string
+		split   func([]xidRecord) ([]xidRecord, []xidRecord)
+		kept    []uint64
+		dropped []uint64
 	}{
-		{"a reset clears what a reset fixes", false, []uint64{79, 48, 95}, []uint64{94}},
-		{"a reboot clears everything before it", true, []uint64{95}, []uint64{94, 79, 48}},
+		{"a restored reset clears the restored reset Xids before it", func(l []xidRecord) ([]xidRecord, []xidRecord) {
+			return recoveredXids(l, mark{at: at(3)}, false)
+		}, []uint64{79, 48, 95, 63, 64}, []uint64{94}},
+		{"a restored reboot clears the restored Xids before it", func(l []xidRecord) ([]xidRecord, []xidRecord) {
+			return recoveredXids(l, mark{at: at(3)}, true)
+		}, []uint64{95, 63, 64}, []uint64{94, 79, 48}},
+		{"a reset seen here clears the reset Xids seen before it, whatever their times", func(l []xidRecord) ([]xidRecord, []xidRecord) {
+			return recoveredXids(l, mark{at: at(-70), seq: 3}, false)
+		}, []uint64{79, 48, 64}, []uint64{94, 95, 63}},
+		{"a reboot seen here clears every Xid seen before it", func(l []xidRecord) ([]xidRecord, []xidRecord) {
+			return recoveredXids(l, mark{at: at(-70), seq: 3}, true)
+		}, []uint64{64}, []uint64{94, 79, 48, 95, 63}},
+		{"a clear handled here drops what it held seen by requestedAt", func(l []xidRecord) ([]xidRecord, []xidRecord) {
+			return clearedXids(l, mark{at: at(3), seq: 3})
+		}, []uint64{95, 64}, []uint64{94, 79, 48, 63}},
+		{"a restored clear drops the restored Xids before it", func(l []xidRecord) ([]xidRecord, []xidRecord) {
+			return clearedXids(l, mark{at: at(3)})
+		}, []uint64{95, 63, 64}, []uint64{94, 79, 48}},
 	}
 	for _, tt := range tests {
-		kept, dropped := clearXids(l, at(3), tt.rebooted)
+		kept, dropped := tt.split(l)
 		if got, want := fmt.Sprint(xidNumbers(kept), xidNumbers(dropped)), fmt.Sprint(tt.kept, tt.dropped); got != want {
 			t.Errorf("%s: got kept, dropped %s, want %s", tt.name, got, want)
 		}
@@ -473,6 +493,7 @@ func TestClearKeptRecord(t *testing.T) {
 		`{"xid":48,"count":1,"first":"2026-03-01T12:05:00Z"}],"findings":{"NVLink":[{"reason":"GPUNVLinkDown",` +
 		`"text":"NVLink 3 down (1 of 3 links seen up are down)","since":"2026-03-01T12:05:00Z"}]},"nvlinkUp":[0,1,3]}]}`
 	f := newFake(t)
+	f.clk.Step(10 * time.Minute) // restored after it was written
 	m := newMonitor(t, f, testConfig(), Env{})
 	if err := m.Restore([]byte(state)); err != nil {
 		t.Fatalf("Restore: %v", err)
@@ -482,14 +503,14 @@ func TestClearKeptRecord(t *testing.T) {
 		message: []string{label, "Xid 79", "Xid 48", "NVLink 3 down"}})
 
 	got, err := m.Clear([]string{gone}, t0.Add(time.Minute))
-	if want := "GPU " + gone + " (not seen since the agent restarted): Xid 79 x1 (what it raised after the request stays)"; err != nil || !strings.Contains(got, want) {
+	if want := "GPU " + gone + " (not seen since the agent restarted): dropped Xid 79 x1; kept Xid 48 x1 (last seen after requestedAt 2026-03-01T12:01:00Z)"; err != nil || !strings.Contains(got, want) {
 		t.Errorf("Clear before Xid 48: got %q, %v; want it to contain %q", got, err, want)
 	}
 	f.check(t, "cleared before Xid 48", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPUResetRequired,
 		message: []string{label, "Xid 48", "NVLink 3 down"}, not: []string{"Xid 79"}})
 
 	got, err = m.Clear([]string{gone}, t0.Add(10*time.Minute))
-	if want := "GPU " + gone + " (not seen since the agent restarted): NVLink, Xid 48 x1 and its kept record"; err != nil || !strings.Contains(got, want) {
+	if want := "GPU " + gone + " (not seen since the agent restarted): dropped Xid 48 x1, the NVLink finding and its kept record"; err != nil || !strings.Contains(got, want) {
 		t.Errorf("Clear after all: got %q, %v; want it to contain %q", got, err, want)
 	}
 	f.check(t, "all cleared", runProbe(m, NameFatal, runTimeout), fatalOK)
@@ -616,6 +637,7 @@ func TestStateWorstDayFits(t *testing.T) {
 				t.Fatalf("state is %d bytes, above %d", len(state), maxStateLen)
 			}
 			f := newFake(t)
+			f.clk.Step(3 * time.Hour) // restored after it was written
 			m := newMonitor(t, f, testConfig(), Env{BootID: bootID(s.Boot)})
 			if err := m.Restore(state); err != nil {
 				t.Fatalf("Restore: %v", err)

@@ -19,10 +19,10 @@ func (m *Monitor) State() []byte {
 		if g.rec == nil || g.rec.key() == "pci:" || g.rec.empty() {
 			continue
 		}
-		s.GPUs = append(s.GPUs, cloneRecord(*g.rec))
+		s.GPUs = append(s.GPUs, cloneRecord(g.rec.persist()))
 	}
 	for _, r := range m.records {
-		s.GPUs = append(s.GPUs, cloneRecord(*r))
+		s.GPUs = append(s.GPUs, cloneRecord(r.persist()))
 	}
 	s.Short = m.shortCount()
 	return encodeState(s)
@@ -61,8 +61,11 @@ func cloneRecord(r gpuRecord) gpuRecord {
 // Restore takes back what State returned before a restart. A different
 // boot ID means the node rebooted since: that is a recovery for every
 // kept Xid (applied once the GPU reads healthy), the stray Xids go, and
-// the expected GPUs are seen afresh. A state that cannot be used changes
-// nothing.
+// the expected GPUs are seen afresh. What was restored is older than
+// anything this agent sees (see mark), whatever the clock says now: a
+// time in the state after now (the clock went back since it was written)
+// is taken as now. A GPU the state says was lost or missing was down: its
+// return is a reset. A state that cannot be used changes nothing.
 func (m *Monitor) Restore(data []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -77,36 +80,86 @@ func (m *Monitor) Restore(data []byte) error {
 	now := m.now()
 	rebooted := s.Boot != "" && m.boot != "" && s.Boot != m.boot
 	m.rebooted = rebooted
+	var missing []string
 	if !rebooted {
-		for _, a := range s.Expected {
-			if !slices.Contains(m.expected, a) {
-				m.expected = append(m.expected, a)
-			}
-		}
-		m.stray = mergeXids(m.stray, m.judgeKept(s.Stray))
-		if s.Short != nil && !m.lastCount.known {
-			// What the last count found stands until a count here.
-			m.lastCount = lastCount{known: true, count: s.Short.Count}
-			for _, a := range s.Short.Missing {
-				m.lastCount.missing = append(m.lastCount.missing, missingGPU{pci: a, onBus: slices.Contains(s.Short.OnBus, a)})
-			}
+		m.restoreBaselines(s, now)
+		if s.Short != nil {
+			missing = s.Short.Missing
 		}
 	}
+	var reboot mark
+	if rebooted {
+		reboot = mark{at: now, seq: m.tick()}
+	}
 	for _, r := range s.GPUs {
-		rec := cloneRecord(r)
+		rec := notAfter(cloneRecord(r), now).restored()
 		rec.Xids = m.judgeKept(rec.Xids)
 		if rec.empty() {
 			continue
 		}
 		if rebooted && len(rec.Xids) > 0 {
-			rec.Recovered, rec.Rebooted = now, true
+			rec.reboot = reboot
 		}
+		rec.down = !rebooted && (len(rec.Findings["lost"]) > 0 || rec.PCI != "" && slices.Contains(missing, rec.PCI))
 		m.records[rec.key()] = &rec
 	}
 	for _, g := range m.gpus {
 		m.adopt(g)
 	}
 	return nil
+}
+
+// restoreBaselines takes back, from a state written in this boot, the
+// GPUs the node should have, the stray Xids and the last count that found
+// GPUs missing. m.mu is held.
+func (m *Monitor) restoreBaselines(s savedState, now time.Time) {
+	for _, a := range s.Expected {
+		if !slices.Contains(m.expected, a) {
+			m.expected = append(m.expected, a)
+		}
+	}
+	m.stray = mergeXids(m.stray, m.judgeKept(notAfterXids(s.Stray, now)))
+	if s.Short != nil && !m.lastCount.known {
+		// What the last count found stands until a count here.
+		m.lastCount = lastCount{known: true, count: s.Short.Count}
+		for _, a := range s.Short.Missing {
+			m.lastCount.missing = append(m.lastCount.missing, missingGPU{pci: a, onBus: slices.Contains(s.Short.OnBus, a)})
+		}
+	}
+}
+
+// notAfter returns r with its times after now (written under a clock
+// that has gone back since) taken as now.
+func notAfter(r gpuRecord, now time.Time) gpuRecord {
+	r.Xids = notAfterXids(r.Xids, now)
+	for sig, fs := range r.Findings {
+		for i := range fs {
+			fs[i].Since = earliest(fs[i].Since, now)
+		}
+		r.Findings[sig] = fs
+	}
+	if !r.Recovered.IsZero() {
+		r.Recovered = earliest(r.Recovered, now)
+	}
+	if !r.Cleared.IsZero() {
+		r.Cleared = earliest(r.Cleared, now)
+	}
+	return r
+}
+
+func notAfterXids(l []xidRecord, now time.Time) []xidRecord {
+	l = slices.Clone(l)
+	for i := range l {
+		l[i].First, l[i].Last = earliest(l[i].First, now), earliest(l[i].Last, now)
+	}
+	return l
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return b
+	}
+	return a
 }
 
 // judgeKept judges kept Xids as a new occurrence would be judged: by the
@@ -133,11 +186,18 @@ func (m *Monitor) judgeKept(l []xidRecord) []xidRecord {
 const ClearAll = "all"
 
 // Clear drops, for each target GPU (a UUID, a PCI address, or ClearAll),
-// the fatal Xids it raised before requested, once it reads healthy, and
-// the problems held for signals it cannot read. A GPU not seen since the
-// agent restarted (a kept record) cannot read healthy: what it held from
-// before requested goes at once, and its record with it once it holds no
-// failure. It returns what it cleared.
+// what it held when the request is handled and learnt before requested:
+// its fatal Xids last seen at or before requested (an Xid raised after
+// requestedAt stays, however the operator's clock and the node's differ,
+// and one raised after the request is handled is never dropped by it),
+// and the problems held for signals since before requested. Xids go at
+// once where the GPU's last read was healthy, else once it reads healthy.
+// A GPU not seen since the agent restarted (a kept record) cannot read
+// healthy: what it held goes at once, and its record with it once it
+// holds no failure. A PCI address NVML does not see (a dead GPU, one gone
+// from the bus) is forgotten as expected: with expectedGPUs set, or once
+// it is off the PCI bus, the node is no longer short of it. It returns
+// what it dropped and what it kept, and why.
 func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 	if len(targets) == 0 {
 		return "", errors.New("no GPU named: give GPU UUIDs, PCI addresses or \"all\"")
@@ -153,33 +213,100 @@ func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 			return uuid != "" && t == uuid || pci != "" && normalizePCI(t) == pci
 		})
 	}
+	k := mark{at: requested, seq: m.tick()}
 	var words []string
 	for _, g := range m.gpus {
 		if !named(g.uuid, g.pci) || g.rec == nil {
 			continue
 		}
-		if w := clearRecord(g.rec, requested); w != "" {
+		if w := clearGPU(g, k); w != "" {
 			words = append(words, gpuLabel(g.index, g.uuid)+": "+w)
 		}
 	}
-	for k, r := range m.records {
+	for key, r := range m.records {
 		if named(r.UUID, r.PCI) {
-			words = append(words, m.clearKept(k, r, requested)...)
+			if w := m.clearKept(key, r, k); w != "" {
+				words = append(words, fmt.Sprintf("GPU %s (not seen since the agent restarted): %s", r.key(), w))
+			}
 		}
 	}
+	if !all {
+		words = append(words, m.forgetMissing(targets)...)
+	}
 	if all && len(m.stray) > 0 {
-		var kept []xidRecord
-		kept, dropped := clearXids(m.stray, requested, true)
+		kept, dropped := clearedXids(m.stray, k)
 		m.stray = kept
-		if len(dropped) > 0 {
-			words = append(words, "unidentified GPU: "+shortXids(dropped))
+		if w := clearWords(dropped, nil, false, kept, requested); w != "" {
+			words = append(words, "unidentified GPU: "+w)
 		}
 	}
 	if len(words) == 0 {
 		return "nothing was held for " + strings.Join(targets, ", "), nil
 	}
 	slices.Sort(words)
-	return "cleared " + strings.Join(words, "; ") + " (Xids go once the GPU reads healthy; a problem still there is found again)", nil
+	return "cleared " + strings.Join(words, "; ") + " (a problem still there is found again)", nil
+}
+
+// clearGPU clears what GPU g, which NVML sees, held before k (see Clear),
+// and says what.
+func clearGPU(g *gpuState, k mark) string {
+	rec := g.rec
+	kept, dropped := clearedXids(rec.Xids, k)
+	pending := len(dropped) > 0 && !g.healthy
+	switch {
+	case pending:
+		rec.clear = k
+	case len(dropped) > 0:
+		rec.Xids = kept
+	}
+	return clearWords(dropped, clearFindings(rec, k.at), pending, kept, k.at)
+}
+
+// clearKept clears the kept record of a GPU not seen (see Clear): what it
+// held from before k goes at once (the GPU is not there to read healthy),
+// and the record once it holds no failure. It says what.
+func (m *Monitor) clearKept(key string, rec *gpuRecord, k mark) string {
+	kept, dropped := clearedXids(rec.Xids, k)
+	rec.Xids = kept
+	findings := clearFindings(rec, k.at)
+	if len(rec.Xids) == 0 && len(rec.Findings) == 0 {
+		delete(m.records, key)
+		findings = append(findings, "its kept record")
+	}
+	return clearWords(dropped, findings, false, kept, k.at)
+}
+
+// clearWords says what a clear dropped (Xids, then the other things
+// named), whether the Xids wait for the GPU to read healthy, and what it
+// kept: "dropped Xid 94 x1 and the NVLink finding; kept Xid 48 x1 (last
+// seen after requestedAt ...)".
+func clearWords(dropped []xidRecord, others []string, pending bool, kept []xidRecord, requested time.Time) string {
+	var gone []string
+	if len(dropped) > 0 {
+		gone = append(gone, "Xid "+shortXids(dropped))
+	}
+	gone = append(gone, others...)
+	var parts []string
+	switch {
+	case pending && len(gone) > 1:
+		parts = append(parts, "Xid "+shortXids(dropped)+" dropped once the GPU reads healthy", "dropped "+joinAnd(gone[1:]))
+	case pending:
+		parts = append(parts, "Xid "+shortXids(dropped)+" dropped once the GPU reads healthy")
+	case len(gone) > 0:
+		parts = append(parts, "dropped "+joinAnd(gone))
+	}
+	if len(kept) > 0 {
+		parts = append(parts, fmt.Sprintf("kept Xid %s (last seen after requestedAt %s)", shortXids(kept), stamp(requested)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// joinAnd joins "a", "b", "c" as "a, b and c".
+func joinAnd(l []string) string {
+	if len(l) < 2 {
+		return strings.Join(l, "")
+	}
+	return strings.Join(l[:len(l)-1], ", ") + " and " + l[len(l)-1]
 }
 
 // unknownTargets are the targets that name no GPU the Monitor knows.
@@ -193,55 +320,14 @@ func (m *Monitor) unknownTargets(targets []string) []string {
 	return unknown
 }
 
-// clearRecord marks rec's Xids before requested cleared and drops its
-// held findings from before requested; it says what.
-func clearRecord(rec *gpuRecord, requested time.Time) string {
-	var parts []string
-	if len(rec.Xids) > 0 {
-		rec.Cleared = requested
-		parts = append(parts, "Xid "+shortXids(rec.Xids))
-	}
-	parts = append(parts, clearFindings(rec, requested)...)
-	slices.Sort(parts)
-	return strings.Join(parts, ", ")
-}
-
-// clearKept drops, from the kept record of a GPU not seen, its Xids last
-// seen before requested and its findings from before requested, at once
-// (the GPU is not there to read healthy), and the record once it holds no
-// failure; it says what, or nothing when nothing went.
-func (m *Monitor) clearKept(key string, rec *gpuRecord, requested time.Time) []string {
-	var parts []string
-	kept, dropped := clearXids(rec.Xids, requested, true)
-	rec.Xids = kept
-	if len(dropped) > 0 {
-		parts = append(parts, "Xid "+shortXids(dropped))
-	}
-	parts = append(parts, clearFindings(rec, requested)...)
-	slices.Sort(parts)
-	w := strings.Join(parts, ", ")
-	label := fmt.Sprintf("GPU %s (not seen since the agent restarted): ", rec.key())
-	switch {
-	case len(rec.Xids) == 0 && len(rec.Findings) == 0 && w == "":
-		delete(m.records, key)
-		return []string{label + "its kept record"}
-	case len(rec.Xids) == 0 && len(rec.Findings) == 0:
-		delete(m.records, key)
-		return []string{label + w + " and its kept record"}
-	case w != "":
-		return []string{label + w + " (what it raised after the request stays)"}
-	}
-	return nil
-}
-
-// clearFindings drops rec's findings from before requested and returns
-// the signals it dropped some of.
+// clearFindings drops rec's findings from before requested and names
+// them ("the NVLink finding").
 func clearFindings(rec *gpuRecord, requested time.Time) []string {
-	var parts []string
+	var sigs []string
 	for sig, fs := range rec.Findings {
 		kept := slices.DeleteFunc(slices.Clone(fs), func(f finding) bool { return !f.Since.After(requested) })
 		if len(kept) < len(fs) {
-			parts = append(parts, sig)
+			sigs = append(sigs, sig)
 		}
 		if len(kept) == 0 {
 			delete(rec.Findings, sig)
@@ -249,22 +335,63 @@ func clearFindings(rec *gpuRecord, requested time.Time) []string {
 			rec.Findings[sig] = kept
 		}
 	}
-	return parts
+	if len(sigs) == 0 {
+		return nil
+	}
+	slices.Sort(sigs)
+	if len(sigs) == 1 {
+		return []string{"the " + sigs[0] + " finding"}
+	}
+	return []string{"the " + joinAnd(sigs) + " findings"}
 }
 
-// knows reports whether t names a GPU the Monitor knows.
+// forgetMissing forgets, as expected, each PCI address among targets that
+// no GPU NVML sees has, and says so.
+func (m *Monitor) forgetMissing(targets []string) []string {
+	var words []string
+	for _, t := range targets {
+		a := normalizePCI(t)
+		seen := slices.ContainsFunc(m.gpus, func(g *gpuState) bool {
+			return g.pci == a && (!m.lastCount.known || g.index < m.lastCount.count)
+		})
+		if !pciAddr.MatchString(a) || seen {
+			continue
+		}
+		expected := slices.Contains(m.expected, a)
+		m.expected = slices.DeleteFunc(m.expected, func(e string) bool { return e == a })
+		m.lastCount.missing = slices.DeleteFunc(m.lastCount.missing, func(mg missingGPU) bool { return mg.pci == a })
+		w := fmt.Sprintf("GPU at PCI %s (NVML does not see it): ", a)
+		switch {
+		case !expected:
+			w += "was not expected"
+		case m.cfg.ExpectedGPUs > 0:
+			w += fmt.Sprintf("no longer expected (expectedGPUs: %d says how many GPUs the node has)", m.cfg.ExpectedGPUs)
+		case slices.Contains(m.lastPCI, a):
+			w += "no longer expected, but it is still on the PCI bus, which the baseline counts: set probes.gpu.expectedGPUs to the number of GPUs this node should have"
+		default:
+			w += "no longer expected"
+		}
+		words = append(words, w)
+	}
+	return words
+}
+
+// knows reports whether t names a GPU the Monitor knows: one NVML saw, a
+// kept record, or a PCI address it expects or saw on the PCI bus.
 func (m *Monitor) knows(t string) bool {
+	a := normalizePCI(t)
 	for _, g := range m.gpus {
-		if g.uuid == t || g.pci != "" && (g.pci == normalizePCI(t)) {
+		if g.uuid == t || g.pci != "" && g.pci == a {
 			return true
 		}
 	}
 	for _, r := range m.records {
-		if r.UUID == t || r.PCI != "" && r.PCI == normalizePCI(t) {
+		if r.UUID == t || r.PCI != "" && r.PCI == a {
 			return true
 		}
 	}
-	return false
+	return slices.Contains(m.expected, a) || slices.Contains(m.lastPCI, a) ||
+		slices.ContainsFunc(m.lastCount.missing, func(mg missingGPU) bool { return mg.pci == a })
 }
 
 func (m *Monitor) knownGPUs() []string {

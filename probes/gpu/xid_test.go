@@ -145,7 +145,7 @@ func TestSameXidOnTwoGPUsInTheFirstRun(t *testing.T) {
 // the driver is reloaded with a GPU gone and NVML's indices shift.
 func TestXidStaysWithItsGPUWhenIndicesShift(t *testing.T) {
 	f := newFake(t)
-	open := func() (nvml.Interface, error) { return f, nil }
+	open := func() (nvml.Interface, error) { return f.open() }
 	m := newMonitor(t, f, testConfig(), Env{Lib: f, Open: open})
 	f.push(f.xid(3, 79))
 	f.waitFor(t, m, NameFatal, want{status: probes.StatusProblem, reason: ReasonGPURebootRequired, message: []string{"GPU 3 ({uuid3}): Xid 79"}})
@@ -159,7 +159,7 @@ func TestXidStaysWithItsGPUWhenIndicesShift(t *testing.T) {
 	f.clk.Step(5 * time.Second)
 	got := runProbe(m, NameFatal, runTimeout)
 	f.check(t, "GPU 3 gone", got, want{status: probes.StatusProblem, reason: ReasonGPULost,
-		message: []string{"GPU {uuid3} (last seen as index 3", "Xid 79 (GPU has fallen off the bus)", "the GPU at PCI {pci3}, seen before, is gone from NVML and the PCI bus"},
+		message: []string{"GPU {uuid3} (last seen as index 3", "Xid 79 (GPU has fallen off the bus)", "the GPU at PCI {pci3}, seen before, is gone from NVML;"},
 		not:     []string{"GPU 3 ({uuid4})", "({uuid4}): Xid", "GPU 4 ({uuid5})"}})
 	if r := reading(got.Readings, "gpu3"); !strings.HasPrefix(r, f.uuid(4)) || strings.Contains(r, "xid") {
 		t.Errorf("got reading gpu3 %q, want GPU 4's UUID and no Xid", r)

@@ -84,8 +84,8 @@ func TestVirtualPolicyManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(data), namespace) {
-			t.Errorf("%s names namespace %s: a namespace overlay would leave it behind", name, namespace)
+		if strings.Contains(string(data), virtualNamespace) {
+			t.Errorf("%s names namespace %s: a namespace overlay would leave it behind", name, virtualNamespace)
 		}
 		want := []admissionregistrationv1.MatchCondition{{
 			Name:       "selftaint-virtual-service-account",
@@ -161,7 +161,7 @@ func TestVirtualPolicyOnControlPlane(t *testing.T) {
 	sa := asServiceAccount(cp, virtualSA, "")
 	// The type check first: a policy whose CEL does not check may never
 	// come into force.
-	checkPolicyTypes(t, cp.Client())
+	checkPolicyTypes(t, cp.Client(), virtualPolicies...)
 	waitVirtualPolicies(t, cp, sa)
 
 	t.Run("Attacks", func(t *testing.T) { testVirtualPolicyAttacks(t, cp, sa) })
@@ -213,12 +213,12 @@ func waitVirtualPolicies(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config)
 	}
 }
 
-// checkPolicyTypes waits for the API server's type check of each virtual
+// checkPolicyTypes waits for the API server's type check of each named
 // policy's CEL against the schemas of what it matches and of its param (a
 // ValidatingAdmissionPolicy), and fails t on any warning.
-func checkPolicyTypes(t *testing.T, admin kubernetes.Interface) {
+func checkPolicyTypes(t *testing.T, admin kubernetes.Interface, names ...string) {
 	t.Helper()
-	for _, name := range virtualPolicies {
+	for _, name := range names {
 		var vap *admissionregistrationv1.ValidatingAdmissionPolicy
 		poll(t, time.Minute, "the type check of policy "+name, func() (bool, error) {
 			var err error
@@ -630,9 +630,9 @@ func testVirtualRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 		{verb: "list", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
 		{verb: "watch", group: coord, resource: "leases"},
 		{verb: "deletecollection", group: coord, resource: "leases", namespace: corev1.NamespaceNodeLease},
-		{verb: "get", resource: "secrets", namespace: namespace}, {verb: "list", resource: "secrets"},
-		{verb: "get", resource: "configmaps", namespace: namespace},
-		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: virtualSA},
+		{verb: "get", resource: "secrets", namespace: virtualNamespace}, {verb: "list", resource: "secrets"},
+		{verb: "get", resource: "configmaps", namespace: virtualNamespace},
+		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: virtualNamespace, name: virtualSA},
 		{verb: "update", resource: "events", namespace: "default"}, {verb: "delete", resource: "events", namespace: "default"},
 		// Its parameters are the operator's.
 		{verb: "get", group: admission, resource: "validatingadmissionpolicies", name: virtualNodesPolicy},
@@ -866,8 +866,8 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 	const ns = "selftaint-test"
 	rendered := kustomizeOverlay(t, "virtual", "namespace: "+ns)
 	for _, m := range rendered {
-		if m.meta().GetNamespace() == namespace {
-			t.Errorf("%s: left in %s by the namespace overlay", m, namespace)
+		if m.meta().GetNamespace() == virtualNamespace {
+			t.Errorf("%s: left in %s by the namespace overlay", m, virtualNamespace)
 		}
 		if b, ok := m.obj.(*rbacv1.ClusterRoleBinding); ok {
 			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: virtualSA, Namespace: ns}}

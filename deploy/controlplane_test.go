@@ -48,8 +48,10 @@ import (
 //     other Node, spec field or label no; other users unaffected;
 //   - runs virtual nodes: registered, Lease renewed, a pod run and deleted,
 //     Nodes deleted on exit, never refused;
-//   - runs the coordinator through all it writes, never refused, and checks
-//     it can do nothing else (node writes, evictions, secrets);
+//   - runs the coordinator through all it writes, under its admission
+//     policy, never refused, and checks it can do nothing else (node
+//     writes, evictions, secrets; any Lease or ConfigMap but its own, the
+//     control plane's leader Leases in kube-system above all);
 //   - checks the agent can read its grant and the guard, and write neither.
 func TestOnControlPlane(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and waits for the agent and virtual nodes")
@@ -88,6 +90,7 @@ func TestOnControlPlane(t *testing.T) {
 	t.Run("PolicyWithoutParameters", func(t *testing.T) { testPolicyWithoutParameters(t, cp) })
 	t.Run("CoordinatorRBACIsEnough", func(t *testing.T) { testCoordinatorRBACIsEnough(t, cp) })
 	t.Run("CoordinatorRBACIsTight", func(t *testing.T) { testCoordinatorRBACIsTight(t, cp) })
+	t.Run("CoordinatorPolicy", func(t *testing.T) { testCoordinatorPolicy(t, cp) })
 	t.Run("AgentFleetRBAC", func(t *testing.T) { testAgentFleetRBAC(t, cp) })
 }
 
@@ -109,6 +112,8 @@ func create(ctx context.Context, c kubernetes.Interface, m manifest) error {
 		_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, opts)
 	case *corev1.ConfigMap:
 		_, err = c.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
+	case *corev1.ResourceQuota:
+		_, err = c.CoreV1().ResourceQuotas(o.Namespace).Create(ctx, o, opts)
 	case *rbacv1.ClusterRole:
 		_, err = c.RbacV1().ClusterRoles().Create(ctx, o, opts)
 	case *rbacv1.ClusterRoleBinding:
@@ -133,22 +138,27 @@ func create(ctx context.Context, c kubernetes.Interface, m manifest) error {
 	return err
 }
 
-// saUser is the user a pod's token for service account sa authenticates as.
-func saUser(sa string) string { return "system:serviceaccount:" + namespace + ":" + sa }
+// saNamespace is the namespace of service account sa in the manifests.
+func saNamespace(sa string) string {
+	if sa == virtualSA {
+		return virtualNamespace
+	}
+	return namespace
+}
 
-func saGroups() []string {
-	return []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+// saUser is the user a pod's token for service account sa authenticates as.
+func saUser(sa string) string { return "system:serviceaccount:" + saNamespace(sa) + ":" + sa }
+
+// saGroups are the groups of user, a service account's user name.
+func saGroups(user string) []string {
+	ns := strings.Split(user, ":")[2]
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
 }
 
 // asServiceAccount is a client config that acts as service account sa, as
 // a token bound to a pod on node (none if empty) would.
 func asServiceAccount(cp *testcp.ControlPlane, sa, node string) *rest.Config {
-	rc := cp.RESTConfig()
-	rc.Impersonate = rest.ImpersonationConfig{UserName: saUser(sa), Groups: saGroups()}
-	if node != "" {
-		rc.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
-	}
-	return rc
+	return asServiceAccountIn(cp, saNamespace(sa), sa, node)
 }
 
 func coreClient(t *testing.T, rc *rest.Config) *typedcorev1.CoreV1Client {
@@ -217,7 +227,8 @@ func poll(t *testing.T, timeout time.Duration, what string, ok func() (bool, err
 
 // waitPolicyActive waits until the admission policy is in force (the API
 // server loads policies asynchronously) and checks the API server's type
-// check of its CEL against the Node schema found nothing.
+// check of its CEL against the Node schema, and of the coordinator's
+// against the Lease and ConfigMap schemas, found nothing.
 func waitPolicyActive(t *testing.T, cp *testcp.ControlPlane) {
 	t.Helper()
 	cp.CreateNode(t, "policy-canary", nil)
@@ -227,15 +238,7 @@ func waitPolicyActive(t *testing.T, cp *testcp.ControlPlane) {
 		_, err := stranger.Nodes().Patch(t.Context(), "policy-canary", types.MergePatchType, patch, metav1.PatchOptions{})
 		return err != nil && strings.Contains(err.Error(), policyName), err
 	})
-	var vap *admissionregistrationv1.ValidatingAdmissionPolicy
-	poll(t, time.Minute, "the API server's type check of the policy", func() (bool, error) {
-		var err error
-		vap, err = cp.Client().AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(t.Context(), policyName, metav1.GetOptions{})
-		return err == nil && vap.Status.TypeChecking != nil && vap.Status.ObservedGeneration == vap.Generation, err
-	})
-	for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
-		t.Errorf("policy type check: %s: %s", w.FieldRef, w.Warning)
-	}
+	checkPolicyTypes(t, cp.Client(), policyName, coordinatorPolicy)
 }
 
 // problemProbe reports a problem until told otherwise.
@@ -419,7 +422,7 @@ func checkAccess(t *testing.T, cp *testcp.ControlPlane, user string, extra map[s
 		sar, err := cp.Client().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:   user,
-				Groups: saGroups(),
+				Groups: saGroups(user),
 				Extra:  extra,
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
 					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name, Version: "v1",

@@ -9,23 +9,29 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
+
+	"github.com/selftaint/selftaint/agent/testcp"
 )
 
 // The names the manifests agree on.
 const (
-	namespace     = "kube-system"
+	// namespace is selftaint's own (namespace.yaml): everything in deploy/
+	// but the Events Roles in default.
+	namespace     = "selftaint"
 	agentSA       = "selftaint"
 	virtualSA     = "selftaint-virtual"
 	coordinatorSA = "selftaint-coordinator"
@@ -47,6 +53,7 @@ var kinds = map[schema.GroupVersionKind]func() runtime.Object{
 	corev1.SchemeGroupVersion.WithKind("Namespace"):                                  func() runtime.Object { return &corev1.Namespace{} },
 	corev1.SchemeGroupVersion.WithKind("ServiceAccount"):                             func() runtime.Object { return &corev1.ServiceAccount{} },
 	corev1.SchemeGroupVersion.WithKind("ConfigMap"):                                  func() runtime.Object { return &corev1.ConfigMap{} },
+	corev1.SchemeGroupVersion.WithKind("ResourceQuota"):                              func() runtime.Object { return &corev1.ResourceQuota{} },
 	rbacv1.SchemeGroupVersion.WithKind("ClusterRole"):                                func() runtime.Object { return &rbacv1.ClusterRole{} },
 	rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding"):                         func() runtime.Object { return &rbacv1.ClusterRoleBinding{} },
 	rbacv1.SchemeGroupVersion.WithKind("Role"):                                       func() runtime.Object { return &rbacv1.Role{} },
@@ -268,6 +275,14 @@ func TestManifestsAgree(t *testing.T) {
 			t.Errorf("%s: namespace %s, want %s", m, ns, namespace)
 		}
 	}
+	// The namespace is created first, for the Pod Security level the
+	// agent needs.
+	if first := ms[0]; first.kind() != "Namespace" || first.meta().GetName() != namespace {
+		t.Errorf("the first object is %s, want Namespace %s", first, namespace)
+	}
+	if ns := find[*corev1.Namespace](t, ms, namespace); ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("Namespace %s labels %v, want pod-security.kubernetes.io/enforce=privileged (the agent's hostNetwork and hostPath)", namespace, ns.Labels)
+	}
 	sa := find[*corev1.ServiceAccount](t, ms, agentSA)
 	if sa.Namespace != namespace {
 		t.Errorf("service account in %s, want %s", sa.Namespace, namespace)
@@ -314,13 +329,15 @@ func TestManifestsAgree(t *testing.T) {
 		}
 	}
 
-	// The policy matches the agent's service account by user name, and
-	// its binding names it.
 	// The policy matches the agent's service account by name in any
-	// namespace (a namespace overlay keeps it in force).
+	// namespace (a namespace overlay keeps it in force), and its binding
+	// names it.
 	vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, policyName)
-	if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, "endsWith(':"+agentSA+"')") ||
-		strings.Contains(vap.Spec.MatchConditions[0].Expression, namespace) {
+	wantMatch := []admissionregistrationv1.MatchCondition{{
+		Name:       "selftaint-service-account",
+		Expression: "request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.endsWith(':" + agentSA + "')",
+	}}
+	if !slices.Equal(vap.Spec.MatchConditions, wantMatch) {
 		t.Errorf("policy match conditions %+v, want one matching service account %s in any namespace", vap.Spec.MatchConditions, agentSA)
 	}
 	// The policy is its own parameter object: it can never be in force
@@ -343,17 +360,18 @@ func TestManifestsAgree(t *testing.T) {
 
 	// Every binding's subject is the agent's service account, but the
 	// coordinator's bindings' (named after it), which are its own.
-	checkSubjects(t, ms, func(binding string) string {
+	checkSubjects(t, ms, namespace, func(binding string) string {
 		if strings.HasPrefix(binding, coordinatorSA) {
 			return coordinatorSA
 		}
 		return agentSA
 	})
+	checkCoordinatorPolicy(t, ms)
 }
 
 // checkSubjects checks every binding in ms binds exactly the service
-// account saFor names for it.
-func checkSubjects(t *testing.T, ms []manifest, saFor func(binding string) string) {
+// account saFor names for it, in namespace ns.
+func checkSubjects(t *testing.T, ms []manifest, ns string, saFor func(binding string) string) {
 	t.Helper()
 	for _, m := range ms {
 		sa := saFor(m.meta().GetName())
@@ -366,7 +384,7 @@ func checkSubjects(t *testing.T, ms []manifest, saFor func(binding string) strin
 		default:
 			continue
 		}
-		want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}
+		want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}
 		if !slices.Equal(subjects, want) {
 			t.Errorf("%s: subjects %+v, want %+v", m, subjects, want)
 		}
@@ -462,6 +480,86 @@ func TestNoWildcardsOrSecrets(t *testing.T) {
 					t.Errorf("%s: rule %+v grants a wildcard or secrets", m, r)
 				}
 			}
+		}
+	}
+}
+
+// restrictedAdmission is an API server's admission configuration as strict
+// as clusters get about what deploy/ needs: Pod Security "restricted" for
+// every namespace whose labels do not say otherwise, and pods at the system
+// priority classes admitted only where a ResourceQuota covers them (GKE's
+// default, "limit priority class consumption by default").
+const restrictedAdmission = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults: {enforce: restricted, enforce-version: latest}
+    exemptions: {}
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - scopeName: PriorityClass
+        operator: In
+        values: [system-node-critical, system-cluster-critical]
+`
+
+// TestPodsAdmittedInNamespace creates deploy/ on an API server with
+// restrictedAdmission (and the quota controller, which counts the quota's
+// use) and checks the agent's and the coordinator's pods, as their
+// DaemonSet and Deployment would make them, are admitted in selftaint's
+// namespace (dry runs): the Namespace's Pod Security label lets the agent's
+// hostNetwork and hostPath in, its ResourceQuota the system priority
+// classes outside kube-system. The same pods in a namespace without them
+// are refused, which shows the configuration is in force.
+func TestPodsAdmittedInNamespace(t *testing.T) {
+	testcp.SkipIfShort(t, "runs etcd, kube-apiserver and kube-controller-manager")
+	config := filepath.Join(t.TempDir(), "admission.yaml")
+	if err := os.WriteFile(config, []byte(restrictedAdmission), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp := testcp.Start(t, testcp.Options{
+		APIServerArgs:         []string{"--admission-control-config-file=" + config},
+		ControllerManager:     true,
+		ControllerManagerArgs: []string{"--controllers=resourcequota"},
+	})
+	admin := cp.Client()
+	ctx := t.Context()
+	ms := readManifests(t, ".")
+	for _, m := range ms {
+		if err := create(ctx, admin, m); err != nil {
+			t.Fatalf("creating %s: %v", m, err)
+		}
+	}
+	const plain = "plain"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: plain}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ds := find[*appsv1.DaemonSet](t, ms, "selftaint")
+	d := find[*appsv1.Deployment](t, ms, coordinatorSA)
+	for _, p := range []struct {
+		name string
+		spec corev1.PodSpec
+	}{{"agent", ds.Spec.Template.Spec}, {"coordinator", d.Spec.Template.Spec}} {
+		create := func(ns string) error {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.name}, Spec: *p.spec.DeepCopy()}
+			_, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+		// The quota controller first counts the quota's use.
+		poll(t, time.Minute, "the "+p.name+"'s pod admitted in "+namespace, func() (bool, error) {
+			err := create(namespace)
+			return err == nil, err
+		})
+		// Refused by Pod Security (the agent) or by the quota admission.
+		if err := create(plain); err == nil || !apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "insufficient quota") {
+			t.Errorf("the %s's pod in a namespace without the label and quota: %v, want it refused", p.name, err)
 		}
 	}
 }

@@ -1,16 +1,19 @@
 // Package deploy holds selftaint's Kubernetes manifests; its tests apply them to a real control plane.
 //
-// deploy/ is the node agent (ServiceAccount, RBAC, ConfigMap, DaemonSet and
-// the ValidatingAdmissionPolicy that confines each agent to its own Node)
-// and the coordinator (coordinator.yaml: its ServiceAccount, RBAC,
-// Deployment and PodDisruptionBudget), applied with `kubectl apply -k
-// deploy/`. deploy/virtual/ is the separate, optional virtual-node
-// simulator (`kubectl apply -k deploy/virtual/`).
+// deploy/ is selftaint's namespace (namespace.yaml), the node agent
+// (ServiceAccount, RBAC, ConfigMap, DaemonSet and the
+// ValidatingAdmissionPolicy that confines each agent to its own Node) and
+// the coordinator (coordinator.yaml: its ServiceAccount, RBAC, Deployment
+// and PodDisruptionBudget; coordinator-policy.yaml: the policy that confines
+// it to its own Leases and guard), applied with `kubectl apply -k deploy/`.
+// deploy/virtual/ is the separate, optional virtual-node simulator
+// (`kubectl apply -k deploy/virtual/`).
 //
 // The package has no code. Its tests decode every manifest strictly into the
 // typed API objects, check that each kustomization lists exactly the files
 // beside it, create everything on a real etcd and kube-apiserver, and run
 // the agent, the coordinator and the virtual nodes under the service
 // accounts' own RBAC to prove the permissions are enough and no more, and
-// that the admission policy allows the agent's writes and denies the rest.
+// that the admission policies allow the agent's and the coordinator's
+// writes and deny the rest.
 package deploy

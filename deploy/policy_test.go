@@ -304,6 +304,9 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		own("set podCIDR and providerID", mergeSpec(`{"podCIDR":"10.2.0.0/24","providerID":"x://y"}`), "podCIDR"),
 		own("overwrite the kubelet's Ready (strategic merge)", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`), "only its own conditions (owned-conditions), not Ready"),
 		own("overwrite the kubelet's Ready (server-side apply)", statusApply(`{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}`), "not Ready"),
+		// A copy is a member of the kubelet's conditions: it passes a
+		// membership test, and outlives the kubelet's next NotReady.
+		own("append an exact copy of the kubelet's Ready", appendCondition(t, *taints.FindCondition(before[a], corev1.NodeReady)), "not add or remove a copy of a condition it does not own, not Ready"),
 		own("remove another writer's extended resource", statusJSON(`[{"op":"remove","path":"/status/capacity/example.com~1other"}]`), "only its own extended resources (owned-resources), not capacity example.com/other"),
 		own("zero cpu capacity (server-side apply)", statusApply(`{"capacity":{"cpu":"0"}}`), "not capacity cpu"),
 		own("replace the InternalIP", statusSMP(`{"status":{"addresses":[{"type":"InternalIP","address":"203.0.113.66"}]}}`), "not status.addresses"),
@@ -357,6 +360,8 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		t.Errorf("after the agent's writes, Ready = %+v, want the kubelet's True", c)
 	}
 
+	testConditionCopies(t, cp)
+
 	// Creating a Node is refused even for the node its token names (a
 	// server-side apply of a Node that does not exist would create it).
 	ghost := coreClient(t, asServiceAccount(cp, agentSA, "ghost"))
@@ -401,21 +406,46 @@ func checkUnchanged(t *testing.T, before, after *corev1.Node) {
 	}
 }
 
-// installRendered starts a control plane, creates namespace ns on it and
-// every rendered object in it.
+// installRendered starts a control plane, creates namespace ns on it
+// (unless it is there already, as kube-system is) and every rendered object
+// in it. A rendered Namespace that exists already (an overlay into
+// kube-system renames deploy/'s Namespace to it) is updated with the
+// rendered labels, as kubectl apply would.
 func installRendered(t *testing.T, ns string, rendered []manifest) *testcp.ControlPlane {
 	t.Helper()
 	cp := testcp.Start(t, testcp.Options{})
 	ctx := t.Context()
-	if _, err := cp.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	namespaces := cp.Client().CoreV1().Namespaces()
+	_, err := namespaces.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	for _, m := range rendered {
-		if err := create(ctx, cp.Client(), m); err != nil {
+		err := create(ctx, cp.Client(), m)
+		if want, ok := m.obj.(*corev1.Namespace); ok && apierrors.IsAlreadyExists(err) {
+			err = nil
+			have, getErr := namespaces.Get(ctx, want.Name, metav1.GetOptions{})
+			if getErr != nil {
+				t.Fatal(getErr)
+			}
+			have.Labels = mergeLabels(have.Labels, want.Labels)
+			_, err = namespaces.Update(ctx, have, metav1.UpdateOptions{})
+		}
+		if err != nil {
 			t.Fatalf("creating %s: %v", m, err)
 		}
 	}
 	return cp
+}
+
+// mergeLabels returns a with b's entries added (a new map).
+func mergeLabels(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, b)
+	return out
 }
 
 // kustomizeOverlay renders, with kustomize, an overlay of the
@@ -561,5 +591,56 @@ func TestKustomizeBuilds(t *testing.T) {
 		if tt.dir != "monitoring" && len(have) != len(readManifests(t, tt.dir)) {
 			t.Errorf("kustomize build %s: %d objects, the files hold %d", tt.dir, len(have), len(readManifests(t, tt.dir)))
 		}
+	}
+}
+
+// appendCondition is a JSON patch of the Node's status that appends c.
+func appendCondition(t *testing.T, c corev1.NodeCondition) nodeWrite {
+	t.Helper()
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return statusJSON(`[{"op":"add","path":"/status/conditions/-","value":` + string(b) + `}]`)
+}
+
+// testConditionCopies: on a Node that already carries a second, stale copy
+// of the kubelet's Ready=True (written before the policy counted copies, or
+// by another writer), the kubelet reports NotReady and the copy stays; the
+// agent may still write its own condition, carrying both, and may neither
+// remove the copy nor add another.
+func testConditionCopies(t *testing.T, cp *testcp.ControlPlane) {
+	t.Helper()
+	const node = "policy-copies"
+	admin := cp.Client()
+	cp.CreateNode(t, node, kubeletNode)
+	ready := *taints.FindCondition(getNode(t, admin, node), corev1.NodeReady)
+	attack{"admin: a stale copy of Ready", appendCondition(t, ready).do(admin.CoreV1(), node), "", ""}.check(t)
+	notReady := `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"KubeletNotReady"}]}}`
+	attack{"admin: the kubelet reports NotReady", statusSMP(notReady).do(admin.CoreV1(), node), "", ""}.check(t)
+	conditions := getNode(t, admin, node).Status.Conditions
+	var got []string
+	stale := -1
+	for i, c := range conditions {
+		got = append(got, string(c.Type)+"="+string(c.Status))
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			stale = i
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"Ready=False", "Ready=True", string(memoryCondition) + "=True"}; !slices.Equal(got, want) {
+		t.Fatalf("conditions %v, want %v (a stale copy of Ready=True after NotReady)", got, want)
+	}
+
+	bound := coreClient(t, asServiceAccount(cp, agentSA, node))
+	own := nodeWrite{pt: types.JSONPatchType, status: true, body: fmt.Sprintf(
+		`[{"op":"add","path":"/status/conditions/-","value":{"type":%q,"status":"False","reason":"Fine"}}]`, testCondition)}
+	removeCopy := statusJSON(fmt.Sprintf(`[{"op":"test","path":"/status/conditions/%d/status","value":"True"},{"op":"remove","path":"/status/conditions/%d"}]`, stale, stale))
+	for _, at := range []attack{
+		{"own node with a stale Ready: write its own condition, carrying the copy", own.do(bound, node), "", ""},
+		{"own node with a stale Ready: remove the copy", removeCopy.do(bound, node), policyName, "not Ready"},
+		{"own node with a stale Ready: add another", appendCondition(t, ready).do(bound, node), policyName, "not Ready"},
+	} {
+		at.check(t)
 	}
 }

@@ -290,7 +290,7 @@ func TestVirtualPolicyOnControlPlane(t *testing.T) {
 	sa := tokenConfig(t, cp, virtualNamespace, virtualSA)
 	// The type check first: a policy whose CEL does not check may never
 	// come into force.
-	checkPolicyTypes(t, cp.Client())
+	checkPolicyTypes(t, cp.Client(), append(slices.Clone(virtualPolicies), virtualConfigMapsPolicy)...)
 	waitVirtualPolicies(t, cp, sa, virtualNamespace)
 
 	t.Run("Attacks", func(t *testing.T) { testVirtualPolicyAttacks(t, cp, sa) })
@@ -346,12 +346,12 @@ func waitVirtualPolicies(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config,
 	}
 }
 
-// checkPolicyTypes waits for the API server's type check of each virtual
+// checkPolicyTypes waits for the API server's type check of each named
 // policy's CEL against the schemas of what it matches and of its param (a
 // ValidatingAdmissionPolicy), and fails t on any warning.
-func checkPolicyTypes(t *testing.T, admin kubernetes.Interface) {
+func checkPolicyTypes(t *testing.T, admin kubernetes.Interface, names ...string) {
 	t.Helper()
-	for _, name := range append(slices.Clone(virtualPolicies), virtualConfigMapsPolicy) {
+	for _, name := range names {
 		var vap *admissionregistrationv1.ValidatingAdmissionPolicy
 		poll(t, time.Minute, "the type check of policy "+name, func() (bool, error) {
 			var err error

@@ -45,7 +45,7 @@ func (l ChangeLimiter) IsEnabled() bool { return l.Enabled == nil || *l.Enabled 
 type Coordinator struct {
 	// Namespace holds the grant Leases, the guard ConfigMap and the leader
 	// Lease. Default: the pod's namespace (POD_NAMESPACE), else
-	// kube-system.
+	// selftaint (DefaultCoordinatorNamespace).
 	Namespace string `json:"namespace,omitempty"`
 	// Fleet is which Nodes the coordinator counts (in the budget, the rate
 	// and the guard) and grants: real (the default: Nodes not labelled
@@ -245,11 +245,13 @@ func (g Guard) validate(p *field.Path) field.ErrorList {
 }
 
 // DefaultCoordinatorNamespace is where the coordinator's objects are when
-// neither the config nor the pod's namespace says.
-const DefaultCoordinatorNamespace = "kube-system"
+// neither the config nor the pod's namespace says: selftaint's own
+// namespace (deploy/namespace.yaml), never kube-system, whose Leases are
+// the control plane's.
+const DefaultCoordinatorNamespace = "selftaint"
 
 // NamespaceOr is the namespace of the coordinator's objects: the config's,
-// else podNamespace ($POD_NAMESPACE), else kube-system.
+// else podNamespace ($POD_NAMESPACE), else DefaultCoordinatorNamespace.
 func (c Coordinator) NamespaceOr(podNamespace string) string {
 	switch {
 	case c.Namespace != "":

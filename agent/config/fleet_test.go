@@ -91,7 +91,7 @@ rules:
 
 func TestNamespaceOr(t *testing.T) {
 	for _, tt := range []struct{ config, pod, want string }{
-		{"", "", "kube-system"}, {"", "pod-ns", "pod-ns"}, {"cfg", "pod-ns", "cfg"},
+		{"", "", "selftaint"}, {"", "pod-ns", "pod-ns"}, {"cfg", "pod-ns", "cfg"},
 	} {
 		if got := (Coordinator{Namespace: tt.config}).NamespaceOr(tt.pod); got != tt.want {
 			t.Errorf("NamespaceOr(config %q, pod %q) = %q, want %q", tt.config, tt.pod, got, tt.want)

@@ -12,8 +12,9 @@ const (
 	condition = "SelftaintMemoryPressure"
 	taintKey  = "selftaint.io/memory-pressure"
 	// coordinatorNamespace is where the grants and the guard live (the
-	// config says so, so that explain and the agents agree).
-	coordinatorNamespace = "kube-system"
+	// config says so, so that explain and the agents agree): selftaint's
+	// own, as deploy/ has it.
+	coordinatorNamespace = "selftaint"
 	// budget is the config's coordinator.maxNoExecute.
 	budget = 1
 	// shortFault is how long vnode-3's fault lasts: it ends while vnode-3
@@ -33,7 +34,7 @@ rules:
   taint: {key: selftaint.io/memory-pressure, effect: NoExecute}
   fallback: NoSchedule      # goes on at once; NoExecute joins it only with a grant
 coordinator:
-  namespace: kube-system    # where the grant Leases and the guard live
+  namespace: selftaint      # where the grant Leases and the guard live
   maxNoExecute: 1           # the budget: one node may carry NoExecute at a time
   fleet: virtual            # count the virtual nodes (selftaint virtual --coordinator always does)
   # Three nodes are a tiny fleet: with two of them faulty (67%) the disruption

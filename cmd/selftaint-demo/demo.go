@@ -89,6 +89,9 @@ func (d *demo) startControlPlane(ctx context.Context) error {
 	}
 	d.cp, d.client = cp, cp.Client()
 	d.log.say("control plane up. To look around meanwhile: export KUBECONFIG=%s", cp.KubeconfigPath)
+	if _, err := d.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordinatorNamespace}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", coordinatorNamespace, err)
+	}
 	d.config = filepath.Join(cp.Dir, "demo-config.yaml")
 	if err := os.WriteFile(d.config, []byte(demoConfig), 0o600); err != nil {
 		return err

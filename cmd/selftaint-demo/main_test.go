@@ -37,7 +37,7 @@ func TestDemo(t *testing.T) {
 		// The grant can come so fast that one poll sees the fallback and
 		// NoExecute land together: then both notes follow one line.
 		`vnode-1  taints: selftaint.io/memory-pressure:NoSchedule(, selftaint.io/memory-pressure:NoExecute)?\n +fallback on`,
-		`vnode-1  granted: Lease kube-system/selftaint-grant-vnode-1`,
+		`vnode-1  granted: Lease selftaint/selftaint-grant-vnode-1`,
 		`vnode-1  taints: selftaint.io/memory-pressure:NoSchedule, selftaint.io/memory-pressure:NoExecute\n( +fallback on[^\n]*\n)? +NoExecute joined the fallback`,
 		`pod web +evicted .* explain predicted immediately once vnode-1 holds a grant`,
 		`pod batch +evicted .* explain predicted 10s after vnode-1 holds a grant`,

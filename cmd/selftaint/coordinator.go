@@ -57,7 +57,7 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 }
 
 // namespaceFor is the coordinator's namespace: the flag, else the
-// config's, else the pod's, else kube-system.
+// config's, else the pod's, else config.DefaultCoordinatorNamespace.
 func (f *coordinatorFlags) namespaceFor(cfg *config.Config) string {
 	if f.namespace != "" {
 		return f.namespace

@@ -47,7 +47,7 @@ Flags:
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then in-cluster)")
 	output := fs.String("output", "table", "table or json")
 	configPath := fs.String("config", "", "the agents' config file: its NoExecute rules and coordinator settings, to say whether a NoExecute taint would be granted, budgeted, suspended or fall back; empty means the built-in defaults")
-	namespace := fs.String("namespace", "", "the coordinator's namespace (default: the config's coordinator.namespace, else kube-system)")
+	namespace := fs.String("namespace", "", "the coordinator's namespace (default: the config's coordinator.namespace, else "+config.DefaultCoordinatorNamespace+")")
 	comparison := fs.Bool("comparison-operators", false, "let Lt and Gt tolerations compare values, as with the TaintTolerationComparisonOperators feature gate (alpha and off by default in Kubernetes 1.35)")
 
 	// NODE may come before, between or after the flags.

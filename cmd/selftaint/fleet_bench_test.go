@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/taints/faults"
 	"github.com/selftaint/selftaint/taints/fleet"
@@ -55,8 +56,13 @@ coordinator: {fleet: virtual}
 `), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	// Both processes find the coordinator's objects in the default
+	// namespace, selftaint's own.
+	if _, err := c.CoreV1().Namespaces().Create(b.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: config.DefaultCoordinatorNamespace}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
 	port := freePort(b)
-	coord := startProcess(b, bin, "coordinator", "--kubeconfig="+cp.KubeconfigPath, "--config="+cfg, "--namespace=kube-system",
+	coord := startProcess(b, bin, "coordinator", "--kubeconfig="+cp.KubeconfigPath, "--config="+cfg,
 		"--identity=bench", "--metrics-address=127.0.0.1:"+port, "--log-level=warn")
 	virt := startProcess(b, bin, "virtual", "--nodes="+strconv.Itoa(nodes), "--name-prefix=bench-", "--kubeconfig="+cp.KubeconfigPath,
 		"--config="+cfg, "--log-level=info", "--stats-interval=5s")
@@ -251,9 +257,9 @@ func observeFleet(b *testing.B, c kubernetes.Interface) *fleetObservation {
 	go o.follow(ctx, b, func(rv string) (watch.Interface, error) {
 		sel := grantSel
 		sel.ResourceVersion = rv
-		return c.CoordinationV1().Leases("kube-system").Watch(ctx, sel)
+		return c.CoordinationV1().Leases(config.DefaultCoordinatorNamespace).Watch(ctx, sel)
 	}, func() (string, error) {
-		l, err := c.CoordinationV1().Leases("kube-system").List(ctx, grantSel)
+		l, err := c.CoordinationV1().Leases(config.DefaultCoordinatorNamespace).List(ctx, grantSel)
 		if err != nil {
 			return "", err
 		}

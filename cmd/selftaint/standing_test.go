@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/taints"
 	"github.com/selftaint/selftaint/taints/fleet"
 )
@@ -25,9 +26,9 @@ func TestStandingDescribe(t *testing.T) {
 	tripped := &fleet.GuardState{RenewTime: now, Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{
 		"Mem": {fleet.FleetScope: {Tripped: true, Since: now, Unhealthy: 6, Nodes: 10}},
 	}}
-	grant := fleet.NewGrant("kube-system", "n1", "", time.Minute, now.Add(-5*time.Second))
+	grant := fleet.NewGrant(config.DefaultCoordinatorNamespace, "n1", "", time.Minute, now.Add(-5*time.Second))
 	sick := map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": corev1.ConditionTrue}
-	base := standing{node: node, rules: []taints.Rule{rule, plain}, statuses: sick, namespace: "kube-system", now: now,
+	base := standing{node: node, rules: []taints.Rule{rule, plain}, statuses: sick, namespace: config.DefaultCoordinatorNamespace, now: now,
 		staleAfter: 2 * time.Minute, budget: 2, max: intstr.FromString("10%"), nodes: 20, held: 2, waiting: []string{"n0", "n1"}}
 	with := func(f func(*standing)) standing { s := base; f(&s); return s }
 	tests := []struct {
@@ -60,7 +61,7 @@ func TestStandingDescribe(t *testing.T) {
 		}), want: []string{"Mem is False: the rule does not apply"}},
 		{name: "a grant for another node grants nothing", s: with(func(s *standing) {
 			s.guard = fresh
-			other := fleet.NewGrant("kube-system", "n9", "", time.Minute, now)
+			other := fleet.NewGrant(config.DefaultCoordinatorNamespace, "n9", "", time.Minute, now)
 			other.Name = fleet.GrantName("n1")
 			s.grant = other
 		}), want: []string{"no grant: 2nd of 2 waiting"}},

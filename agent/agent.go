@@ -826,7 +826,7 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, mi tai
 		a.reportRecords(node, p)
 		a.reportForeign(node, p.Taints.Foreign)
 		a.reportForeignLabels(node, p.Labels.Foreign)
-		a.reportHeld(node, p.Held)
+		a.reportHeld(node, p.Held, mi.Gates)
 		if !p.Changed {
 			return nil
 		}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -163,11 +164,19 @@ func (a *Agent) runNoExecute(ctx context.Context) {
 // setGuard; if there is none, it is confirmed absent by a list that
 // succeeded), and asks for a sync at once: until then the guard holds
 // every new taint. A list that fails (the namespace cannot be read) never
-// marks it.
+// marks it. It looks every 10ms at first, backing off to every second (a
+// list that keeps failing must not cost hundreds of virtual nodes' agents
+// a wake-up each 10ms).
 func (a *Agent) awaitGuardListed(ctx context.Context, synced func() bool) {
-	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) { return synced(), nil })
-	if err != nil {
-		return
+	b := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: time.Second}
+	for !synced() {
+		t := time.NewTimer(b.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 	a.mu.Lock()
 	a.guard.listed = true

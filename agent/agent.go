@@ -725,9 +725,10 @@ func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.Nod
 // lastTransitionTime.
 //
 // A condition that shows a fault (one whose annotation is still there, or
-// the default fault reason) is not adopted into its damper: it says nothing
-// about the machine, so the probe decides afresh. Its transition time is
-// still carried while the published status holds.
+// whose own words say a fault set it, faults.SetByFault: a fault cleared
+// while the agent was down leaves no annotation) is not adopted into its
+// damper: it says nothing about the machine, so the probe decides afresh.
+// Its transition time is still carried while the published status holds.
 func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 	faulted := a.adoptFaultsLocked(node)
 	// A request left by the previous run stands: any grant seen from now
@@ -752,7 +753,7 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 			Status: c.Status, Reason: c.Reason, Message: c.Message,
 			LastTransitionTime: c.LastTransitionTime.Time,
 		}
-		fault := faulted[t] || c.Reason == faults.DefaultReason
+		fault := faulted[t] || faults.SetByFault(*c)
 		a.published[t] = taints.Published{State: s, Fault: fault}
 		if fault {
 			a.log.Info("condition on node shows an injected fault; the probe decides it afresh", "condition", t, "status", c.Status, "reason", c.Reason)
@@ -826,7 +827,7 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, mi tai
 		a.reportRecords(node, p)
 		a.reportForeign(node, p.Taints.Foreign)
 		a.reportForeignLabels(node, p.Labels.Foreign)
-		a.reportHeld(node, p.Held)
+		a.reportHeld(node, p.Held, mi.Gates)
 		if !p.Changed {
 			return nil
 		}

@@ -103,10 +103,13 @@ func (a *Agent) adoptFaultsLocked(node *corev1.Node) map[corev1.NodeConditionTyp
 }
 
 // showsFault reports whether f's condition on node shows exactly its
-// status, reason and message.
+// status, reason and message (marked, or not as an older agent wrote it).
 func showsFault(node *corev1.Node, f faults.Fault) bool {
 	c := taints.FindCondition(node, f.Condition)
-	return c != nil && c.Status == f.Status && c.Reason == f.Reason && c.Message == taints.Truncate(f.Message, maxMessageLen)
+	if c == nil || c.Status != f.Status || c.Reason != f.Reason {
+		return false
+	}
+	return c.Message == taints.Truncate(f.ConditionMessage(), maxMessageLen) || c.Message == taints.Truncate(f.Message, maxMessageLen)
 }
 
 // reportFaults logs and records Events for rejected faults and faults that

@@ -150,7 +150,7 @@ func TestFaultInjectAndExpire(t *testing.T) {
 		t.Errorf("the fault took %s to apply, want under 3s (damping For=%s must not apply to faults)", took, damping.For)
 	}
 	cc := condition(n, cond)
-	if cc.Reason != faults.DefaultReason || cc.Message != "drill: pretend memory is short" {
+	if cc.Reason != faults.DefaultReason || cc.Message != "["+key+"] drill: pretend memory is short" {
 		t.Errorf("condition = %s/%s %q, want the fault's reason and message", cc.Status, cc.Reason, cc.Message)
 	}
 	ltt1 := cc.LastTransitionTime.Time
@@ -347,11 +347,11 @@ func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
 	setAnnotations(t, c, node, map[string]any{key: first})
 	waitNode(t, c, node, 5*time.Second, "the first fault applied", func(n *corev1.Node) bool {
 		cc := condition(n, cond)
-		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "first" && hasTaint(n, ourTaint)
+		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "["+key+"] first" && hasTaint(n, ourTaint)
 	})
 	waitNode(t, c, node, 15*time.Second, "the second fault applied", func(n *corev1.Node) bool {
 		cc := condition(n, cond)
-		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "second" && hasTaint(n, ourTaint)
+		return cc != nil && cc.Status == corev1.ConditionTrue && cc.Message == "["+key+"] second" && hasTaint(n, ourTaint)
 	})
 	if !reinjected.Load() {
 		t.Fatalf("the hook never re-injected; the race was not exercised")
@@ -552,5 +552,59 @@ func TestAppliedFaultRejudgedAfterRestart(t *testing.T) {
 	}
 	if !hasTaint(n, foreignTaint) || n.Annotations[foreignAnnotation] != "team-a" {
 		t.Errorf("foreign taint or annotation lost: %s %v", describe(n), n.Annotations)
+	}
+}
+
+// TestFaultClearedWhileDownIsNotAdopted injects a fault with a reason of
+// its own (not the default one), stops the agent, clears the fault, and
+// starts the agent again: the condition the fault set says nothing about
+// the machine, so the restarted agent does not adopt it as its probe's
+// finding (which would hold it True for the probe's clearAfter, an hour
+// here): the healthy probe's first verdict clears it and its taint at once.
+func TestFaultClearedWhileDownIsNotAdopted(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "cleared-while-down"
+	cp.CreateNode(t, node, withForeignAnnotation)
+	damping := taints.Damping{For: time.Minute, ClearAfter: time.Hour}
+	p := newSwitchProbe(probes.StatusOK)
+	_, stop := runAgent(t, c, node, p, agentOpts{damping: damping})
+	waitNode(t, c, node, 20*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
+
+	key := faults.AnnotationKey(string(cond))
+	setAnnotations(t, c, node, map[string]any{key: faultValue(t, faults.Spec{
+		Reason: "ChaosDrill", Message: "pretend memory is short",
+		ExpiresAt: time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339),
+	})})
+	n := waitNode(t, c, node, 10*time.Second, "the fault applied", func(n *corev1.Node) bool {
+		return conditionIs(corev1.ConditionTrue)(n) && hasTaint(n, ourTaint)
+	})
+	if cc := condition(n, cond); cc.Reason != "ChaosDrill" {
+		t.Fatalf("condition reason %q, want the fault's ChaosDrill", cc.Reason)
+	}
+	stop()
+
+	setAnnotations(t, c, node, map[string]any{key: nil})
+	w := startWatch(t, c, node, getNode(t, c, node).ResourceVersion)
+	started := time.Now()
+	a, _ := runAgent(t, c, node, p, agentOpts{damping: damping})
+	n = waitNode(t, c, node, 20*time.Second, "condition False and no taint after the restart", func(n *corev1.Node) bool {
+		return conditionIs(corev1.ConditionFalse)(n) && !hasTaint(n, ourTaint)
+	})
+	took := time.Since(started)
+	t.Logf("restart -> the cleared fault's condition False and its taint gone: %s, in %d syncs", took.Round(time.Millisecond), a.Stats().Syncs)
+	if cc := condition(n, cond); cc.Reason != "Fine" {
+		t.Errorf("condition after the restart = %s/%s, want the probe's (Fine)", cc.Status, cc.Reason)
+	}
+	// Within one sync: the first write the restarted agent makes to the
+	// condition is the probe's verdict.
+	for i, v := range w.seen() {
+		cc := condition(v, cond)
+		if cc != nil && cc.Status == corev1.ConditionTrue && cc.Reason != "ChaosDrill" {
+			t.Errorf("version %d (rv %s) took the fault's condition for the probe's: %s/%s", i, v.ResourceVersion, cc.Status, cc.Reason)
+		}
+	}
+	if evs := nodeEvents(t, c, node, "FaultRejected"); len(evs) != 0 {
+		t.Errorf("unexpected FaultRejected event: %s", evs[0].Message)
 	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/cache"
@@ -65,6 +67,17 @@ type seenGuard struct {
 	version    string
 	observedAt time.Time
 	lastBad    string // the unreadable version last reported
+	// listed: the guard's first list succeeded and its object, if there
+	// was one, has been handled. Until then, or while the only version
+	// seen cannot be decoded (lastBad with no state), the guard is unread:
+	// it holds every new taint of the rules (taints.NoExecuteInput).
+	listed bool
+}
+
+// unread reports whether the agent knows nothing of the guard: no good
+// version read, and not listed yet or all it found cannot be decoded.
+func (g seenGuard) unread() bool {
+	return g.state == nil && (!g.listed || g.lastBad != "")
 }
 
 // noExecuteInputLocked is what the agent knows of the coordinator's
@@ -86,6 +99,7 @@ func (a *Agent) noExecuteInputLocked(now time.Time) taints.NoExecuteInput {
 	if a.grant.observedAt.Before(askedAt) {
 		in.Granted, in.GrantUntil = false, time.Time{}
 	}
+	in.GuardUnread = a.guard.unread()
 	if g := a.guard.state; g != nil {
 		in.Guard = g
 		in.GuardFresh, in.GuardStaleAt = g.Fresh(a.guard.observedAt, now, o.GuardStaleAfter)
@@ -135,12 +149,41 @@ func (a *Agent) runNoExecute(ctx context.Context) {
 		a.log.Error("watching the NoExecute grant", "err", err)
 		return
 	}
-	if _, err := guards.AddEventHandler(handlers(a.setGuard)); err != nil {
+	reg, err := guards.AddEventHandler(handlers(a.setGuard))
+	if err != nil {
 		a.log.Error("watching the disruption guard", "err", err)
 		return
 	}
 	go grants.RunWithContext(ctx)
+	go a.awaitGuardListed(ctx, reg.HasSynced)
 	guards.RunWithContext(ctx)
+}
+
+// awaitGuardListed marks the guard listed once its informer's first list
+// has been handled (synced: the guard, if there is one, went through
+// setGuard; if there is none, it is confirmed absent by a list that
+// succeeded), and asks for a sync at once: until then the guard holds
+// every new taint. A list that fails (the namespace cannot be read) never
+// marks it. It looks every 10ms at first, backing off to every second (a
+// list that keeps failing must not cost hundreds of virtual nodes' agents
+// a wake-up each 10ms).
+func (a *Agent) awaitGuardListed(ctx context.Context, synced func() bool) {
+	b := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: time.Second}
+	for !synced() {
+		t := time.NewTimer(b.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	a.mu.Lock()
+	a.guard.listed = true
+	unread := a.guard.unread()
+	a.mu.Unlock()
+	a.log.Debug("the disruption guard has been listed", "unread", unread)
+	a.enqueue()
 }
 
 // byName is an informer on the one object called name: a list and a watch
@@ -179,23 +222,32 @@ func (a *Agent) setGrant(obj any) {
 // leaves the last good state.
 func (a *Agent) setGuard(obj any) {
 	cm, _ := obj.(*corev1.ConfigMap)
+	a.mu.Lock()
+	defer a.enqueue()
+	defer a.mu.Unlock()
 	if cm == nil {
+		// Deleted: the last good state is kept; with none, there is no
+		// guard now (not an unreadable one).
+		if a.guard.state == nil {
+			a.guard.lastBad = ""
+		}
 		return
 	}
 	now := a.clock.Now()
 	g, err := fleet.DecodeGuard(cm.Data)
-	a.mu.Lock()
-	defer a.enqueue()
-	defer a.mu.Unlock()
 	if err != nil {
 		if a.guard.lastBad != cm.ResourceVersion {
 			a.guard.lastBad = cm.ResourceVersion
-			a.log.Warn("the disruption guard cannot be read; keeping its last good state until that goes stale", "configmap", cm.Namespace+"/"+cm.Name, "err", err)
+			what := "keeping its last good state until that goes stale"
+			if a.guard.state == nil {
+				what = "with no good version read before, no new taint of the rules is added until one is"
+			}
+			a.log.Warn("the disruption guard cannot be read; "+what, "configmap", cm.Namespace+"/"+cm.Name, "err", err)
 		}
 		return
 	}
 	if a.guard.version != cm.ResourceVersion {
-		a.guard = seenGuard{state: &g, version: cm.ResourceVersion, observedAt: now}
+		a.guard = seenGuard{state: &g, version: cm.ResourceVersion, observedAt: now, listed: a.guard.listed}
 	}
 }
 
@@ -248,13 +300,24 @@ func (a *Agent) reportFlapping(node *corev1.Node, plan taints.NodePlan) {
 }
 
 // reportHeld tells, once per change, about taints the disruption guard
-// holds back.
-func (a *Agent) reportHeld(node *corev1.Node, held []corev1.Taint) {
+// holds back. Those held only because the guard has not been read yet
+// (moments after a start, unless the guard cannot be read) are logged, not
+// told in an Event.
+func (a *Agent) reportHeld(node *corev1.Node, held []corev1.Taint, gates map[corev1.NodeConditionType]taints.Gate) {
 	ids := make([]taints.TaintID, 0, len(held))
 	for _, t := range held {
 		ids = append(ids, taints.IDOf(t))
 	}
 	s := taints.FormatOwned(ids)
+	for _, g := range gates {
+		if !g.Unread {
+			continue
+		}
+		if s != "" && a.changedSince(&a.lastHeld, "unread:"+s) {
+			a.log.Info("taints held until the disruption guard is read (it may be tripped for them); if this lasts, the coordinator's namespace or the guard cannot be read", "taints", s)
+		}
+		return
+	}
 	if !a.changedSince(&a.lastHeld, s) || s == "" {
 		return
 	}

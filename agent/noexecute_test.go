@@ -2,13 +2,18 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/selftaint/selftaint/agent"
@@ -371,4 +376,164 @@ func TestGrantSeenBeforeTheRequestIsNotHonoured(t *testing.T) {
 		t.Fatalf("renewing: %v", err)
 	}
 	waitNode(t, c, node, 10*time.Second, "NoExecute after a renewal seen while asking", func(n *corev1.Node) bool { return hasTaint(n, evictTaint) })
+}
+
+// gatedGuardClient is a core client whose ConfigMap lists (the guard's
+// informer) first wait for gate to return: nil lets the list go on, an
+// error fails it. It makes the guard's first read as slow, or as broken,
+// as a test needs.
+type gatedGuardClient struct {
+	typedcorev1.CoreV1Interface
+	gate func() error
+}
+
+func (c gatedGuardClient) ConfigMaps(ns string) typedcorev1.ConfigMapInterface {
+	return gatedConfigMaps{ConfigMapInterface: c.CoreV1Interface.ConfigMaps(ns), gate: c.gate}
+}
+
+type gatedConfigMaps struct {
+	typedcorev1.ConfigMapInterface
+	gate func() error
+}
+
+func (c gatedConfigMaps) List(ctx context.Context, o metav1.ListOptions) (*corev1.ConfigMapList, error) {
+	if err := c.gate(); err != nil {
+		return nil, err
+	}
+	return c.ConfigMapInterface.List(ctx, o)
+}
+
+// TestRestartedAgentHoldsUntilTheGuardIsRead: an agent restarted while the
+// guard is tripped for its condition, whose first read of the guard comes
+// seconds after its first sync (a slow list), adds no taint on any Node
+// version the watch sees, before or after the read; restarted with the
+// guard quiet, it adds the taint only after the read, and at once then. A
+// guard that cannot be listed (forbidden) holds new taints until a list
+// succeeds; a guard confirmed absent holds nothing (TestNoExecuteNeedsAGrant).
+func TestRestartedAgentHoldsUntilTheGuardIsRead(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "ne-restart-guard"
+	cp.CreateNode(t, node, nil)
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
+	p := newSwitchProbe(probes.StatusProblem)
+	run := func(gate func() error) (*agent.Agent, func()) {
+		return startAgent(t, agent.Options{
+			NodeName: node,
+			Client:   gatedGuardClient{CoreV1Interface: c.CoreV1(), gate: gate},
+			Probes: []agent.ProbeSpec{{
+				Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond},
+				Condition: cond,
+			}},
+			Rules: evictRules,
+			NoExecute: &agent.NoExecuteOptions{
+				Leases: c.CoordinationV1(), Namespace: coordNS, GuardName: fleet.DefaultGuardName,
+				GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
+			},
+		})
+	}
+	noTaint := func(n *corev1.Node) bool { return !hasTaint(n, fallbackTaint) && !hasTaint(n, evictTaint) }
+	// noneTainted fails t for a watched version with a taint of the rule,
+	// and if the Node has one now.
+	noneTainted := func(w *nodeWatch, when string) {
+		t.Helper()
+		for i, v := range w.seen() {
+			if !noTaint(v) {
+				t.Errorf("version %d (rv %s) %s has a taint of the held condition: %s", i, v.ResourceVersion, when, describe(v))
+			}
+		}
+		if n := getNode(t, c, node); !noTaint(n) {
+			t.Errorf("%s the Node has a taint of the held condition: %s", when, describe(n))
+		}
+	}
+	syncs := func(a *agent.Agent, n int64) {
+		t.Helper()
+		if err := testcp.Poll(context.Background(), 20*time.Second, 10*time.Millisecond, func() (bool, error) { return a.Stats().Syncs >= n, nil }); err != nil {
+			t.Fatalf("fewer than %d syncs: %v", n, err)
+		}
+	}
+
+	// The first run sees the guard tripped: the condition is True, its
+	// taint held.
+	_, stop := run(func() error { return nil })
+	waitNode(t, c, node, 10*time.Second, "condition True", conditionIs(corev1.ConditionTrue))
+	waitEvent(t, c, node, "TaintHeldByGuard", 10*time.Second, fallbackTaint.Key)
+	stop()
+
+	// Restarted with the guard's first read 3s late: the condition is
+	// adopted True at the first sync, long before the guard is read.
+	created := getNode(t, c, node)
+	w := startWatch(t, c, node, created.ResourceVersion)
+	const delay = 3 * time.Second
+	var listed atomic.Int64 // unix nanos of the first list that went on
+	slow := func() error {
+		time.Sleep(delay)
+		listed.CompareAndSwap(0, time.Now().UnixNano())
+		return nil
+	}
+	started := time.Now()
+	a, stop := run(slow)
+	syncs(a, 1)
+	if listed.Load() != 0 {
+		t.Fatalf("the guard was read before the first sync: the test proves nothing")
+	}
+	firstSync := time.Since(started)
+	if err := testcp.Poll(context.Background(), 20*time.Second, 20*time.Millisecond, func() (bool, error) { return listed.Load() != 0, nil }); err != nil {
+		t.Fatalf("the guard was never listed: %v", err)
+	}
+	readAt := time.Unix(0, listed.Load())
+	before := a.Stats().Syncs
+	syncs(a, before+1) // the read brings a sync
+	time.Sleep(2 * time.Second)
+	t.Logf("restarted: first sync %s after the start, the guard read %s after it, %d syncs",
+		firstSync.Round(time.Millisecond), readAt.Sub(started).Round(time.Millisecond), a.Stats().Syncs)
+	noneTainted(w, "after a restart with the guard tripped")
+	stop()
+
+	// Quiet guard, read late again: the taint goes on after the read, and
+	// promptly.
+	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
+	listed.Store(0)
+	started = time.Now()
+	_, stop = run(slow)
+	n := waitNode(t, c, node, 20*time.Second, "the fallback taint once the quiet guard is read", func(n *corev1.Node) bool { return hasTaint(n, fallbackTaint) })
+	readAt = time.Unix(0, listed.Load())
+	if listed.Load() == 0 {
+		t.Fatalf("the taint went on before the guard was read: %s", describe(n))
+	}
+	tainted := time.Since(readAt)
+	t.Logf("restarted with a quiet guard: guard read %s after the start, taint on within %s of the read", readAt.Sub(started).Round(time.Millisecond), tainted.Round(time.Millisecond))
+	if tainted > 5*time.Second {
+		t.Errorf("the taint came %s after the guard was read, want at once (the read must bring a sync)", tainted)
+	}
+	stop()
+
+	// A guard that cannot be listed holds new taints until it can be.
+	p.set(probes.StatusOK)
+	_, stopOK := startAgent(t, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: []agent.ProbeSpec{{
+		Entry: probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}, Condition: cond,
+	}}, Rules: evictRules, NoExecute: &agent.NoExecuteOptions{
+		Leases: c.CoordinationV1(), Namespace: coordNS, GuardName: fleet.DefaultGuardName,
+		GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
+	}})
+	waitNode(t, c, node, 10*time.Second, "taint off, condition False", func(n *corev1.Node) bool {
+		return noTaint(n) && conditionIs(corev1.ConditionFalse)(n)
+	})
+	stopOK()
+	p.set(probes.StatusProblem)
+	var forbid atomic.Bool
+	forbid.Store(true)
+	w3 := startWatch(t, c, node, getNode(t, c, node).ResourceVersion)
+	_, stop = run(func() error {
+		if forbid.Load() {
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, fleet.DefaultGuardName, errors.New("test"))
+		}
+		return nil
+	})
+	waitNode(t, c, node, 10*time.Second, "condition True", conditionIs(corev1.ConditionTrue))
+	time.Sleep(3 * time.Second)
+	noneTainted(w3, "while the guard cannot be listed")
+	forbid.Store(false)
+	waitNode(t, c, node, 60*time.Second, "the fallback taint once the guard can be listed", func(n *corev1.Node) bool { return hasTaint(n, fallbackTaint) })
+	stop()
 }

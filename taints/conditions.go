@@ -81,7 +81,7 @@ func PlanConditions(in ConditionsInput) ConditionsPlan {
 		p.States[t] = s
 	}
 	for t, f := range in.Faults {
-		p.States[t] = State{Status: f.Status, Reason: f.Reason, Message: f.Message}
+		p.States[t] = State{Status: f.Status, Reason: f.Reason, Message: f.ConditionMessage()}
 		p.FromFault[t] = true
 	}
 	limit(&p, in)

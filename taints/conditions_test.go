@@ -53,13 +53,13 @@ func TestPlanConditions(t *testing.T) {
 			in: ConditionsInput{Damped: map[corev1.NodeConditionType]State{mem: st("False", "Fine", ago(time.Minute))},
 				Faults:    map[corev1.NodeConditionType]faults.Fault{mem: fault},
 				Published: map[corev1.NodeConditionType]Published{mem: {State: st("False", "Fine", ago(time.Hour))}}},
-			want: State{Status: "True", Reason: faults.DefaultReason, Message: "drill", LastTransitionTime: now}, of: mem, fromFault: true,
+			want: State{Status: "True", Reason: faults.DefaultReason, Message: "[fault.selftaint.io/memory] drill", LastTransitionTime: now}, of: mem, fromFault: true,
 		},
 		{
 			name: "a fault holds: its transition time is carried",
 			in: ConditionsInput{Faults: map[corev1.NodeConditionType]faults.Fault{mem: fault},
 				Published: map[corev1.NodeConditionType]Published{mem: {State: st("True", faults.DefaultReason, ago(time.Minute)), Fault: true}}},
-			want: State{Status: "True", Reason: faults.DefaultReason, Message: "drill", LastTransitionTime: ago(time.Minute)}, of: mem, fromFault: true,
+			want: State{Status: "True", Reason: faults.DefaultReason, Message: "[fault.selftaint.io/memory] drill", LastTransitionTime: ago(time.Minute)}, of: mem, fromFault: true,
 		},
 		{
 			name: "a fault ends: back to the damper's state, flipped now",

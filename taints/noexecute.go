@@ -33,6 +33,15 @@ type NoExecuteInput struct {
 	Guard        *fleet.GuardState
 	GuardFresh   bool
 	GuardStaleAt time.Time
+	// GuardUnread: the node follows a guard but has neither read it nor
+	// found that there is none (a Guard read wins) (the agent has just started, the
+	// coordinator's namespace cannot be read, or the guard there cannot be
+	// decoded and no good version was read before). The guard may be
+	// tripped for anything, so it holds every condition's taints that are
+	// not on yet, as a tripped guard would; removals stay free. False for
+	// a node that follows no guard (no NoExecute options), and once the
+	// guard has been read or found absent by a successful read.
+	GuardUnread bool
 	// AliveEvery is how often a holder refreshes its request's liveness
 	// stamp (a third of the grant's TTL).
 	AliveEvery time.Duration
@@ -43,9 +52,13 @@ type Gate struct {
 	// NoExecute: its NoExecute rules' taints may be on (else only their
 	// fallbacks).
 	NoExecute bool
-	// Hold: the disruption guard is tripped for it here: none of its
-	// taints that is not already on the Node is added.
+	// Hold: the disruption guard is tripped for it here, or has not been
+	// read yet: none of its taints that is not already on the Node is
+	// added.
 	Hold bool
+	// Unread: it holds because the guard has not been read yet
+	// (NoExecuteInput.GuardUnread), not because it is tripped.
+	Unread bool
 	// Reason and Message say why a NoExecute rule that applies is at its
 	// fallback (empty when none is).
 	Reason, Message string
@@ -61,15 +74,19 @@ type NoExecuteVerdict struct {
 // PlanGates decides each condition's gate: NoExecute only while the node
 // holds a grant, the guard is fresh and not tripped for the condition in
 // the node's zone, and the condition is not flapping; the guard, fresh or
-// not (its last state is kept), holds what it trips. statuses are the
-// conditions decided now.
+// not (its last state is kept), holds what it trips, and a guard not read
+// yet (GuardUnread) holds every condition (it judges each condition a rule
+// taints for). statuses are the conditions decided now.
 func PlanGates(rules []Rule, statuses map[corev1.NodeConditionType]corev1.ConditionStatus, flapping map[corev1.NodeConditionType]bool, zone string, ne NoExecuteInput) map[corev1.NodeConditionType]Gate {
 	gates := map[corev1.NodeConditionType]Gate{}
 	for c, rs := range RulesByCondition(rules) {
 		var g Gate
 		var why string
-		if ne.Guard != nil {
+		switch {
+		case ne.Guard != nil:
 			g.Hold, why = ne.Guard.Tripped(c, zone)
+		case ne.GuardUnread:
+			g.Hold, g.Unread = true, true
 		}
 		g.NoExecute = ne.Granted && ne.GuardFresh && !g.Hold && !flapping[c]
 		if s, ok := statuses[c]; ok && !g.NoExecute && noExecuteApplies(rs, s) {

@@ -1,6 +1,7 @@
 package taints
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,12 @@ func TestPlanGates(t *testing.T) {
 			wantHold: map[corev1.NodeConditionType]bool{"GPU": true}, wantReason: ReasonNoExecuteSuspended, wantMsg: `zone "a"`},
 		{name: "guard tripped in another zone", statuses: sick, zone: "b", ne: NoExecuteInput{Granted: true, Guard: guard("GPU", "a"), GuardFresh: true}, wantNE: true},
 		{name: "healthy: no reason even without a grant", statuses: statuses{"GPU": corev1.ConditionFalse}, ne: NoExecuteInput{}},
+		{name: "guard not read yet: every condition held, suspended", statuses: sick, ne: NoExecuteInput{Granted: true, GuardUnread: true},
+			wantHold: map[corev1.NodeConditionType]bool{"GPU": true, "Mem": true}, wantReason: ReasonNoExecuteSuspended, wantMsg: "never been read"},
+		{name: "guard not read yet, healthy: held all the same, no reason", statuses: statuses{"GPU": corev1.ConditionFalse}, ne: NoExecuteInput{GuardUnread: true},
+			wantHold: map[corev1.NodeConditionType]bool{"GPU": true, "Mem": true}},
+		{name: "a guard read wins over unread", statuses: sick, ne: NoExecuteInput{Granted: true, GuardUnread: true, Guard: quiet, GuardFresh: true}, wantNE: true},
+		{name: "guard read and absent: nothing held", statuses: sick, ne: NoExecuteInput{Granted: true}, wantReason: ReasonNoExecuteSuspended, wantMsg: "never been read"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +135,66 @@ func TestPlanRequest(t *testing.T) {
 			}
 			if due := AliveDue(tt.node, tt.in, tt.now); !due.Equal(tt.wantDue) {
 				t.Errorf("AliveDue = %v, want %v", due, tt.wantDue)
+			}
+		})
+	}
+}
+
+// TestGuardUnreadHoldsAdditions: until the node has read the guard (or
+// found there is none), no taint of a condition the guard judges is added,
+// those on stay, and removals are free; an agent that follows no guard, or
+// has found none, adds as ever.
+func TestGuardUnreadHoldsAdditions(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	mem := corev1.Taint{Key: "selftaint.io/mem", Effect: corev1.TaintEffectNoSchedule}
+	gpu := corev1.Taint{Key: "selftaint.io/gpu", Effect: corev1.TaintEffectNoExecute}
+	gpuFallback := corev1.Taint{Key: gpu.Key, Effect: corev1.TaintEffectNoSchedule}
+	rules := []Rule{
+		{Condition: "Mem", Status: corev1.ConditionTrue, Taint: mem},
+		{Condition: "GPU", Status: corev1.ConditionTrue, Taint: gpu, Fallback: corev1.TaintEffectNoSchedule},
+	}
+	type statuses = map[corev1.NodeConditionType]corev1.ConditionStatus
+	T, F := corev1.ConditionTrue, corev1.ConditionFalse
+	unread := NoExecuteInput{GuardUnread: true}
+	quiet := NoExecuteInput{Guard: &fleet.GuardState{RenewTime: t0}, GuardFresh: true}
+	memTripped := NoExecuteInput{GuardFresh: true, Guard: &fleet.GuardState{RenewTime: t0, Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{
+		"Mem": {fleet.FleetScope: {Tripped: true, Since: t0, Unhealthy: 6, Nodes: 10}},
+	}}}
+	tests := []struct {
+		name     string
+		ne       NoExecuteInput
+		statuses statuses
+		present  []corev1.Taint
+		want     []corev1.Taint
+		wantHeld []corev1.Taint
+	}{
+		{name: "not read: nothing new added", ne: unread, statuses: statuses{"Mem": T, "GPU": T},
+			wantHeld: []corev1.Taint{gpuFallback, mem}},
+		{name: "not read: what is on stays", ne: unread, statuses: statuses{"Mem": T, "GPU": T}, present: []corev1.Taint{mem},
+			want: []corev1.Taint{mem}, wantHeld: []corev1.Taint{gpuFallback}},
+		{name: "not read: removal is free", ne: unread, statuses: statuses{"Mem": F, "GPU": F}, present: []corev1.Taint{mem, gpuFallback}},
+		{name: "no guard followed (no NoExecute options): added", ne: NoExecuteInput{}, statuses: statuses{"Mem": T, "GPU": T},
+			want: []corev1.Taint{gpuFallback, mem}},
+		{name: "read and found absent: added", ne: NoExecuteInput{GuardFresh: false}, statuses: statuses{"Mem": T, "GPU": T},
+			want: []corev1.Taint{gpuFallback, mem}},
+		{name: "read, quiet: added", ne: quiet, statuses: statuses{"Mem": T, "GPU": T},
+			want: []corev1.Taint{gpuFallback, mem}},
+		{name: "read, tripped for Mem: Mem held, GPU added", ne: memTripped, statuses: statuses{"Mem": T, "GPU": T},
+			want: []corev1.Taint{gpuFallback}, wantHeld: []corev1.Taint{mem}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gates := PlanGates(rules, tt.statuses, nil, "", tt.ne)
+			present := map[TaintID]bool{}
+			for _, p := range tt.present {
+				present[IDOf(p)] = true
+			}
+			got, held := Desired(rules, tt.statuses, gates, present)
+			if !slices.Equal(got, tt.want) && len(got)+len(tt.want) > 0 {
+				t.Errorf("desired = %v, want %v", got, tt.want)
+			}
+			if !slices.Equal(held, tt.wantHeld) && len(held)+len(tt.wantHeld) > 0 {
+				t.Errorf("held = %v, want %v", held, tt.wantHeld)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/taints/faults"
 )
 
 // TestFaultHelpListsTheRegistry checks that `selftaint fault --help` and
@@ -36,4 +37,11 @@ func TestFaultHelpListsTheRegistry(t *testing.T) {
 	if got := conditionFlagUsage(reg); !strings.Contains(got, "network, fake)") {
 		t.Errorf("conditionFlagUsage with a fake probe = %q, want it named", got)
 	}
+}
+
+// faultMessage reports whether a condition message is a fault's message
+// msg behind its mark ("[fault.selftaint.io/<target>] msg").
+func faultMessage(got, msg string) bool {
+	_, marked := faults.MarkedBy(got)
+	return marked && strings.HasSuffix(got, "] "+msg)
 }

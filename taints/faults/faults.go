@@ -128,10 +128,43 @@ type Fault struct {
 	InjectedBy string
 }
 
-// State is the condition state the fault publishes; the caller decides its
-// transition time.
+// State is the condition state the fault publishes (its message marked,
+// ConditionMessage); the caller decides its transition time.
 func (f Fault) State() (status corev1.ConditionStatus, reason, message string) {
-	return f.Status, f.Reason, f.Message
+	return f.Status, f.Reason, f.ConditionMessage()
+}
+
+// ConditionMessage is the message of the condition the fault sets: its
+// message behind a mark naming its annotation, "[fault.selftaint.io/memory]
+// drill". The mark opens the message, so no cap on its length cuts it,
+// and it is written with the condition itself: an agent that starts after
+// the fault is gone still knows that a fault set the condition (SetByFault),
+// whatever its reason.
+func (f Fault) ConditionMessage() string { return "[" + f.Key + "] " + f.Message }
+
+// MarkedBy returns the fault annotation key named by the mark opening a
+// condition message (ConditionMessage), and whether there is one.
+func MarkedBy(message string) (string, bool) {
+	rest, ok := strings.CutPrefix(message, "["+AnnotationPrefix)
+	if !ok {
+		return "", false
+	}
+	target, _, ok := strings.Cut(rest, "] ")
+	if !ok || target == "" || strings.ContainsAny(target, "[]") {
+		return "", false
+	}
+	return AnnotationKey(target), true
+}
+
+// SetByFault reports whether a condition found on the Node when an agent
+// starts was set by a fault rather than by its probe: its message carries
+// a fault's mark (ConditionMessage), or its reason is DefaultReason (all an
+// older agent's faults left to tell). Such a condition says nothing about
+// the machine: the probe decides it afresh, whether or not the fault is
+// still there (one still there applies again by its annotation).
+func SetByFault(c corev1.NodeCondition) bool {
+	_, marked := MarkedBy(c.Message)
+	return marked || c.Reason == DefaultReason
 }
 
 // Rejection is a fault annotation that is ignored, and why.

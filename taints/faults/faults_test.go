@@ -416,3 +416,50 @@ func TestWrittenAt(t *testing.T) {
 		t.Errorf("WrittenTime for another value = %s, want zero", got)
 	}
 }
+
+// TestSetByFault: the condition an agent finds on its Node at start-up is
+// a fault's, not its probe's, when its message carries a fault's mark
+// (whatever the reason, whether or not the fault is still there) or it has
+// the default fault reason; a probe's words, even ones that look alike,
+// are the probe's. The mark survives the cap on a message's length.
+func TestSetByFault(t *testing.T) {
+	f := faults.Fault{Key: faults.AnnotationKey("memory"), Condition: "SelftaintMemoryPressure", Status: corev1.ConditionTrue,
+		Reason: "ChaosDrill", Message: "pretend memory is short"}
+	long := f
+	long.Message = strings.Repeat("x", 2000)
+	cond := func(reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: f.Condition, Status: corev1.ConditionTrue, Reason: reason, Message: message}
+	}
+	truncate := func(s string, n int) string { return s[:n-3] + "..." }
+	tests := []struct {
+		name    string
+		c       corev1.NodeCondition
+		want    bool
+		wantKey string
+	}{
+		{name: "a fault with a custom reason, marked", c: cond("ChaosDrill", f.ConditionMessage()), want: true, wantKey: f.Key},
+		{name: "marked, message capped", c: cond("ChaosDrill", truncate(long.ConditionMessage(), 1024)), want: true, wantKey: f.Key},
+		{name: "marked, by a probe-name target", c: cond("X", "[fault.selftaint.io/custom-C] drill"), want: true, wantKey: "fault.selftaint.io/custom-C"},
+		{name: "marked, empty message", c: cond("X", "[fault.selftaint.io/memory] "), want: true, wantKey: f.Key},
+		{name: "the default reason, unmarked (an older agent)", c: cond(faults.DefaultReason, "drill"), want: true},
+		{name: "a probe's finding", c: cond("MemoryLow", "available 3% of 64Gi")},
+		{name: "a probe's finding that names the annotation later", c: cond("MemoryLow", "see [fault.selftaint.io/memory] drill")},
+		{name: "another bracketed prefix", c: cond("MemoryLow", "[kernel] oom-killer invoked")},
+		{name: "the prefix without the closing bracket", c: cond("MemoryLow", "[fault.selftaint.io/memory drill")},
+		{name: "no target", c: cond("MemoryLow", "[fault.selftaint.io/] drill")},
+		{name: "the custom reason of a fault, unmarked (an older agent): not known", c: cond("ChaosDrill", "pretend memory is short")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := faults.SetByFault(tt.c); got != tt.want {
+				t.Errorf("SetByFault(%q, %q) = %v, want %v", tt.c.Reason, tt.c.Message, got, tt.want)
+			}
+			if key, ok := faults.MarkedBy(tt.c.Message); key != tt.wantKey || ok != (tt.wantKey != "") {
+				t.Errorf("MarkedBy(%q) = %q, %v; want %q", tt.c.Message, key, ok, tt.wantKey)
+			}
+		})
+	}
+	if _, _, msg := f.State(); msg != "[fault.selftaint.io/memory] pretend memory is short" {
+		t.Errorf("the fault's condition message = %q, want its message behind the mark", msg)
+	}
+}

@@ -71,9 +71,19 @@ const minTTL = time.Second
 // counts, per node:
 //   - a live grant (held by the node, renewed less than a GrantTTL ago)
 //     that is not released now;
-//   - a NoExecute taint on the node without a live grant, until this
-//     leader has seen it so for a GrantTTL (Memory.Uncovered); then it is
-//     abandoned, and told once (Memory.Abandoned);
+//   - a NoExecute taint on a node whose grant was released (its Lease is
+//     there, holder cleared), for as long as the taint is on: its agent
+//     may be dead (it stopped refreshing its liveness stamp, or its node
+//     went NotReady), and nothing but its agent, a person or the Node's
+//     deletion lifts it. The released Lease is the record that the
+//     coordinator granted that taint, so it is kept while the taint is on
+//     (a new leader counts it too). Passing the slot on after a TTL would
+//     let budget + dead nodes carry NoExecute at once;
+//   - a NoExecute taint on the node without a live grant and without a
+//     released one (never granted by this coordinator: put on by hand, or
+//     left from before its Lease was deleted), until this leader has seen
+//     it so for a GrantTTL (Memory.Uncovered); then it is abandoned, and
+//     told once (Memory.Abandoned);
 //   - a released grant (now or before) of a node that still asks, until
 //     the grant's Renewed + GrantTTL: Granted lets an agent that has not
 //     seen the release apply NoExecute until then, and the coordinator may
@@ -89,8 +99,9 @@ const minTTL = time.Second
 // A node may be released and granted again in one decision (in Release and
 // in Grant): the new grant replaces the released one. A released grant's
 // Lease is deleted once its start has left the RateWindow and, while its
-// node exists, its Renewed + GrantTTL has passed (so that the third rule
-// above still holds after this decision).
+// node exists, its Renewed + GrantTTL has passed (so that the last rule
+// above still holds after this decision) and the node carries no NoExecute
+// taint (the second rule).
 //
 // Where the inputs are odd, Decide errs toward fewer NoExecute taints: an
 // invalid budget or a TTL under a second gives budget 0; a grant renewed in
@@ -300,7 +311,7 @@ func (d *decider) release(g Grant, reason, why string) {
 	if reason == ReleaseNoLongerAsks {
 		return
 	}
-	msg := "a NoExecute taint still on it counts against the fleet's budget until it is removed or abandoned"
+	msg := "a NoExecute taint still on it counts against the fleet's budget for as long as it is on (until its agent lifts it, someone removes it, or the Node is deleted)"
 	if reason == ReleaseNodeDeleted {
 		msg = "nothing of it counts against the budget any more"
 	}
@@ -317,11 +328,27 @@ func (d *decider) countOccupancy() {
 			d.occupied[name] = true
 			continue
 		}
+		if n.CarriesNoExecute && d.grantedBefore(name) {
+			// Counted while the taint is on, whether or not its agent
+			// lives (see Decide).
+			d.occupied[name] = true
+			continue
+		}
 		if n.CarriesNoExecute {
 			d.uncovered(n)
 		}
 		d.lingering(n)
 	}
+}
+
+// grantedBefore reports whether node holds a released grant: released in
+// this decision or before (its Lease is there, holder cleared).
+func (d *decider) grantedBefore(node string) bool {
+	if _, ok := d.released[node]; ok {
+		return true
+	}
+	_, ok := d.freed[node]
+	return ok
 }
 
 // uncovered judges a NoExecute taint on n without a live grant: it counts
@@ -521,8 +548,15 @@ func (d *decider) deleteReleased() {
 		if d.granted[g.Node] || (g.Holder != "" && !releasedNow) {
 			continue
 		}
+		n := d.nodes[g.Node]
+		if n != nil && n.CarriesNoExecute {
+			// The record that this coordinator granted the taint on it:
+			// kept while it is on (a change of the Node brings the next
+			// decision).
+			continue
+		}
 		until := g.Acquired.Add(RateWindow)
-		if d.nodes[g.Node] != nil {
+		if n != nil {
 			until = latest(until, g.Renewed.Add(d.ttl))
 		}
 		if g.Holder == "" && !d.now.Before(until) {

@@ -494,7 +494,9 @@ func TestDecideRelease(t *testing.T) {
 			nodes:       []Node{mk("n", "x", carries)},
 			grants:      []Grant{held("n", "x", -30*s, 0)},
 			wantRelease: map[string]string{"n": ReleaseNoLongerAsks},
-			wantHeld:    1, wantBudget: 2, wantNext: 60 * s,
+			// Counted while the taint is on: a change of the Node brings
+			// the next decision.
+			wantHeld: 1, wantBudget: 2, wantNext: time.Hour,
 		},
 		{
 			name:        "expired (a leader gap), then granted again as a waiting node",
@@ -744,6 +746,7 @@ type step struct {
 	grants    []Grant
 
 	wantGrant     []string
+	wantDelete    []string
 	wantHeld      int
 	wantUncovered time.Duration // nothing: none for node "c"
 	wantEvents    []string
@@ -774,20 +777,33 @@ func TestUncovered(t *testing.T) {
 	runSteps(t, testConfig(), steps)
 }
 
-func TestNotReadyTaintCountsUntilAbandoned(t *testing.T) {
+// TestReleasedTaintCountsWhileOn: a holder goes NotReady (or its agent
+// dies) with its NoExecute taint on; its grant is released, but the taint
+// counts against the budget for as long as it is on, also for a new
+// leader, and its released Lease (the record of the grant) is kept
+// meanwhile: the waiting node is granted only once the taint is gone.
+func TestReleasedTaintCountsWhileOn(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxNoExecute = intstr.FromInt32(1)
 	n := func(opts ...nodeOpt) []Node {
 		return []Node{mk("c", "x", append(opts, asks(-time.Hour), aliveSeen(0))...), mk("w", "y", asks(0))}
 	}
+	released := []Grant{freed("c", "x", -time.Hour, 0)}
 	steps := []step{
 		{at: 0, nodes: n(carries), grants: []Grant{held("c", "x", -time.Hour, 0)}, wantHeld: 1, wantUncovered: nothing, wantNext: 20 * s},
 		{at: 10 * s, nodes: n(carries, notReady), grants: []Grant{held("c", "x", -time.Hour, 0)},
-			wantHeld: 1, wantUncovered: 10 * s, wantNext: 60 * s, wantEvents: []string{"c/NoExecuteGrantReleased!"}},
-		{at: 69 * s, nodes: n(carries, notReady), grants: []Grant{freed("c", "x", -time.Hour, 0)}, wantHeld: 1, wantUncovered: 10 * s, wantNext: 70 * s},
-		{at: 70 * s, nodes: n(carries, notReady), grants: []Grant{freed("c", "x", -time.Hour, 0)},
-			wantGrant: []string{"w"}, wantHeld: 1, wantUncovered: 10 * s, wantNext: 90 * s,
-			wantEvents: []string{"c/NoExecuteTaintAbandoned!"}},
+			wantHeld: 1, wantUncovered: nothing, wantNext: time.Hour, wantEvents: []string{"c/NoExecuteGrantReleased!"}},
+		{at: 70 * s, nodes: n(carries, notReady), grants: released, wantHeld: 1, wantUncovered: nothing, wantNext: time.Hour},
+		{at: 30 * time.Minute, nodes: n(carries, notReady), grants: released, wantHeld: 1, wantUncovered: nothing, wantNext: time.Hour},
+		{at: 31 * time.Minute, newLeader: true, nodes: n(carries, notReady), grants: released, wantHeld: 1, wantUncovered: nothing, wantNext: time.Hour},
+		// Ready again, its agent alive, still asking: it waits like w
+		// (its agent, with no grant, lifts the taint).
+		{at: 32 * time.Minute, nodes: n(carries), grants: released, wantHeld: 1, wantUncovered: nothing, wantNext: time.Hour},
+		// The taint is lifted: the slot passes on, in the order they
+		// asked (c first), and c's old Lease is its new grant's.
+		{at: 33 * time.Minute, nodes: n(), grants: released, wantGrant: []string{"c"}, wantHeld: 1, wantUncovered: nothing, wantNext: 33*time.Minute + 20*s},
+		// Or NotReady when lifted: w gets the slot, and c's Lease goes.
+		{at: 34 * time.Minute, nodes: n(notReady), grants: released, wantGrant: []string{"w"}, wantDelete: []string{"c"}, wantHeld: 1, wantUncovered: nothing, wantNext: 34*time.Minute + 20*s},
 	}
 	runSteps(t, cfg, steps)
 }
@@ -804,6 +820,9 @@ func runSteps(t *testing.T, cfg Config, steps []step) {
 		name := fmt.Sprintf("at %v", st.at)
 		if !slices.Equal(d.Grant, st.wantGrant) {
 			t.Errorf("%s: Grant: got %q, want %q", name, d.Grant, st.wantGrant)
+		}
+		if !slices.Equal(d.Delete, st.wantDelete) {
+			t.Errorf("%s: Delete: got %q, want %q", name, d.Delete, st.wantDelete)
 		}
 		if got, want := d.Held, st.wantHeld; got != want {
 			t.Errorf("%s: Held: got %d, want %d", name, got, want)

@@ -371,7 +371,9 @@ type GPUProbe struct {
 	IgnoreSlowdown bool `json:"ignoreSlowdown,omitempty"`
 	// ExpectedGPUs is how many GPUs the node has. 0 (default): the NVIDIA
 	// GPUs on its PCI bus (display and 3D controllers of vendor 0x10de not
-	// handed to another driver such as vfio-pci).
+	// handed to another driver such as vfio-pci). When set it is the whole
+	// baseline and wins over the PCI bus: an operator who accepts a dead GPU
+	// sets it one lower (the bus then only names which GPU is missing).
 	ExpectedGPUs int `json:"expectedGPUs"`
 	// Sustained are the limits of signals judged over a window.
 	Sustained GPUSustained `json:"sustained"`

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/taints"
@@ -170,6 +171,9 @@ func TestVirtualNodeNoExecuteFault(t *testing.T) {
 	kc := "--kubeconfig=" + cp.KubeconfigPath
 	createNamespace(t, c, virtualNS)
 	createNamespace(t, c, explainNS)
+	// The in-process coordinator's grants, guard and leader Lease (the
+	// default namespace, which deploy/ creates).
+	createNamespace(t, c, config.DefaultCoordinatorNamespace)
 	waitForTaintEviction(t, cp)
 
 	const memTaint = "selftaint.io/memory-pressure"

@@ -375,8 +375,8 @@ func TestNPDConditionUpdates(t *testing.T) {
 			b, setB := stateScript(t, dir, "b")
 			clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 			p := newTestProbe(t, Options{Clock: clock}, Condition{Type: "C", Reason: "Up", Message: "up", NPD: tt.npd, MessageUpdates: tt.msgUpdate, Rules: []Rule{
-				{Reason: "RA", Path: a, Interval: time.Second, Timeout: 500 * time.Millisecond},
-				{Reason: "RB", Path: b, Interval: time.Second, Timeout: 500 * time.Millisecond},
+				{Reason: "RA", Path: a, Interval: time.Second, Timeout: 5 * time.Second},
+				{Reason: "RB", Path: b, Interval: time.Second, Timeout: 5 * time.Second},
 			}})
 			for i, s := range tt.steps {
 				setA(s.a, s.msg)
@@ -409,10 +409,10 @@ func TestEventsRulePacing(t *testing.T) {
 	other, setOther := stateScript(t, dir, "other")
 	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	p := newTestProbe(t, Options{Clock: clock}, Condition{Type: "C", Reason: "Up", NPD: true,
-		Rules: []Rule{{Reason: "Down", Path: ok, Interval: time.Second, Timeout: 500 * time.Millisecond}},
+		Rules: []Rule{{Reason: "Down", Path: ok, Interval: time.Second, Timeout: 5 * time.Second}},
 		Events: []Rule{
-			{Reason: "Flaky", Path: flaky, Interval: time.Second, Timeout: 500 * time.Millisecond},
-			{Reason: "Other", Path: other, Interval: time.Second, Timeout: 500 * time.Millisecond},
+			{Reason: "Flaky", Path: flaky, Interval: time.Second, Timeout: 5 * time.Second},
+			{Reason: "Other", Path: other, Interval: time.Second, Timeout: 5 * time.Second},
 		},
 	})
 	probe := func() []probes.Event {
@@ -466,7 +466,7 @@ func TestEventsOnlyOnceARunEnds(t *testing.T) {
 	slow := writeScript(t, dir, "slow.sh", fmt.Sprintf("while [ ! -e %s/go ]; do sleep 0.01; done\necho 'found it'\nexit 1\n", dir))
 	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	p := newTestProbe(t, Options{Clock: clock}, Condition{Type: "C", Reason: "Up", NPD: true,
-		Rules:  []Rule{{Reason: "Down", Path: ok, Interval: time.Second, Timeout: 500 * time.Millisecond}},
+		Rules:  []Rule{{Reason: "Down", Path: ok, Interval: time.Second, Timeout: 5 * time.Second}},
 		Events: []Rule{{Reason: "Slow", Path: slow, Interval: time.Second, Timeout: time.Hour}},
 	})
 	done := make(chan probes.Result)

@@ -67,7 +67,11 @@ func runAgent(t *testing.T, client kubernetes.Interface, node string, p probes.P
 		NodeName: node,
 		Client:   client.CoreV1(),
 		Probes: []agent.ProbeSpec{{
-			Entry:     probes.Entry{Probe: p, Interval: o.interval, Timeout: o.interval / 2},
+			// The test probes answer at once: a timeout just below the
+			// interval (as in every test here) is only hit when a loaded
+			// machine does not schedule the probe's goroutine for that
+			// long, which would turn the condition Unknown mid-test.
+			Entry:     probes.Entry{Probe: p, Interval: o.interval, Timeout: o.interval * 9 / 10},
 			Condition: cond,
 			Damping:   o.damping,
 		}},
@@ -276,7 +280,8 @@ func flipAndCheck(t *testing.T, c kubernetes.Interface, node string, p *switchPr
 // moves only on flips, and another writer's taint and condition survive
 // every update.
 func TestDampedFlipAndForeignSurvival(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "flip"
 	created := cp.CreateNode(t, node, withForeign)
@@ -322,7 +327,8 @@ func TestDampedFlipAndForeignSurvival(t *testing.T) {
 // and the agent must re-read), then deletes the agent's taint while its
 // condition holds and expects it back with an Event saying why.
 func TestConcurrentForeignTaintAndRestore(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "race"
 	created := cp.CreateNode(t, node, withForeign)
@@ -390,7 +396,8 @@ func TestConcurrentForeignTaintAndRestore(t *testing.T) {
 // lastTransitionTime survives, and that a restart with the problem gone still
 // waits clearAfter before lifting the taint.
 func TestRestartKeepsTaint(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "restart"
 	cp.CreateNode(t, node, withForeign)
@@ -439,6 +446,7 @@ func TestRestartKeepsTaint(t *testing.T) {
 // restart.
 func TestAPIServerOutage(t *testing.T) {
 	testcp.SkipIfShort(t, "takes over 20 s")
+	t.Parallel() // on a control plane of its own: it stops that API server
 	cp := testcp.Start(t, testcp.Options{})
 	const node = "outage"
 	cp.CreateNode(t, node, withForeign)
@@ -488,7 +496,8 @@ func settledStats(t *testing.T, a *agent.Agent) agent.Stats {
 // TestNoWritesWhenNothingChanges checks the agent is silent between
 // heartbeats: probes keep running, the Node sees no update.
 func TestNoWritesWhenNothingChanges(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "quiet"
 	cp.CreateNode(t, node, withForeign)

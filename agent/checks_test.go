@@ -90,7 +90,8 @@ func TestNPDChecksOnTheNode(t *testing.T) {
 		t.Fatalf("%d probe specs from the NPD config, want %d", len(specs), len(checks))
 	}
 
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	cp.CreateNode(t, "npd", nil)
 	own := newSwitchProbe(probes.StatusOK)
@@ -216,7 +217,8 @@ exit "$code"
 		t.Errorf("Entry every %v within %v, want every 10s (the file's invoke_interval) within 9s", e.Interval, e.Timeout)
 	}
 
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	cp.CreateNode(t, "npd-kubelet", nil)
 	w := startWatch(t, c, "npd-kubelet", getNode(t, c, "npd-kubelet").ResourceVersion)
@@ -287,7 +289,8 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 	writeFile(t, npdPath, npd)
 	specs := checkSpecs(t, "checks:\n  npdConfigs: ["+npdPath+"]\n")
 
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "npd-events"
 	cp.CreateNode(t, node, nil)
@@ -355,9 +358,9 @@ func TestNPDTemporaryOnlyFilesOnTheNode(t *testing.T) {
 	if e := specs[0].Entry; e.Interval != 24*time.Hour {
 		t.Errorf("iptables-mode-monitor.json's probe runs every %v, want the file's 86400s", e.Interval)
 	}
-	t.Chdir(root)
+	t.Chdir(root) // so not parallel: the working directory is the process's
 
-	cp := testcp.Start(t, testcp.Options{})
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "npd-temporary"
 	cp.CreateNode(t, node, func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{initTaint} })
@@ -477,7 +480,8 @@ func TestNPDMessageUpdatesOnTheNode(t *testing.T) {
 		t.Fatalf("got message updates %v, want %v", updates, want)
 	}
 
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "npd-messages"
 	cp.CreateNode(t, node, nil)

@@ -40,7 +40,7 @@ type namedProbe struct {
 func (p namedProbe) Name() string { return p.name }
 
 func probeSpec(p probes.Probe, c corev1.NodeConditionType, d taints.Damping) agent.ProbeSpec {
-	return agent.ProbeSpec{Entry: probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}, Condition: c, Damping: d}
+	return agent.ProbeSpec{Entry: probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 90 * time.Millisecond}, Condition: c, Damping: d}
 }
 
 const foreignAnnotation = "example.com/owner"
@@ -117,7 +117,8 @@ func waitEvent(t *testing.T, c kubernetes.Interface, node, reason string, timeou
 // and the annotation goes, with nobody acting. Another writer's annotation,
 // taint and condition survive every update.
 func TestFaultInjectAndExpire(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "faulted"
 	created := cp.CreateNode(t, node, withForeignAnnotation)
@@ -196,7 +197,8 @@ func TestFaultInjectAndExpire(t *testing.T) {
 // and the problem, left in place, and the valid fault still applies. An
 // agent with faults disabled rejects every fault and applies none.
 func TestFaultRejections(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "rejecting"
 	cp.CreateNode(t, node, withForeignAnnotation)
@@ -315,7 +317,8 @@ func TestFaultRejections(t *testing.T) {
 // agent is about to remove the expired one: the removal's JSON patch tests
 // the old value, fails, and the new fault stays and applies.
 func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "reinjected"
 	cp.CreateNode(t, node, withForeignAnnotation)
@@ -374,7 +377,8 @@ func TestFaultReinjectedBeforeRemovalIsKept(t *testing.T) {
 // it until the fault has expired: the next agent recognises the fault it
 // applied, removes it instead of rejecting it, and the condition clears.
 func TestFaultSurvivesRestartAndExpiresWhileDown(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "restarted"
 	cp.CreateNode(t, node, withForeignAnnotation)
@@ -433,7 +437,8 @@ func TestFaultSurvivesRestartAndExpiresWhileDown(t *testing.T) {
 // from injectedAt and from the annotation's managed-fields time, and no
 // watched version of the Node shows either condition faulted or our taint.
 func TestRejectedFaultStaysRejectedAfterRestart(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "rejected-restart"
 	cp.CreateNode(t, node, withForeignAnnotation)
@@ -516,7 +521,8 @@ func TestRejectedFaultStaysRejectedAfterRestart(t *testing.T) {
 // injectedAt): the restarted agent does not adopt it, rejects it with an
 // Event, leaves the annotation, and the condition follows the probe again.
 func TestAppliedFaultRejudgedAfterRestart(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "rejudged"
 	cp.CreateNode(t, node, withForeignAnnotation)
@@ -562,7 +568,8 @@ func TestAppliedFaultRejudgedAfterRestart(t *testing.T) {
 // finding (which would hold it True for the probe's clearAfter, an hour
 // here): the healthy probe's first verdict clears it and its taint at once.
 func TestFaultClearedWhileDownIsNotAdopted(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "cleared-while-down"
 	cp.CreateNode(t, node, withForeignAnnotation)

@@ -148,7 +148,8 @@ var gpuFailureTaint = corev1.Taint{Key: "selftaint.io/gpu-failure", Effect: core
 // stays True, and both clear only once the driver's recovery action, set
 // across the restart, goes back to none (the reset observed).
 func TestGPUFailureSurvivesRestart(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "gpu-restart"
 	cp.CreateNode(t, node, withForeign)
@@ -210,7 +211,8 @@ func TestGPUFailureSurvivesRestart(t *testing.T) {
 // GPU reads healthy. The taint stays well past clearAfter, on every
 // version of the Node, until an operator clears the GPU.
 func TestGPUXidHeldAcrossRestartUntilCleared(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "gpu-clear"
 	cp.CreateNode(t, node, withForeign)
@@ -263,7 +265,8 @@ func TestGPUXidHeldAcrossRestartUntilCleared(t *testing.T) {
 // the GPU condition is not lifted, and the agent still stops at once (the
 // inventory no longer sits in an NVML call that never returns).
 func TestGPUInventoryHeldWhileNVMLHangs(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "gpu-hung-inventory"
 	cp.CreateNode(t, node, withForeign)

@@ -96,6 +96,7 @@ func capacityOf(n *corev1.Node, r corev1.ResourceName) (capacity, allocatable st
 // writer is asserted again; when the FPGA disappears, the resource, taint
 // and label go; the other writer's resource is never touched.
 func TestHardwareResourcesTaintAndScheduling(t *testing.T) {
+	t.Parallel() // on a control plane of its own, with the scheduler and the admission plugin
 	cp := testcp.Start(t, testcp.Options{Scheduler: true, APIServerArgs: []string{"--enable-admission-plugins=ExtendedResourceToleration"}})
 	c := cp.Client()
 	for _, name := range []string{"fpga-node", "plain-node"} {
@@ -261,7 +262,8 @@ func hasEvent(t *testing.T, c kubernetes.Interface, node, reason string) bool {
 // no write to it, a ResourceHeldByOther event; its taint and label still
 // follow the hardware.
 func TestHardwareHeldByOther(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	cp.CreateNode(t, "gpu-node", func(n *corev1.Node) {
 		n.Status.Capacity = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}
@@ -329,7 +331,7 @@ func eventCount(t *testing.T, c kubernetes.Interface, node, reason string) int32
 // a test sees what each status write does to the extended resources.
 func heartbeatProbe() []agent.ProbeSpec {
 	return []agent.ProbeSpec{{
-		Entry:     probes.Entry{Probe: newSwitchProbe(probes.StatusOK), Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond},
+		Entry:     probes.Entry{Probe: newSwitchProbe(probes.StatusOK), Interval: 100 * time.Millisecond, Timeout: 90 * time.Millisecond},
 		Condition: cond,
 	}}
 }
@@ -357,7 +359,8 @@ func checkRegistration(t *testing.T, i int, n *corev1.Node) {
 // The registration capacity and another writer's resource survive every
 // version.
 func TestHardwareYieldsToAnotherWriter(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "yield-node"
 	cp.CreateNode(t, node, schedulable)
@@ -445,7 +448,8 @@ func TestHardwareYieldsToAnotherWriter(t *testing.T) {
 // allocatable, forced); the agent yields and, once they remove their
 // value, advertises its own again.
 func TestHardwareResumesWhenTheOtherWriterRemovesIt(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "resume-node"
 	cp.CreateNode(t, node, schedulable)
@@ -512,7 +516,8 @@ func (f *failingInventory) Inventory(context.Context) ([]agent.Resource, error) 
 // zeroing it meanwhile gets the adopted count asserted again. Only once an
 // inventory succeeds and finds no FPGA does the resource go.
 func TestHardwareKeptWhileInventoryFailsAfterRestart(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "restart-hw"
 	cp.CreateNode(t, node, schedulable)
@@ -574,7 +579,8 @@ func TestHardwareKeptWhileInventoryFailsAfterRestart(t *testing.T) {
 // no other entry has a recorded owner. That is why the agent never just
 // leaves out an entry it alone owns.
 func TestServerSideApplyReleasesOnlyUnownedEntries(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	ctx := t.Context()
 	apply := func(node, manager, value string, force bool) error {

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/agent"
-	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
 )
 
@@ -28,7 +27,8 @@ var (
 // put back and lifted again. The cloud provider's uninitialized taint is
 // reported and never touched.
 func TestUninitializedTaintLifecycle(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	for _, continuous := range []bool{false, true} {
 		name := map[bool]string{false: "bootstrap", true: "continuous"}[continuous]
@@ -93,7 +93,8 @@ func TestUninitializedTaintLifecycle(t *testing.T) {
 // taint gets it while a required condition is unhealthy from the start,
 // and loses it once healthy.
 func TestUninitializedTaintAddedUntilReady(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	cp.CreateNode(t, "late", nil)
 	p := newSwitchProbe(probes.StatusProblem)
@@ -130,26 +131,27 @@ func (p slowProbe) Probe(ctx context.Context) probes.Result {
 // node is initialized: it neither taints the node nor flips the condition
 // to Unknown.
 func TestUninitializedTaintRestartContinuous(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
-	cp.CreateNode(t, "restart", nil)
+	cp.CreateNode(t, "init-restart", nil)
 	in := &agent.InitOptions{Condition: initCond, Taint: initTaint, Continuous: true, Required: []corev1.NodeConditionType{cond}}
 	_, stop := startAgent(t, agent.Options{
-		NodeName: "restart", Client: c.CoreV1(), Init: in,
+		NodeName: "init-restart", Client: c.CoreV1(), Init: in,
 		Probes: []agent.ProbeSpec{{Entry: probes.Entry{Probe: newSwitchProbe(probes.StatusOK), Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond}, Condition: cond}},
 	})
-	waitNode(t, c, "restart", 10*time.Second, "initialized", func(n *corev1.Node) bool {
+	waitNode(t, c, "init-restart", 10*time.Second, "initialized", func(n *corev1.Node) bool {
 		_, done := n.Annotations[agent.InitializedAnnotation]
 		return done && !hasTaint(n, initTaint)
 	})
 	stop()
 
 	startAgent(t, agent.Options{
-		NodeName: "restart", Client: c.CoreV1(), Init: in,
+		NodeName: "init-restart", Client: c.CoreV1(), Init: in,
 		Probes: []agent.ProbeSpec{{Entry: probes.Entry{Probe: slowProbe{3 * time.Second}, Interval: 10 * time.Second, Timeout: 5 * time.Second}, Condition: cond}},
 	})
 	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		n := getNode(t, c, "restart")
+		n := getNode(t, c, "init-restart")
 		if hasTaint(n, initTaint) {
 			t.Fatalf("the restarted agent tainted the node before its first round")
 		}

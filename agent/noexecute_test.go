@@ -23,7 +23,18 @@ import (
 	"github.com/selftaint/selftaint/taints/fleet"
 )
 
-const coordNS = "kube-system"
+// coordNS is the namespace of node's grant and guard: one per test (the
+// tests run in parallel on one control plane, and a guard is a namespace's).
+func coordNS(node string) string { return "fleet-" + node }
+
+// ensureNamespace creates namespace ns unless it exists.
+func ensureNamespace(t *testing.T, c kubernetes.Interface, ns string) {
+	t.Helper()
+	_, err := c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+}
 
 var (
 	evictTaint    = corev1.Taint{Key: "selftaint.io/test-evict", Effect: corev1.TaintEffectNoExecute}
@@ -32,30 +43,31 @@ var (
 )
 
 // startNoExecuteAgent runs an agent for node with a NoExecute rule that
-// reads its grant and the guard in kube-system.
+// reads its grant and the guard in coordNS(node).
 func startNoExecuteAgent(t *testing.T, c kubernetes.Interface, node string, p probes.Probe, limiter taints.LimiterConfig) {
 	t.Helper()
 	startAgent(t, agent.Options{
 		NodeName: node,
 		Client:   c.CoreV1(),
 		Probes: []agent.ProbeSpec{{
-			Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond},
+			Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 90 * time.Millisecond},
 			Condition: cond,
 		}},
 		Rules:   evictRules,
 		Limiter: limiter,
 		NoExecute: &agent.NoExecuteOptions{
-			Leases: c.CoordinationV1(), Namespace: coordNS, GuardName: fleet.DefaultGuardName,
+			Leases: c.CoordinationV1(), Namespace: coordNS(node), GuardName: fleet.DefaultGuardName,
 			GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
 		},
 	})
 }
 
-// writeGuard creates or replaces the guard ConfigMap, renewed now.
-func writeGuard(t *testing.T, c kubernetes.Interface, g fleet.GuardState) {
+// writeGuard creates or replaces node's guard ConfigMap (in coordNS(node)).
+func writeGuard(t *testing.T, c kubernetes.Interface, node string, g fleet.GuardState) {
 	t.Helper()
+	ensureNamespace(t, c, coordNS(node))
 	ctx := context.Background()
-	cms := c.CoreV1().ConfigMaps(coordNS)
+	cms := c.CoreV1().ConfigMaps(coordNS(node))
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultGuardName}, Data: fleet.EncodeGuard(g)}
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err == nil {
 		return
@@ -73,15 +85,17 @@ func trippedFor(c corev1.NodeConditionType) map[corev1.NodeConditionType]map[str
 
 func grantLease(t *testing.T, c kubernetes.Interface, node string, renewed time.Time) {
 	t.Helper()
-	l := fleet.NewGrant(coordNS, node, "", 15*time.Second, renewed)
-	if _, err := c.CoordinationV1().Leases(coordNS).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+	ensureNamespace(t, c, coordNS(node))
+	ensureNamespace(t, c, coordNS(node))
+	l := fleet.NewGrant(coordNS(node), node, "", 15*time.Second, renewed)
+	if _, err := c.CoordinationV1().Leases(coordNS(node)).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("granting %s: %v", node, err)
 	}
 }
 
 func deleteGrant(t *testing.T, c kubernetes.Interface, node string) {
 	t.Helper()
-	if err := c.CoordinationV1().Leases(coordNS).Delete(context.Background(), fleet.GrantName(node), metav1.DeleteOptions{}); err != nil {
+	if err := c.CoordinationV1().Leases(coordNS(node)).Delete(context.Background(), fleet.GrantName(node), metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting the grant of %s: %v", node, err)
 	}
 }
@@ -105,7 +119,8 @@ func request(n *corev1.Node) (fleet.Request, bool) {
 // A watch checks every version of the Node: never NoExecute without the
 // fallback, never NoExecute while no live grant exists.
 func TestNoExecuteNeedsAGrant(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "ne-node"
 	created := cp.CreateNode(t, node, withForeign)
@@ -123,7 +138,7 @@ func TestNoExecuteNeedsAGrant(t *testing.T) {
 	}
 	waitEvent(t, c, node, taints.ReasonNoExecuteSuspended, 10*time.Second, "never been read")
 
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now()})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now()})
 	waitEvent(t, c, node, taints.ReasonNoExecuteWaiting, 10*time.Second, "grant")
 	// Long enough without a grant that a watch failing on the missing
 	// Lease would be deep in its relist backoff.
@@ -146,14 +161,14 @@ func TestNoExecuteNeedsAGrant(t *testing.T) {
 		t.Errorf("NoExecute came %s after the grant", got)
 	}
 
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now(), Conditions: trippedFor(cond)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now(), Conditions: trippedFor(cond)})
 	n = waitNode(t, c, node, 10*time.Second, "NoExecute lifted by the tripped guard", func(n *corev1.Node) bool { return !hasNE(n) })
 	if !hasTaint(n, fallbackTaint) {
 		t.Errorf("the tripped guard lifted the fallback too (it only holds back what is new): %s", describe(n))
 	}
 	waitEvent(t, c, node, taints.ReasonNoExecuteSuspended, 10*time.Second, "disruption guard")
 
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now()})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now()})
 	waitNode(t, c, node, 10*time.Second, "NoExecute back with the guard reset", hasNE)
 
 	deleteGrant(t, c, node)
@@ -188,11 +203,12 @@ func TestNoExecuteNeedsAGrant(t *testing.T) {
 // coordinator died) ends at its TTL, and the agent lifts NoExecute by
 // itself, with no event from anyone.
 func TestNoExecuteGrantExpiresWithoutRenewal(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "ne-expire"
 	cp.CreateNode(t, node, nil)
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Minute)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Minute)})
 	startNoExecuteAgent(t, c, node, newSwitchProbe(probes.StatusProblem), taints.LimiterConfig{})
 	// A grant counts only once the node asks (one seen before might be a
 	// release the agent has not seen yet).
@@ -211,11 +227,12 @@ func TestNoExecuteGrantExpiresWithoutRenewal(t *testing.T) {
 // condition is still published) and an Event says why; a taint already on
 // stays; and taints come off as soon as the condition clears.
 func TestGuardHoldsNewTaintsNotRemovals(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "ne-guard"
 	cp.CreateNode(t, node, nil)
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
 	p := newSwitchProbe(probes.StatusOK)
 	startNoExecuteAgent(t, c, node, p, taints.LimiterConfig{})
 	waitNode(t, c, node, 10*time.Second, "condition False", conditionIs(corev1.ConditionFalse))
@@ -228,11 +245,11 @@ func TestGuardHoldsNewTaintsNotRemovals(t *testing.T) {
 	}
 
 	// Reset: the condition still holds, so its taint follows now.
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
 	waitNode(t, c, node, 10*time.Second, "fallback taint after the reset", func(n *corev1.Node) bool { return hasTaint(n, fallbackTaint) })
 
 	// Tripped again: what is on stays; clearing is never held.
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
 	time.Sleep(time.Second)
 	if n := getNode(t, c, node); !hasTaint(n, fallbackTaint) {
 		t.Fatalf("the guard lifted a taint already on: %s", describe(n))
@@ -248,7 +265,8 @@ func TestGuardHoldsNewTaintsNotRemovals(t *testing.T) {
 // minutes), the condition says Flapping, and after the probe settles the
 // taint comes off once the cool-down has passed.
 func TestFlappingProbeStaysWithinTheBucket(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "flapper"
 	created := cp.CreateNode(t, node, withForeign)
@@ -350,11 +368,12 @@ func taintChanges(versions []*corev1.Node) int {
 // released and given away (the agent has not seen the release yet), so it
 // is not honoured; a renewal seen after the request is.
 func TestGrantSeenBeforeTheRequestIsNotHonoured(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "ne-stale"
 	cp.CreateNode(t, node, nil)
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
 	grantLease(t, c, node, time.Now())
 	p := newSwitchProbe(probes.StatusOK)
 	startNoExecuteAgent(t, c, node, p, taints.LimiterConfig{})
@@ -365,7 +384,7 @@ func TestGrantSeenBeforeTheRequestIsNotHonoured(t *testing.T) {
 	if n := getNode(t, c, node); hasTaint(n, evictTaint) {
 		t.Fatalf("NoExecute under a grant seen before the node asked: %s", describe(n))
 	}
-	leases := c.CoordinationV1().Leases(coordNS)
+	leases := c.CoordinationV1().Leases(coordNS(node))
 	l, err := leases.Get(context.Background(), fleet.GrantName(node), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -411,23 +430,24 @@ func (c gatedConfigMaps) List(ctx context.Context, o metav1.ListOptions) (*corev
 // guard that cannot be listed (forbidden) holds new taints until a list
 // succeeds; a guard confirmed absent holds nothing (TestNoExecuteNeedsAGrant).
 func TestRestartedAgentHoldsUntilTheGuardIsRead(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "ne-restart-guard"
 	cp.CreateNode(t, node, nil)
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Hour), Conditions: trippedFor(cond)})
 	p := newSwitchProbe(probes.StatusProblem)
 	run := func(gate func() error) (*agent.Agent, func()) {
 		return startAgent(t, agent.Options{
 			NodeName: node,
 			Client:   gatedGuardClient{CoreV1Interface: c.CoreV1(), gate: gate},
 			Probes: []agent.ProbeSpec{{
-				Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond},
+				Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 90 * time.Millisecond},
 				Condition: cond,
 			}},
 			Rules: evictRules,
 			NoExecute: &agent.NoExecuteOptions{
-				Leases: c.CoordinationV1(), Namespace: coordNS, GuardName: fleet.DefaultGuardName,
+				Leases: c.CoordinationV1(), Namespace: coordNS(node), GuardName: fleet.DefaultGuardName,
 				GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
 			},
 		})
@@ -492,7 +512,7 @@ func TestRestartedAgentHoldsUntilTheGuardIsRead(t *testing.T) {
 
 	// Quiet guard, read late again: the taint goes on after the read, and
 	// promptly.
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Hour)})
 	listed.Store(0)
 	started = time.Now()
 	_, stop = run(slow)
@@ -511,9 +531,9 @@ func TestRestartedAgentHoldsUntilTheGuardIsRead(t *testing.T) {
 	// A guard that cannot be listed holds new taints until it can be.
 	p.set(probes.StatusOK)
 	_, stopOK := startAgent(t, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: []agent.ProbeSpec{{
-		Entry: probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}, Condition: cond,
+		Entry: probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 90 * time.Millisecond}, Condition: cond,
 	}}, Rules: evictRules, NoExecute: &agent.NoExecuteOptions{
-		Leases: c.CoordinationV1(), Namespace: coordNS, GuardName: fleet.DefaultGuardName,
+		Leases: c.CoordinationV1(), Namespace: coordNS(node), GuardName: fleet.DefaultGuardName,
 		GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
 	}})
 	waitNode(t, c, node, 10*time.Second, "taint off, condition False", func(n *corev1.Node) bool {

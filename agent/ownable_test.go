@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/agent"
-	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
 )
@@ -19,7 +18,8 @@ import (
 // removes its own taint, warns once, and drops the bogus entries from the
 // records. A second plant, later, is ignored the same way.
 func TestUntrustedOwnershipRecords(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "records"
 	lookalike := "node-role.kubernetes.io/control-plane.present"
@@ -39,7 +39,7 @@ func TestUntrustedOwnershipRecords(t *testing.T) {
 		NodeName: node,
 		Client:   c.CoreV1(),
 		Probes: []agent.ProbeSpec{{
-			Entry:     probes.Entry{Probe: newSwitchProbe(probes.StatusOK), Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond},
+			Entry:     probes.Entry{Probe: newSwitchProbe(probes.StatusOK), Interval: 100 * time.Millisecond, Timeout: 90 * time.Millisecond},
 			Condition: cond,
 		}},
 		Rules: rules,

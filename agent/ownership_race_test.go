@@ -92,7 +92,8 @@ func waitWatched(t *testing.T, w *nodeWatch, after *corev1.Node, timeout time.Du
 // next one starts, and that agent adopts the taint (no TaintHeldByOther),
 // records it, and lifts it when the condition clears.
 func TestStaleTaintListDoesNotOrphanOurTaint(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "stale-list"
 	created := cp.CreateNode(t, node, withForeign)
@@ -160,7 +161,7 @@ func TestStaleTaintListDoesNotOrphanOurTaint(t *testing.T) {
 }
 
 // startEvictAgent runs an agent with the NoExecute rule (evictRules) that
-// reads its grant and the guard in kube-system, and returns its stop
+// reads its grant and the guard in coordNS(node). and returns its stop
 // function.
 func startEvictAgent(t *testing.T, c kubernetes.Interface, node string, p probes.Probe) func() {
 	t.Helper()
@@ -168,12 +169,12 @@ func startEvictAgent(t *testing.T, c kubernetes.Interface, node string, p probes
 		NodeName: node,
 		Client:   c.CoreV1(),
 		Probes: []agent.ProbeSpec{{
-			Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond},
+			Entry:     probes.Entry{Probe: p, Interval: 100 * time.Millisecond, Timeout: 90 * time.Millisecond},
 			Condition: cond,
 		}},
 		Rules: evictRules,
 		NoExecute: &agent.NoExecuteOptions{
-			Leases: c.CoordinationV1(), Namespace: coordNS, GuardName: fleet.DefaultGuardName,
+			Leases: c.CoordinationV1(), Namespace: coordNS(node), GuardName: fleet.DefaultGuardName,
 			GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
 		},
 	})
@@ -183,7 +184,7 @@ func startEvictAgent(t *testing.T, c kubernetes.Interface, node string, p probes
 // renewGrant renews node's grant Lease now, as the coordinator would.
 func renewGrant(t *testing.T, c kubernetes.Interface, node string) {
 	t.Helper()
-	leases := c.CoordinationV1().Leases(coordNS)
+	leases := c.CoordinationV1().Leases(coordNS(node))
 	l, err := leases.Get(context.Background(), fleet.GrantName(node), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("reading the grant of %s: %v", node, err)
@@ -209,12 +210,13 @@ func withoutTaint(list []corev1.Taint, id taints.TaintID) []corev1.Taint {
 // checks that no version of the Node ever carries the taint with another
 // timeAdded.
 func TestRestoredNoExecuteKeepsTimeAdded(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "ne-restore"
 	created := cp.CreateNode(t, node, withForeign)
 	w := startWatch(t, c, node, created.ResourceVersion)
-	writeGuard(t, c, fleet.GuardState{RenewTime: time.Now().Add(time.Minute)})
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Minute)})
 	p := newSwitchProbe(probes.StatusProblem)
 	stop := startEvictAgent(t, c, node, p)
 	waitNode(t, c, node, 20*time.Second, "the request", func(n *corev1.Node) bool { _, ok := request(n); return ok })

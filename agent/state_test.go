@@ -213,7 +213,8 @@ func checkForeignAnnotation(t *testing.T, w *nodeWatch) {
 // called once, with the annotation, before the probe's first run, and
 // another writer's annotation and taint survive every version.
 func TestStatefulStateSurvivesRestart(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "stateful-restart"
 	created := cp.CreateNode(t, node, withForeignAnnotation)
@@ -274,7 +275,8 @@ func TestStatefulStateSurvivesRestart(t *testing.T) {
 // but not its condition's status or reason; with a 1h heartbeat only the
 // state change can make the agent write, and it does, within a few runs.
 func TestStatefulStateOnlyChangeWrites(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "stateful-change"
 	cp.CreateNode(t, node, withForeignAnnotation)
@@ -309,7 +311,8 @@ func TestStatefulStateOnlyChangeWrites(t *testing.T) {
 // probe's own state). A state too big for an annotation is not written,
 // with a ProbeStateUnwritable Event, and the taints are still written.
 func TestStatefulUnreadableState(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "stateful-garbage"
 	cp.CreateNode(t, node, func(n *corev1.Node) {
@@ -353,7 +356,8 @@ func TestStatefulUnreadableState(t *testing.T) {
 // requestedAt, the probe's own error) get one ClearRejected Event each and
 // are removed too. Another writer's annotation and taint survive.
 func TestStatefulClear(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "stateful-clear"
 	created := cp.CreateNode(t, node, withForeignAnnotation)
@@ -445,7 +449,8 @@ func TestStatefulClear(t *testing.T) {
 // conflict; the agent re-reads, leaves the second request in place, and
 // handles it at its next sync. Both are acted on, once each.
 func TestStatefulClearNewerRequestKept(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	const node = "stateful-clear-race"
 	cp.CreateNode(t, node, withForeignAnnotation)

@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
 )
@@ -82,56 +82,25 @@ func runAgent(t *testing.T, client kubernetes.Interface, node string, p probes.P
 }
 
 // startAgent runs an agent with opts (heartbeat 1h unless set, no start
-// jitter) and returns it with a stop function that cancels it and waits for
-// Run to return (also registered as a cleanup).
+// jitter) until the test ends (testkit.StartAgent).
 func startAgent(t testing.TB, opts agent.Options) (*agent.Agent, func()) {
 	t.Helper()
 	if opts.HeartbeatPeriod == 0 {
 		opts.HeartbeatPeriod = time.Hour
 	}
 	opts.Jitter = -1
-	a, err := agent.New(opts)
-	if err != nil {
-		t.Fatalf("agent.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("agent.Run returned %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("agent.Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return a, stop
+	return testkit.StartAgent(t, opts)
 }
 
 func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
 	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get node: %v", err)
-	}
-	return n
+	return testkit.GetNode(t, c, name)
 }
 
 // waitNode polls the Node until ok holds or timeout passes, and returns it.
 func waitNode(t testing.TB, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
-	n, _, err := testcp.WaitNode(context.Background(), c, name, timeout, ok)
-	if err != nil {
-		t.Fatalf("waiting for %s: %v; last node: %s", what, err, describe(n))
-	}
-	return n
+	return testkit.WaitNode(t, c, name, timeout, what, describe, ok)
 }
 
 func describe(n *corev1.Node) string {

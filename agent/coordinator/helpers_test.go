@@ -25,6 +25,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent/coordinator"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/taints/fleet"
 )
 
@@ -46,7 +47,7 @@ type env struct {
 	ns     string
 	group  string
 	clock  *testingclock.FakeClock
-	logs   *logBuffer
+	logs   *testkit.LogBuffer
 }
 
 // newEnv makes a namespace and a fake clock for one test on cp.
@@ -58,7 +59,7 @@ func newEnv(t *testing.T, cp *testcp.ControlPlane) *env {
 	}
 	name = strings.Trim(name, "-")
 	e := &env{t: t, cp: cp, client: cp.Client(), ns: name, group: name,
-		clock: testingclock.NewFakeClock(time.Now().Truncate(time.Second)), logs: &logBuffer{}}
+		clock: testingclock.NewFakeClock(time.Now().Truncate(time.Second)), logs: &testkit.LogBuffer{}}
 	if _, err := e.client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", e.ns, err)
 	}
@@ -327,30 +328,12 @@ func (e *env) waitEvent(namespace, name, reason string) []corev1.Event {
 	return evs
 }
 
-// logBuffer collects a test's coordinator logs.
-type logBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // clientGoLogs collects client-go's logs (leader election, reflectors,
 // the event broadcaster) for every test in the package: klog's logger is
 // set once, in TestMain, before any goroutine that reads it starts, and
 // never cleared, since the event broadcaster's goroutines may outlive a
 // coordinator's Run.
-var clientGoLogs = &logBuffer{}
+var clientGoLogs = &testkit.LogBuffer{}
 
 func TestMain(m *testing.M) {
 	klog.SetSlogLogger(slog.New(slog.NewTextHandler(clientGoLogs, nil)))

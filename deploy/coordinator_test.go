@@ -241,14 +241,9 @@ func testCoordinatorRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	run := runFunc(t, "coordinator.Run", 60*time.Second, func(err error) bool { return errors.Is(err, context.Canceled) }, c.Run)
 	defer func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run returned %v, want context.Canceled", err)
-		}
+		run.check(t) // context.Canceled
 		checkNotRefused(t, logs)
 	}()
 
@@ -767,7 +762,6 @@ func coordinatorPolicyAttacks(t *testing.T, admin, c kubernetes.Interface, ns st
 func testCoordinatorPolicy(t *testing.T, cp *testcp.ControlPlane) {
 	const elsewhere = "coordinator-elsewhere"
 	admin := cp.Client()
-	ctx := t.Context()
 	c := coordinatorClient(t, cp, namespace)
 	waitCoordinatorPolicy(t, c, namespace)
 	for _, l := range controlPlaneLeases {
@@ -803,9 +797,7 @@ func testCoordinatorPolicy(t *testing.T, cp *testcp.ControlPlane) {
 	// An operator's extra Role lets it write Leases and ConfigMaps in
 	// another namespace (as a coordinator.namespace other than its own
 	// would need): its policy still refuses all of it there.
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, admin, elsewhere)
 	grantEverything(t, admin, elsewhere, namespace)
 	ensureLease(t, admin, elsewhere, "kube-scheduler", nil)
 	notOwn := "only in its own namespace " + namespace + ", not "
@@ -869,6 +861,7 @@ func grantEverything(t *testing.T, admin kubernetes.Interface, ns, saNS string) 
 // does is still allowed.
 func TestCoordinatorPolicyKubeSystemOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
+	t.Parallel()
 	sys := metav1.NamespaceSystem
 	rendered := kustomizeOverlay(t, ".", "namespace: "+sys)
 	for _, m := range rendered {
@@ -876,7 +869,10 @@ func TestCoordinatorPolicyKubeSystemOverlay(t *testing.T) {
 			t.Errorf("%s: left in %s by the overlay", m, ns)
 		}
 	}
-	cp := installRendered(t, sys, rendered)
+	// Its own control plane: deploy/'s cluster-scoped objects keep their
+	// names in the overlay.
+	cp := testcp.Start(t, testcp.Options{})
+	installRendered(t, cp, sys, rendered)
 	admin := cp.Client()
 	c := coordinatorClient(t, cp, sys)
 	waitCoordinatorPolicy(t, c, sys)

@@ -854,7 +854,8 @@ func grantEverything(t *testing.T, admin kubernetes.Interface, ns, saNS string) 
 
 // TestCoordinatorPolicyKubeSystemOverlay installs deploy/ through a
 // kustomize overlay that puts it all into kube-system (as selftaint was
-// before it had a namespace of its own), on a fresh control plane, and
+// before it had a namespace of its own), on a control plane where deploy/
+// is not installed otherwise (shared, see kubeSystemOverlays), and
 // attacks the control plane's leader Leases there with the coordinator's
 // own token: RBAC now lets it write any Lease in kube-system, and its policy
 // must refuse taking over, deleting or creating any but its own; what it
@@ -869,9 +870,7 @@ func TestCoordinatorPolicyKubeSystemOverlay(t *testing.T) {
 			t.Errorf("%s: left in %s by the overlay", m, ns)
 		}
 	}
-	// Its own control plane: deploy/'s cluster-scoped objects keep their
-	// names in the overlay.
-	cp := testcp.Start(t, testcp.Options{})
+	cp := kubeSystemOverlays.Get(t)
 	installRendered(t, cp, sys, rendered)
 	admin := cp.Client()
 	c := coordinatorClient(t, cp, sys)

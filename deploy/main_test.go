@@ -20,10 +20,10 @@ import (
 	"github.com/selftaint/selftaint/agent/testcp"
 )
 
-// The control planes tests share (see testcp.Shared). A test that installs
-// other versions of deploy/'s cluster-scoped objects (an overlay, which
-// keeps their names), changes an API server flag or needs every Node to be
-// its own starts its own with testcp.Start.
+// The control planes tests share (see testcp.Shared). Tests that install
+// versions of the same cluster-scoped objects (an overlay keeps their
+// names) do not share one; a test that changes an API server flag or
+// needs every Node to be its own starts its own with testcp.Start.
 var (
 	// installed has deploy/ and deploy/virtual installed as their files
 	// are, the agents' policy parameters set for the test agents and every
@@ -37,11 +37,18 @@ var (
 		ControllerManager:     true,
 		ControllerManagerArgs: []string{"--controllers=validatingadmissionpolicy-status-controller"},
 	})}
-	// overlays is a bare control plane for the namespace overlays of
-	// deploy/ (TestPolicyNamespaceOverlay) and of deploy/virtual
-	// (TestVirtualPolicyNamespaceOverlay): their objects have different
-	// names, and neither's policies match the other's service accounts.
-	overlays = testcp.NewShared(testcp.Options{})
+	// overlayAndPrefix is a bare control plane for deploy/ through a
+	// namespace overlay (TestPolicyNamespaceOverlay) and deploy/virtual as
+	// it is (TestVirtualPolicyOnControlPlane/PrefixMissing): their objects
+	// have different names, neither's policies match the other's service
+	// accounts, and the former writes no Lease, which the latter's deleted
+	// policy denies everyone for a moment.
+	overlayAndPrefix = testcp.NewShared(testcp.Options{})
+	// kubeSystemOverlays is a bare control plane for deploy/ through an
+	// overlay into kube-system (TestCoordinatorPolicyKubeSystemOverlay)
+	// and deploy/virtual through a namespace overlay
+	// (TestVirtualPolicyNamespaceOverlay).
+	kubeSystemOverlays = testcp.NewShared(testcp.Options{})
 	// clientGoLogs takes klog's output (client-go's reflectors, leader
 	// election, event broadcasters) for the tests' log buffers.
 	clientGoLogs = &logRouter{}
@@ -53,7 +60,7 @@ func TestMain(m *testing.M) {
 	// broadcaster's goroutines may outlive the code that started them.
 	klog.SetSlogLogger(slog.New(slog.NewTextHandler(clientGoLogs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	code := m.Run()
-	for _, s := range []*testcp.Shared{installed.shared, overlays} {
+	for _, s := range []*testcp.Shared{installed.shared, overlayAndPrefix, kubeSystemOverlays} {
 		if err := s.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "closing a shared control plane: %v\n", err)
 		}

@@ -282,21 +282,24 @@ func TestVirtualPolicyNamePrefixOverlay(t *testing.T) {
 //     denies no one.
 //
 // The control plane, with deploy/ installed too, is shared with
-// TestOnControlPlane (whose service accounts no virtual policy matches).
-// PrefixMissing changes the policies' parameters: it runs first, alone,
-// and puts them back; the rest, each on Nodes and objects of its own, run
-// in parallel.
+// TestOnControlPlane (whose service accounts no virtual policy matches),
+// and the subtests, each on Nodes and objects of its own, run in parallel.
+// PrefixMissing installs deploy/virtual elsewhere (overlayAndPrefix): it
+// changes the policies' parameters and deletes one, and while the API
+// server catches up with a deleted policy its binding denies every user's
+// Lease writes ("no params found"), the coordinator's and the virtual
+// nodes' included.
 func TestVirtualPolicyOnControlPlane(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and virtual nodes")
 	t.Parallel()
 	cp := installed.get(t)
 	sa := tokenConfig(t, cp, virtualNamespace, virtualSA)
 
-	t.Run("PrefixMissing", func(t *testing.T) { testVirtualPrefixMissing(t, cp, sa) })
 	for _, sub := range []struct {
 		name string
 		test func(*testing.T)
 	}{
+		{"PrefixMissing", testVirtualPrefixMissing},
 		{"Attacks", func(t *testing.T) { testVirtualPolicyAttacks(t, cp, sa) }},
 		{"RunUnderPolicy", func(t *testing.T) { testVirtualRBACIsEnough(t, cp, sa) }},
 		{"RefusesRealNode", func(t *testing.T) { testVirtualRefusesRealNode(t, cp, sa) }},
@@ -922,29 +925,6 @@ func setAnnotation(t *testing.T, admin kubernetes.Interface, policy, key string,
 	}
 }
 
-// restoreVirtualPolicies puts each virtual policy with parameters back as
-// deploy/virtual has it: its annotations (the parameters), and the policy
-// itself if it was deleted. The API server takes it up asynchronously.
-func restoreVirtualPolicies(ctx context.Context, t *testing.T, admin kubernetes.Interface) {
-	t.Helper()
-	vaps := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-	ms := readManifests(t, "virtual")
-	for _, name := range virtualPolicies {
-		want := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, name)
-		have, err := vaps.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			_, err = vaps.Create(ctx, want, metav1.CreateOptions{})
-		case err == nil:
-			have.Annotations = mergeMaps(have.Annotations, want.Annotations)
-			_, err = vaps.Update(ctx, have, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			t.Errorf("restoring policy %s: %v", name, err)
-		}
-	}
-}
-
 // asKubelet is a client config that acts as the kubelet of node.
 func asKubelet(cp *testcp.ControlPlane, node string) *rest.Config {
 	rc := cp.RESTConfig()
@@ -952,20 +932,25 @@ func asKubelet(cp *testcp.ControlPlane, node string) *rest.Config {
 	return rc
 }
 
-// testVirtualPrefixMissing removes, restores and then empties the policies'
-// prefix annotation. Without a prefix (absent or empty) the service account
+// testVirtualPrefixMissing installs deploy/virtual on a control plane where
+// it is not installed otherwise, then removes, restores and empties the policies' prefix
+// annotation. Without a prefix (absent or empty) the service account
 // may write no Node, pod or Lease, while an admin and a real node's kubelet
 // go on writing Nodes, pods and Leases: the parameters can be wrong but
 // never missing, so they cannot cause an outage. Last, it deletes one
 // policy and leaves its binding, as an uninstall half done: the binding
 // then denies nobody (a separate parameter object missing would have had
 // it deny every user's Lease writes).
-func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config) {
+func testVirtualPrefixMissing(t *testing.T) {
 	const (
 		kubeletNode = "bystander"
 		vnode       = virtualPrefix + "no-prefix"
 		podNS       = "prefix-missing"
 	)
+	cp := overlayAndPrefix.Get(t)
+	createManifests(t, cp.Client(), readManifests(t, "virtual"))
+	sa := tokenConfig(t, cp, virtualNamespace, virtualSA)
+	waitVirtualPolicies(t, cp, sa, virtualNamespace)
 	admin := cp.Client()
 	ctx := t.Context()
 	cp.CreateNode(t, kubeletNode, nil)
@@ -1039,7 +1024,7 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 	// waitSA waits until each of the service account's writes is denied
 	// (want false) or allowed (want true): each policy's parameters reach
 	// the API server's admission on their own.
-	waitSA := func(ctx context.Context, state string, allowed bool) {
+	waitSA := func(state string, allowed bool) {
 		t.Helper()
 		for _, a := range saWrites {
 			want := a
@@ -1052,25 +1037,6 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 			})
 		}
 	}
-	// The control plane is shared: whatever happens here, put the policies
-	// back as deploy/virtual has them and wait until they are in force
-	// again, parameters and all (the service account's writes above
-	// allowed, and a Lease outside kube-node-lease and its namespace
-	// refused, which a deleted policy would not).
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		restoreVirtualPolicies(ctx, t, admin)
-		waitSA(ctx, "the policies restored", true)
-		outside := attack{"create a virtual Node's Lease outside kube-node-lease", func(ctx context.Context) error {
-			_, err := leases.Leases(podNS).Create(ctx, leaseIn(podNS, vnode), metav1.CreateOptions{DryRun: dry})
-			return err
-		}, virtualLeasesPolicy, "may write Leases only in kube-node-lease"}
-		poll(t, 30*time.Second, "the policies restored: "+outside.name+" denied", func() (bool, error) {
-			err := outside.do(ctx)
-			return outside.matches(err), err
-		})
-	})
 	// bystanders checks an admin and a kubelet are not affected: they
 	// write Nodes, pods (a fresh one named by step) and Leases.
 	bystanders := func(step string) {
@@ -1118,12 +1084,12 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 	}
 
 	setVirtualPrefix(t, admin, nil)
-	waitSA(ctx, "annotation removed", false)
+	waitSA("annotation removed", false)
 	bystanders("removed")
 
 	prefix := virtualPrefix
 	setVirtualPrefix(t, admin, &prefix)
-	waitSA(ctx, "annotation restored", true)
+	waitSA("annotation restored", true)
 
 	// Without its registration taint, the nodes policy lets the service
 	// account write no Node (a taint it could not check is no taint), and
@@ -1138,11 +1104,11 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 	bystanders("no-taint")
 	taint := virtualTaint
 	setAnnotation(t, admin, virtualNodesPolicy, virtualTaintAnnotation, &taint)
-	waitSA(ctx, "registration taint restored", true)
+	waitSA("registration taint restored", true)
 
 	empty := ""
 	setVirtualPrefix(t, admin, &empty)
-	waitSA(ctx, "annotation empty", false)
+	waitSA("annotation empty", false)
 	bystanders("empty")
 
 	// A binding whose policy (its own parameter object) is gone: it stops
@@ -1164,7 +1130,7 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 // TestVirtualPolicyNamespaceOverlay renders deploy/virtual under a
 // kustomize overlay that moves it to another namespace, creates the result
 // on a control plane where deploy/virtual is not installed otherwise
-// (shared with TestPolicyNamespaceOverlay), and checks it still works there: the Namespace
+// (shared, see kubeSystemOverlays), and checks it still works there: the Namespace
 // and every namespaced object moved, the RBAC bindings name the service
 // account in the new namespace and nothing is left in deploy/virtual's;
 // the service account there (with its own token) may register a virtual
@@ -1198,7 +1164,7 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 		}
 	}
 
-	cp := overlays.Get(t)
+	cp := kubeSystemOverlays.Get(t)
 	createManifests(t, cp.Client(), rendered)
 	ctx := t.Context()
 	// deploy/virtual's namespace exists too (another install, say): the

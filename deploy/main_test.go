@@ -60,11 +60,16 @@ func TestMain(m *testing.M) {
 	// broadcaster's goroutines may outlive the code that started them.
 	klog.SetSlogLogger(slog.New(slog.NewTextHandler(clientGoLogs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	code := m.Run()
+	// Each takes a second or more to stop: all at once.
+	var wg sync.WaitGroup
 	for _, s := range []*testcp.Shared{installed.shared, overlayAndPrefix, kubeSystemOverlays} {
-		if err := s.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "closing a shared control plane: %v\n", err)
-		}
+		wg.Go(func() {
+			if err := s.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "closing a shared control plane: %v\n", err)
+			}
+		})
 	}
+	wg.Wait()
 	os.Exit(code)
 }
 

@@ -120,13 +120,15 @@ func buildSelftaint(t *testing.T) func(*testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "selftaint")
 	type result struct {
-		out []byte
-		err error
+		out  []byte
+		err  error
+		took time.Duration
 	}
 	done := make(chan result, 1)
 	go func() {
+		began := time.Now()
 		out, err := exec.Command("go", "build", "-o", bin, "github.com/selftaint/selftaint/cmd/selftaint").CombinedOutput()
-		done <- result{out, err}
+		done <- result{out, err, time.Since(began)}
 	}()
 	// A test that fails before it waits still waits for the build, which
 	// writes into its temporary directory.
@@ -141,9 +143,12 @@ func buildSelftaint(t *testing.T) func(*testing.T) string {
 	t.Cleanup(func() { wait() })
 	return func(t *testing.T) string {
 		t.Helper()
-		if res := wait(); res.err != nil {
+		began := time.Now()
+		res := wait()
+		if res.err != nil {
 			t.Fatalf("building selftaint: %v\n%s", res.err, res.out)
 		}
+		t.Logf("built selftaint in %v (waited %v for it)", res.took.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 		return bin
 	}
 }

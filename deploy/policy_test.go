@@ -471,8 +471,9 @@ func kustomizeOverlay(t *testing.T, base, line string) []manifest {
 
 // TestPolicyNamespaceOverlay installs deploy/ through a kustomize overlay
 // that moves it to another namespace, on a control plane where deploy/ is
-// not installed otherwise (shared, see overlayAndPrefix), and attacks it: the policy still confines the agent's service account (now
-// in that namespace), and the agent's own writes still go through.
+// not installed otherwise (shared, see overlayAndPrefix), and attacks it:
+// the policy still confines the agent's service account (now in that
+// namespace), and the agent's own writes still go through.
 func TestPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	t.Parallel()

@@ -2,12 +2,9 @@ package deploy_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +23,6 @@ import (
 	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
@@ -46,52 +42,45 @@ import (
 //   - checks the agent can do nothing else (secrets, deleting Nodes, ...);
 //   - checks the admission policy: the agent's own Node's taints yes, any
 //     other Node, spec field or label no; other users unaffected;
-//   - runs virtual nodes: registered, Lease renewed, a pod run and deleted,
-//     Nodes deleted on exit, never refused;
 //   - runs the coordinator through all it writes, under its admission
 //     policy, never refused, and checks it can do nothing else (node
 //     writes, evictions, secrets; any Lease or ConfigMap but its own, the
 //     control plane's leader Leases in kube-system above all);
 //   - checks the agent can read its grant and the guard, and write neither.
+//
+// Virtual nodes run under the same control plane, everything installed,
+// in TestVirtualPolicyOnControlPlane/RunUnderPolicy.
+//
+// The control plane is shared with TestVirtualPolicyOnControlPlane (whose
+// service account no policy here matches). The subtests that change what
+// others would see run first, one at a time: PolicyWithoutParameters
+// empties the agents' policy parameters (and restores them), and the
+// coordinator's leader Lease and guard that CoordinatorRBACIsEnough's
+// coordinator holds are what CoordinatorPolicy takes over. The rest, each
+// on Nodes and objects of its own, run in parallel.
 func TestOnControlPlane(t *testing.T) {
-	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and waits for the agent and virtual nodes")
-	// kube-controller-manager runs only the controller that type-checks
-	// admission policies' CEL against the API's schema (it writes the
-	// policy's status.typeChecking); nothing else, so no DaemonSet or
-	// Deployment controller creates pods from the manifests.
-	cp := testcp.Start(t, testcp.Options{
-		ControllerManager:     true,
-		ControllerManagerArgs: []string{"--controllers=validatingadmissionpolicy-status-controller"},
-	})
-	admin := cp.Client()
+	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and waits for the agent")
+	t.Parallel()
+	cp := installed.get(t)
 
-	var all []manifest
-	for _, dir := range manifestDirs {
-		all = append(all, readManifests(t, dir)...)
-	}
-	// Namespaces first, then everything in kustomization order.
-	slices.SortStableFunc(all, func(a, b manifest) int {
-		return boolInt(a.kind() != "Namespace") - boolInt(b.kind() != "Namespace")
-	})
-	for _, m := range all {
-		if err := create(t.Context(), admin, m); err != nil {
-			t.Fatalf("creating %s: %v", m, err)
-		}
-	}
-	waitPolicyActive(t, cp)
-	// The operator's step after a config change: the policy's parameters
-	// for what the test agents own.
-	setPolicyParams(t, cp, namespace, testParams(t), true)
-
-	t.Run("AgentRBACIsEnough", func(t *testing.T) { testAgentRBACIsEnough(t, cp) })
-	t.Run("AgentRBACIsTight", func(t *testing.T) { testAgentRBACIsTight(t, cp) })
-	t.Run("AdmissionPolicy", func(t *testing.T) { testAdmissionPolicy(t, cp) })
-	t.Run("VirtualRBACIsEnough", func(t *testing.T) { testVirtualRBACIsEnough(t, cp, tokenConfig(t, cp, virtualNamespace, virtualSA)) })
 	t.Run("PolicyWithoutParameters", func(t *testing.T) { testPolicyWithoutParameters(t, cp) })
 	t.Run("CoordinatorRBACIsEnough", func(t *testing.T) { testCoordinatorRBACIsEnough(t, cp) })
-	t.Run("CoordinatorRBACIsTight", func(t *testing.T) { testCoordinatorRBACIsTight(t, cp) })
 	t.Run("CoordinatorPolicy", func(t *testing.T) { testCoordinatorPolicy(t, cp) })
-	t.Run("AgentFleetRBAC", func(t *testing.T) { testAgentFleetRBAC(t, cp) })
+	for _, sub := range []struct {
+		name string
+		test func(*testing.T, *testcp.ControlPlane)
+	}{
+		{"AgentRBACIsEnough", testAgentRBACIsEnough},
+		{"AgentRBACIsTight", testAgentRBACIsTight},
+		{"AdmissionPolicy", testAdmissionPolicy},
+		{"CoordinatorRBACIsTight", testCoordinatorRBACIsTight},
+		{"AgentFleetRBAC", testAgentFleetRBAC},
+	} {
+		t.Run(sub.name, func(t *testing.T) {
+			t.Parallel()
+			sub.test(t, cp)
+		})
+	}
 }
 
 func boolInt(b bool) int {
@@ -138,6 +127,42 @@ func create(ctx context.Context, c kubernetes.Interface, m manifest) error {
 	return err
 }
 
+// createManifests creates ms with c: Namespaces first, then the rest in
+// order. A Namespace that exists already (an overlay into kube-system
+// renames deploy/'s Namespace to it) is updated with the manifest's
+// labels, as kubectl apply would.
+func createManifests(t *testing.T, c kubernetes.Interface, ms []manifest) {
+	t.Helper()
+	ctx := t.Context()
+	ms = slices.Clone(ms)
+	slices.SortStableFunc(ms, func(a, b manifest) int {
+		return boolInt(a.kind() != "Namespace") - boolInt(b.kind() != "Namespace")
+	})
+	namespaces := c.CoreV1().Namespaces()
+	for _, m := range ms {
+		err := create(ctx, c, m)
+		if want, ok := m.obj.(*corev1.Namespace); ok && apierrors.IsAlreadyExists(err) {
+			have, getErr := namespaces.Get(ctx, want.Name, metav1.GetOptions{})
+			if getErr != nil {
+				t.Fatal(getErr)
+			}
+			have.Labels = mergeMaps(have.Labels, want.Labels)
+			_, err = namespaces.Update(ctx, have, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatalf("creating %s: %v", m, err)
+		}
+	}
+}
+
+// createNamespace creates the Namespace name as c.
+func createNamespace(t *testing.T, c kubernetes.Interface, name string) {
+	t.Helper()
+	if _, err := c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+}
+
 // saNamespace is the namespace of service account sa in the manifests.
 func saNamespace(sa string) string {
 	if sa == virtualSA {
@@ -168,41 +193,6 @@ func coreClient(t *testing.T, rc *rest.Config) *typedcorev1.CoreV1Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// logBuffer collects the logs of the code under test: its slog logger and,
-// through klog, client-go's (reflector and event broadcaster errors).
-type logBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// captureLogs returns a logger writing to a buffer, and routes klog there
-// too until the test ends; on failure the logs are shown.
-func captureLogs(t *testing.T) (*slog.Logger, *logBuffer) {
-	t.Helper()
-	buf := &logBuffer{}
-	logger := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	klog.SetSlogLogger(logger)
-	t.Cleanup(func() {
-		klog.ClearLogger()
-		if t.Failed() {
-			t.Logf("logs:\n%s", buf.String())
-		}
-	})
-	return logger, buf
 }
 
 // checkNotRefused fails t if the logs show a request refused by RBAC or by
@@ -274,25 +264,8 @@ func runAgent(t *testing.T, opts agent.Options) (stop func()) {
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("agent.Run returned %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("agent.Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	r := runFunc(t, "agent.Run", 30*time.Second, stoppedByCancel, a.Run)
+	return func() { r.check(t) }
 }
 
 func hasTaint(n *corev1.Node, key string) bool {
@@ -524,45 +497,25 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 	}
 	const simCondition corev1.NodeConditionType = "SelftaintVirtualTest"
 	const simTaint = "selftaint.io/virtual-test"
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- virtual.Run(runCtx, virtual.Options{
-			Names:    []string{node},
-			Core:     core,
-			Leases:   leases,
-			Template: virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}},
-			Probes: func(string) []agent.ProbeSpec {
-				return []agent.ProbeSpec{{
-					Entry:     probes.Entry{Probe: virtual.SimulatedProbe{ProbeName: "sim"}, Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond},
-					Condition: simCondition,
-				}}
-			},
-			Rules:                []taints.Rule{{Condition: simCondition, Status: corev1.ConditionTrue, Taint: corev1.Taint{Key: simTaint, Effect: corev1.TaintEffectNoSchedule}}},
-			HeartbeatPeriod:      time.Minute,
-			LeaseDuration:        4 * time.Second,
-			StatusUpdateInterval: 2 * time.Second,
-			DeleteOnExit:         true,
-			Logger:               logger,
-		})
-	}()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("virtual.Run returned %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("virtual.Run did not return within 60s of cancel")
-		}
+	opts := virtual.Options{
+		Names:    []string{node},
+		Core:     core,
+		Leases:   leases,
+		Template: virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}},
+		Probes: func(string) []agent.ProbeSpec {
+			return []agent.ProbeSpec{{
+				Entry:     probes.Entry{Probe: virtual.SimulatedProbe{ProbeName: "sim"}, Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond},
+				Condition: simCondition,
+			}}
+		},
+		Rules:                []taints.Rule{{Condition: simCondition, Status: corev1.ConditionTrue, Taint: corev1.Taint{Key: simTaint, Effect: corev1.TaintEffectNoSchedule}}},
+		HeartbeatPeriod:      time.Minute,
+		LeaseDuration:        4 * time.Second,
+		StatusUpdateInterval: 2 * time.Second,
+		DeleteOnExit:         true,
+		Logger:               logger,
 	}
-	t.Cleanup(stop)
+	run := runFunc(t, "virtual.Run", 60*time.Second, stoppedByCancel, func(ctx context.Context) error { return virtual.Run(ctx, opts) })
 
 	waitNode(t, admin, node, 30*time.Second, "registered, Ready and the selftaint condition reported", func(n *corev1.Node) bool {
 		r, s := taints.FindCondition(n, corev1.NodeReady), taints.FindCondition(n, simCondition)
@@ -599,9 +552,7 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 	})
 
 	// A pod bound to the node runs, and its deletion completes.
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, admin, podNS)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: podName},
 		Spec: corev1.PodSpec{
@@ -634,7 +585,7 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 	})
 
 	// --delete-on-exit.
-	stop()
+	run.check(t)
 	if _, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node after exit: %v, want NotFound (deleted on exit)", err)
 	}

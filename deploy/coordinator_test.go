@@ -241,14 +241,9 @@ func testCoordinatorRBACIsEnough(t *testing.T, cp *testcp.ControlPlane) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	run := runFunc(t, "coordinator.Run", 60*time.Second, func(err error) bool { return errors.Is(err, context.Canceled) }, c.Run)
 	defer func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run returned %v, want context.Canceled", err)
-		}
+		run.check(t) // context.Canceled
 		checkNotRefused(t, logs)
 	}()
 
@@ -422,6 +417,14 @@ func testAgentFleetRBAC(t *testing.T, cp *testcp.ControlPlane) {
 	byName := func(name string) metav1.ListOptions {
 		return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
 	}
+	// A watch from "now" (no resourceVersion) waits 3s here for the API
+	// server's watch cache to confirm it is fresh, which etcd 3.4 cannot;
+	// authorization, what is tested, comes first either way.
+	watchByName := func(name string) metav1.ListOptions {
+		o := byName(name)
+		o.ResourceVersion = "0"
+		return o
+	}
 	watchOnce := func(w interface{ Stop() }, err error) error {
 		if err == nil {
 			w.Stop()
@@ -437,14 +440,14 @@ func testAgentFleetRBAC(t *testing.T, cp *testcp.ControlPlane) {
 			_, err := sa.CoordinationV1().Leases(namespace).Get(ctx, grant, metav1.GetOptions{})
 			return err
 		}, true},
-		{"watch its grant by name", func() error { return watchOnce(sa.CoordinationV1().Leases(namespace).Watch(ctx, byName(grant))) }, true},
+		{"watch its grant by name", func() error { return watchOnce(sa.CoordinationV1().Leases(namespace).Watch(ctx, watchByName(grant))) }, true},
 		{"list its grant by name", func() error { _, err := sa.CoordinationV1().Leases(namespace).List(ctx, byName(grant)); return err }, true},
 		{"get the guard", func() error {
 			_, err := sa.CoreV1().ConfigMaps(namespace).Get(ctx, guardName, metav1.GetOptions{})
 			return err
 		}, true},
 		{"list the guard by name", func() error { _, err := sa.CoreV1().ConfigMaps(namespace).List(ctx, byName(guardName)); return err }, true},
-		{"watch the guard by name", func() error { return watchOnce(sa.CoreV1().ConfigMaps(namespace).Watch(ctx, byName(guardName))) }, true},
+		{"watch the guard by name", func() error { return watchOnce(sa.CoreV1().ConfigMaps(namespace).Watch(ctx, watchByName(guardName))) }, true},
 		{"list configmaps", func() error { _, err := sa.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{}); return err }, false},
 		{"list kube-system's Leases", func() error {
 			_, err := sa.CoordinationV1().Leases(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
@@ -767,7 +770,6 @@ func coordinatorPolicyAttacks(t *testing.T, admin, c kubernetes.Interface, ns st
 func testCoordinatorPolicy(t *testing.T, cp *testcp.ControlPlane) {
 	const elsewhere = "coordinator-elsewhere"
 	admin := cp.Client()
-	ctx := t.Context()
 	c := coordinatorClient(t, cp, namespace)
 	waitCoordinatorPolicy(t, c, namespace)
 	for _, l := range controlPlaneLeases {
@@ -803,9 +805,7 @@ func testCoordinatorPolicy(t *testing.T, cp *testcp.ControlPlane) {
 	// An operator's extra Role lets it write Leases and ConfigMaps in
 	// another namespace (as a coordinator.namespace other than its own
 	// would need): its policy still refuses all of it there.
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, admin, elsewhere)
 	grantEverything(t, admin, elsewhere, namespace)
 	ensureLease(t, admin, elsewhere, "kube-scheduler", nil)
 	notOwn := "only in its own namespace " + namespace + ", not "
@@ -862,13 +862,15 @@ func grantEverything(t *testing.T, admin kubernetes.Interface, ns, saNS string) 
 
 // TestCoordinatorPolicyKubeSystemOverlay installs deploy/ through a
 // kustomize overlay that puts it all into kube-system (as selftaint was
-// before it had a namespace of its own), on a fresh control plane, and
+// before it had a namespace of its own), on a control plane where deploy/
+// is not installed otherwise (shared, see kubeSystemOverlays), and
 // attacks the control plane's leader Leases there with the coordinator's
 // own token: RBAC now lets it write any Lease in kube-system, and its policy
 // must refuse taking over, deleting or creating any but its own; what it
 // does is still allowed.
 func TestCoordinatorPolicyKubeSystemOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
+	t.Parallel()
 	sys := metav1.NamespaceSystem
 	rendered := kustomizeOverlay(t, ".", "namespace: "+sys)
 	for _, m := range rendered {
@@ -876,7 +878,8 @@ func TestCoordinatorPolicyKubeSystemOverlay(t *testing.T) {
 			t.Errorf("%s: left in %s by the overlay", m, ns)
 		}
 	}
-	cp := installRendered(t, sys, rendered)
+	cp := kubeSystemOverlays.Get(t)
+	installRendered(t, cp, sys, rendered)
 	admin := cp.Client()
 	c := coordinatorClient(t, cp, sys)
 	waitCoordinatorPolicy(t, c, sys)

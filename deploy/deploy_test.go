@@ -520,6 +520,7 @@ plugins:
 // are refused, which shows the configuration is in force.
 func TestPodsAdmittedInNamespace(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd, kube-apiserver and kube-controller-manager")
+	t.Parallel()
 	config := filepath.Join(t.TempDir(), "admission.yaml")
 	if err := os.WriteFile(config, []byte(restrictedAdmission), 0o600); err != nil {
 		t.Fatal(err)
@@ -532,15 +533,9 @@ func TestPodsAdmittedInNamespace(t *testing.T) {
 	admin := cp.Client()
 	ctx := t.Context()
 	ms := readManifests(t, ".")
-	for _, m := range ms {
-		if err := create(ctx, admin, m); err != nil {
-			t.Fatalf("creating %s: %v", m, err)
-		}
-	}
+	createManifests(t, admin, ms)
 	const plain = "plain"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: plain}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, admin, plain)
 	ds := find[*appsv1.DaemonSet](t, ms, "selftaint")
 	d := find[*appsv1.Deployment](t, ms, coordinatorSA)
 	for _, p := range []struct {

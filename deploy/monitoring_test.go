@@ -158,6 +158,7 @@ func runPromtool(t *testing.T, promtool, dir string, args ...string) string {
 // unit tests, and checks those give every alert a firing and a non-firing
 // case.
 func TestRulesWithPromtool(t *testing.T) {
+	t.Parallel() // promtool's seconds beside the control planes' waits
 	promtool := requirePromtool(t)
 	runPromtool(t, promtool, monitoringDir, "check", "rules", "rules.yaml")
 	out := runPromtool(t, promtool, monitoringDir, "test", "rules", "rules_test.yaml")

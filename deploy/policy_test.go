@@ -406,40 +406,20 @@ func checkUnchanged(t *testing.T, before, after *corev1.Node) {
 	}
 }
 
-// installRendered starts a control plane, creates namespace ns on it
-// (unless it is there already, as kube-system is) and every rendered object
-// in it. A rendered Namespace that exists already (an overlay into
-// kube-system renames deploy/'s Namespace to it) is updated with the
-// rendered labels, as kubectl apply would.
-func installRendered(t *testing.T, ns string, rendered []manifest) *testcp.ControlPlane {
+// installRendered creates namespace ns on cp (unless it is there already,
+// as kube-system is) and every rendered object in it (see
+// createManifests).
+func installRendered(t *testing.T, cp *testcp.ControlPlane, ns string, rendered []manifest) {
 	t.Helper()
-	cp := testcp.Start(t, testcp.Options{})
-	ctx := t.Context()
-	namespaces := cp.Client().CoreV1().Namespaces()
-	_, err := namespaces.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, err := cp.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for _, m := range rendered {
-		err := create(ctx, cp.Client(), m)
-		if want, ok := m.obj.(*corev1.Namespace); ok && apierrors.IsAlreadyExists(err) {
-			err = nil
-			have, getErr := namespaces.Get(ctx, want.Name, metav1.GetOptions{})
-			if getErr != nil {
-				t.Fatal(getErr)
-			}
-			have.Labels = mergeLabels(have.Labels, want.Labels)
-			_, err = namespaces.Update(ctx, have, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			t.Fatalf("creating %s: %v", m, err)
-		}
-	}
-	return cp
+	createManifests(t, cp.Client(), rendered)
 }
 
-// mergeLabels returns a with b's entries added (a new map).
-func mergeLabels(a, b map[string]string) map[string]string {
+// mergeMaps returns a with b's entries added (a new map).
+func mergeMaps(a, b map[string]string) map[string]string {
 	out := maps.Clone(a)
 	if out == nil {
 		out = map[string]string{}
@@ -490,11 +470,13 @@ func kustomizeOverlay(t *testing.T, base, line string) []manifest {
 }
 
 // TestPolicyNamespaceOverlay installs deploy/ through a kustomize overlay
-// that moves it to another namespace, on a fresh control plane, and
-// attacks it: the policy still confines the agent's service account (now
-// in that namespace), and the agent's own writes still go through.
+// that moves it to another namespace, on a control plane where deploy/ is
+// not installed otherwise (shared, see overlayAndPrefix), and attacks it:
+// the policy still confines the agent's service account (now in that
+// namespace), and the agent's own writes still go through.
 func TestPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
+	t.Parallel()
 	const ns = "selftaint-system"
 	rendered := kustomizeOverlay(t, ".", "namespace: "+ns)
 	for _, m := range rendered {
@@ -502,7 +484,8 @@ func TestPolicyNamespaceOverlay(t *testing.T) {
 			t.Errorf("%s still in %s after the overlay", m, namespace)
 		}
 	}
-	cp := installRendered(t, ns, rendered)
+	cp := overlayAndPrefix.Get(t)
+	installRendered(t, cp, ns, rendered)
 	admin := cp.Client()
 	ctx := t.Context()
 	const a, b = "overlay-a", "overlay-b"

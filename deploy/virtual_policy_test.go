@@ -280,26 +280,37 @@ func TestVirtualPolicyNamePrefixOverlay(t *testing.T) {
 //     service account may then write nothing, and an admin and a kubelet
 //     are unaffected; then deletes a policy and leaves its binding: it
 //     denies no one.
+//
+// The control plane, with deploy/ installed too, is shared with
+// TestOnControlPlane (whose service accounts no virtual policy matches),
+// and the subtests, each on Nodes and objects of its own, run in parallel.
+// PrefixMissing installs deploy/virtual elsewhere (overlayAndPrefix): it
+// changes the policies' parameters and deletes one, and while the API
+// server catches up with a deleted policy its binding denies every user's
+// Lease writes ("no params found"), the coordinator's and the virtual
+// nodes' included.
 func TestVirtualPolicyOnControlPlane(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and virtual nodes")
-	cp := testcp.Start(t, testcp.Options{
-		ControllerManager:     true,
-		ControllerManagerArgs: []string{"--controllers=validatingadmissionpolicy-status-controller"},
-	})
-	createManifests(t, cp.Client(), readManifests(t, "virtual"))
+	t.Parallel()
+	cp := installed.get(t)
 	sa := tokenConfig(t, cp, virtualNamespace, virtualSA)
-	// The type check first: a policy whose CEL does not check may never
-	// come into force.
-	checkPolicyTypes(t, cp.Client(), append(slices.Clone(virtualPolicies), virtualConfigMapsPolicy)...)
-	waitVirtualPolicies(t, cp, sa, virtualNamespace)
 
-	t.Run("Attacks", func(t *testing.T) { testVirtualPolicyAttacks(t, cp, sa) })
-	t.Run("RunUnderPolicy", func(t *testing.T) { testVirtualRBACIsEnough(t, cp, sa) })
-	t.Run("RefusesRealNode", func(t *testing.T) { testVirtualRefusesRealNode(t, cp, sa) })
-	t.Run("StopsWhenUnlabelled", func(t *testing.T) { testVirtualStopsWhenUnlabelled(t, cp) })
-	t.Run("RBACIsTight", func(t *testing.T) { testVirtualRBACIsTight(t, cp) })
-	// Last: it changes the policies' parameters.
-	t.Run("PrefixMissing", func(t *testing.T) { testVirtualPrefixMissing(t, cp, sa) })
+	for _, sub := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"PrefixMissing", testVirtualPrefixMissing},
+		{"Attacks", func(t *testing.T) { testVirtualPolicyAttacks(t, cp, sa) }},
+		{"RunUnderPolicy", func(t *testing.T) { testVirtualRBACIsEnough(t, cp, sa) }},
+		{"RefusesRealNode", func(t *testing.T) { testVirtualRefusesRealNode(t, cp, sa) }},
+		{"StopsWhenUnlabelled", func(t *testing.T) { testVirtualStopsWhenUnlabelled(t, cp) }},
+		{"RBACIsTight", func(t *testing.T) { testVirtualRBACIsTight(t, cp) }},
+	} {
+		t.Run(sub.name, func(t *testing.T) {
+			t.Parallel()
+			sub.test(t)
+		})
+	}
 }
 
 // waitVirtualPolicies waits until each virtual policy denies the service
@@ -464,9 +475,7 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 	for _, n := range []string{real, realLike} {
 		versions[n] = cp.CreateNode(t, n, func(n *corev1.Node) { n.Labels = map[string]string{"team": "infra"} }).ResourceVersion
 	}
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, admin, podNS)
 	for name, node := range map[string]string{"on-real": real, "on-real-like": realLike, "on-virtual": vnode, "unbound": "", "unbound-2": "", "admin-deletes": real} {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name},
@@ -479,11 +488,14 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 	// Leases the service account may not renew: a real Node's, leases
 	// outside kube-node-lease (RBAC grants leases in every namespace), the
 	// control plane's leader Leases.
-	for _, l := range []*coordinationv1.Lease{lease(realLike), lease(real), leaseIn(podNS, vnode+"-elsewhere"),
-		leaseIn(metav1.NamespaceSystem, "kube-scheduler"), leaseIn(metav1.NamespaceSystem, "kube-controller-manager")} {
+	for _, l := range []*coordinationv1.Lease{lease(realLike), lease(real), leaseIn(podNS, vnode+"-elsewhere")} {
 		if _, err := admin.CoordinationV1().Leases(l.Namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// (TestOnControlPlane/CoordinatorPolicy may have created these.)
+	for _, l := range controlPlaneLeases {
+		ensureLease(t, admin, metav1.NamespaceSystem, l, nil)
 	}
 	// A guard elsewhere (the real coordinator's, say).
 	if _, err := admin.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultGuardName}}, metav1.CreateOptions{}); err != nil {
@@ -713,41 +725,11 @@ func renewLeaseIn(c typedcoordv1.LeasesGetter, ns, node string) func(context.Con
 	}
 }
 
-// runningVirtual is a virtual.Run in the background.
-type runningVirtual struct {
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run returned
-	err    error         // what Run returned; set before done is closed
-}
-
-// wait returns true and Run's error once it returned, or false after
-// timeout.
-func (r *runningVirtual) wait(timeout time.Duration) (returned bool, err error) {
-	select {
-	case <-r.done:
-		return true, r.err
-	case <-time.After(timeout):
-		return false, nil
-	}
-}
-
-// stop cancels Run and returns its error.
-func (r *runningVirtual) stop() error {
-	r.cancel()
-	ok, err := r.wait(60 * time.Second)
-	if !ok {
-		return errors.New("virtual.Run did not return within 60s of cancel")
-	}
-	return err
-}
-
 // runVirtual runs virtual.Run for names with credentials rc until stopped
 // (at the end of the test at the latest).
-func runVirtual(t *testing.T, rc *rest.Config, names []string, deleteOnExit bool) *runningVirtual {
+func runVirtual(t *testing.T, rc *rest.Config, names []string, deleteOnExit bool) *running {
 	t.Helper()
 	logger, _ := captureLogs(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningVirtual{cancel: cancel, done: make(chan struct{})}
 	opts := virtual.Options{
 		Names:                names,
 		Core:                 coreClient(t, rc),
@@ -759,16 +741,8 @@ func runVirtual(t *testing.T, rc *rest.Config, names []string, deleteOnExit bool
 		DeleteOnExit:         deleteOnExit,
 		Logger:               logger,
 	}
-	go func() {
-		defer close(r.done)
-		r.err = virtual.Run(ctx, opts)
-	}()
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil && !errors.Is(err, context.Canceled) && !errors.As(err, new(*virtual.NotVirtualError)) {
-			t.Errorf("virtual.Run: %v", err)
-		}
-	})
-	return r
+	accept := func(err error) bool { return stoppedByCancel(err) || errors.As(err, new(*virtual.NotVirtualError)) }
+	return runFunc(t, "virtual.Run", 60*time.Second, accept, func(ctx context.Context) error { return virtual.Run(ctx, opts) })
 }
 
 // testVirtualRefusesRealNode runs virtual nodes whose names include a real
@@ -958,26 +932,29 @@ func asKubelet(cp *testcp.ControlPlane, node string) *rest.Config {
 	return rc
 }
 
-// testVirtualPrefixMissing removes, restores and then empties the policies'
-// prefix annotation. Without a prefix (absent or empty) the service account
+// testVirtualPrefixMissing installs deploy/virtual on a control plane where
+// it is not installed otherwise, then removes, restores and empties the policies' prefix
+// annotation. Without a prefix (absent or empty) the service account
 // may write no Node, pod or Lease, while an admin and a real node's kubelet
 // go on writing Nodes, pods and Leases: the parameters can be wrong but
 // never missing, so they cannot cause an outage. Last, it deletes one
 // policy and leaves its binding, as an uninstall half done: the binding
 // then denies nobody (a separate parameter object missing would have had
 // it deny every user's Lease writes).
-func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Config) {
+func testVirtualPrefixMissing(t *testing.T) {
 	const (
 		kubeletNode = "bystander"
 		vnode       = virtualPrefix + "no-prefix"
 		podNS       = "prefix-missing"
 	)
+	cp := overlayAndPrefix.Get(t)
+	createManifests(t, cp.Client(), readManifests(t, "virtual"))
+	sa := tokenConfig(t, cp, virtualNamespace, virtualSA)
+	waitVirtualPolicies(t, cp, sa, virtualNamespace)
 	admin := cp.Client()
 	ctx := t.Context()
 	cp.CreateNode(t, kubeletNode, nil)
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNS}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, admin, podNS)
 	// A kubelet, authorized as in a cluster whose node authorizer is off
 	// (testcp runs RBAC only).
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -1152,7 +1129,8 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 
 // TestVirtualPolicyNamespaceOverlay renders deploy/virtual under a
 // kustomize overlay that moves it to another namespace, creates the result
-// on a fresh control plane, and checks it still works there: the Namespace
+// on a control plane where deploy/virtual is not installed otherwise
+// (shared, see kubeSystemOverlays), and checks it still works there: the Namespace
 // and every namespaced object moved, the RBAC bindings name the service
 // account in the new namespace and nothing is left in deploy/virtual's;
 // the service account there (with its own token) may register a virtual
@@ -1164,6 +1142,7 @@ func testVirtualPrefixMissing(t *testing.T, cp *testcp.ControlPlane, sa *rest.Co
 // namespace.
 func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
+	t.Parallel()
 	const ns = "selftaint-test"
 	rendered := kustomizeOverlay(t, "virtual", "namespace: "+ns)
 	find[*corev1.Namespace](t, rendered, ns)
@@ -1185,14 +1164,12 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 		}
 	}
 
-	cp := testcp.Start(t, testcp.Options{})
+	cp := kubeSystemOverlays.Get(t)
 	createManifests(t, cp.Client(), rendered)
 	ctx := t.Context()
 	// deploy/virtual's namespace exists too (another install, say): the
 	// service account moved out of it may not write there.
-	if _, err := cp.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: virtualNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, cp.Client(), virtualNamespace)
 	rc := tokenConfig(t, cp, ns, virtualSA)
 	core, leases := coreClient(t, rc), leaseClient(t, rc)
 	const real = "real-1"

@@ -26,6 +26,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
@@ -197,7 +198,7 @@ func coreClient(t *testing.T, rc *rest.Config) *typedcorev1.CoreV1Client {
 
 // checkNotRefused fails t if the logs show a request refused by RBAC or by
 // admission.
-func checkNotRefused(t *testing.T, logs *logBuffer) {
+func checkNotRefused(t *testing.T, logs *testkit.LogBuffer) {
 	t.Helper()
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if l := strings.ToLower(line); strings.Contains(l, "forbidden") || strings.Contains(l, "denied") {
@@ -260,12 +261,8 @@ const (
 // end of the test).
 func runAgent(t *testing.T, opts agent.Options) (stop func()) {
 	t.Helper()
-	a, err := agent.New(opts)
-	if err != nil {
-		t.Fatalf("agent.New: %v", err)
-	}
-	r := runFunc(t, "agent.Run", 30*time.Second, stoppedByCancel, a.Run)
-	return func() { r.check(t) }
+	_, stop = testkit.StartAgent(t, opts)
+	return stop
 }
 
 func hasTaint(n *corev1.Node, key string) bool {
@@ -275,9 +272,7 @@ func hasTaint(n *corev1.Node, key string) bool {
 // waitNode polls the Node as admin until ok holds.
 func waitNode(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) {
 	t.Helper()
-	if _, _, err := testcp.WaitNode(t.Context(), c, name, timeout, ok); err != nil {
-		t.Fatalf("waiting for %s on node %s: %v", what, name, err)
-	}
+	testkit.WaitNode(t, c, name, timeout, what, nil, ok)
 }
 
 // testAgentRBACIsEnough runs the real agent as the agent's service account

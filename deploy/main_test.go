@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 )
 
 // The control planes tests share (see testcp.Shared). Tests that install
@@ -121,30 +122,11 @@ func installAll(t *testing.T, cp *testcp.ControlPlane) {
 	waitVirtualPolicies(t, cp, tokenConfig(t, cp, virtualNamespace, virtualSA), virtualNamespace)
 }
 
-// logBuffer collects the logs of the code under test: its slog logger,
-// client-go's (through klog, see captureLogs) or a process's output.
-type logBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // logRouter copies what klog writes to every buffer registered with it,
 // or to stderr while there is none.
 type logRouter struct {
 	mu    sync.Mutex // guards sinks
-	sinks map[*logBuffer]bool
+	sinks map[*testkit.LogBuffer]bool
 }
 
 func (r *logRouter) Write(p []byte) (int, error) {
@@ -160,11 +142,11 @@ func (r *logRouter) Write(p []byte) (int, error) {
 }
 
 // add registers b until the returned function is called.
-func (r *logRouter) add(b *logBuffer) (remove func()) {
+func (r *logRouter) add(b *testkit.LogBuffer) (remove func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sinks == nil {
-		r.sinks = map[*logBuffer]bool{}
+		r.sinks = map[*testkit.LogBuffer]bool{}
 	}
 	r.sinks[b] = true
 	return func() {
@@ -179,9 +161,9 @@ func (r *logRouter) add(b *logBuffer) (remove func()) {
 // per process: while tests run in parallel, each buffer also holds the
 // client-go logs of the others' code, so a refusal anywhere fails every
 // test that checks its logs then (checkNotRefused) — none is missed.
-func captureLogs(t *testing.T) (*slog.Logger, *logBuffer) {
+func captureLogs(t *testing.T) (*slog.Logger, *testkit.LogBuffer) {
 	t.Helper()
-	buf := &logBuffer{}
+	buf := &testkit.LogBuffer{}
 	logger := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	remove := clientGoLogs.add(buf)
 	t.Cleanup(func() {
@@ -228,9 +210,9 @@ func stoppedByCancel(err error) bool { return err == nil || errors.Is(err, conte
 // runProcess runs bin with args (and the extra environment) until stopped:
 // stopping sends SIGTERM, and it must exit 0 within 60s. Its output is
 // collected, and shown if the test fails.
-func runProcess(t *testing.T, bin string, args []string, env ...string) (*running, *logBuffer) {
+func runProcess(t *testing.T, bin string, args []string, env ...string) (*running, *testkit.LogBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testkit.LogBuffer{}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -28,6 +28,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/taints"
 	"github.com/selftaint/selftaint/taints/faults"
 )
@@ -382,11 +383,7 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 
 func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
 	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return testkit.GetNode(t, c, name)
 }
 
 // checkUnchanged fails t if anything but bookkeeping differs between two

@@ -494,8 +494,8 @@ func TestStormLeaderKill(t *testing.T) {
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
 	cfg := writeStormConfig(t, fleetPolicy{maxNoExecute: strconv.Itoa(budget), ratePerMinute: 600, grantTTL: 15 * time.Second, guard: guardOff})
-	c1 := startCoordinator(t, cp, cfg, "coord-1")
-	c2 := startCoordinator(t, cp, cfg, "coord-2")
+	c1 := startFastCoordinator(t, cp, cfg, "coord-1")
+	c2 := startFastCoordinator(t, cp, cfg, "coord-2")
 	leader := waitLeader(t, c, 30*time.Second, c1, c2)
 	startZone(t, cp, cfg, "ka-", "zone-a", perZone)
 	startZone(t, cp, cfg, "kb-", "zone-b", perZone)
@@ -862,7 +862,7 @@ func TestRandomStorms(t *testing.T) {
 	c := cp.Client()
 	cfg := writeStormConfig(t, fleetPolicy{maxNoExecute: strconv.Itoa(budget), ratePerMinute: 600, grantTTL: 15 * time.Second, guard: guardOff})
 	f := &stormFleet{cp: cp, cfg: cfg, next: 2,
-		coords: []*coordProc{startCoordinator(t, cp, cfg, "coord-1"), startCoordinator(t, cp, cfg, "coord-2")}}
+		coords: []*coordProc{startFastCoordinator(t, cp, cfg, "coord-1"), startFastCoordinator(t, cp, cfg, "coord-2")}}
 	waitLeader(t, c, 30*time.Second, f.coords...)
 	var all []string
 	for _, z := range []string{"a", "b", "c"} {
@@ -988,7 +988,7 @@ func (f *stormFleet) killLeader(t *testing.T) bool {
 		return false
 	}
 	f.next++
-	f.coords = append(f.coords, startCoordinator(t, f.cp, f.cfg, fmt.Sprintf("coord-%d", f.next)))
+	f.coords = append(f.coords, startFastCoordinator(t, f.cp, f.cfg, fmt.Sprintf("coord-%d", f.next)))
 	t.Logf("SIGKILLed the leader %q; started coord-%d", id, f.next)
 	return true
 }

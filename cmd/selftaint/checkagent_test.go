@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -19,6 +18,7 @@ import (
 // check says would follow are exactly the ones the agent keeps on its Node
 // once it has settled: both come from the same plan.
 func TestCheckMatchesAgent(t *testing.T) {
+	t.Parallel()
 	cfg := writeFile(t, noNVML+"probes:\n  disk: {enabled: false}\n  network: {enabled: false}\n"+
 		"  memory: {interval: 500ms, timeout: 250ms, for: 0s}\n  pid: {interval: 500ms, timeout: 250ms}\n"+
 		"rules:\n- {condition: SelftaintMemoryPressure, taint: {key: selftaint.io/memory-pressure, value: low, effect: NoSchedule}}\n"+
@@ -39,7 +39,7 @@ func TestCheckMatchesAgent(t *testing.T) {
 		t.Errorf("check says %v would join with a grant, want selftaint.io/memory-evict:NoExecute", rep.WithGrant)
 	}
 
-	cp := testcp.Start(t, testcp.Options{})
+	cp := shared.Get(t)
 	const node = "check-vs-agent"
 	cp.CreateNode(t, node, nil)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -66,7 +66,10 @@ current-context: c
 // restarts then).
 func TestCoordinatorCommand(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	// The shared control plane: the coordinator keeps to its namespace and
+	// counts only the Nodes of its selector, of which there are none.
+	cp := shared.Get(t)
 	const ns = "selftaint-cmd"
 	if _, err := cp.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

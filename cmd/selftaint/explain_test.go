@@ -99,22 +99,23 @@ func verdictOf(e taints.Eviction) verdict {
 // kube-apiserver: it reads the node's taints, lists the pods bound to it
 // (and only those) and applies proposed taints.
 func TestExplainAgainstAPIServer(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	kubeconfig := "--kubeconfig=" + cp.KubeconfigPath
 	taintedAt := time.Now().Add(-3 * time.Second).Truncate(time.Second)
 	gpu := gpuLost
 	gpu.TimeAdded = &metav1.Time{Time: taintedAt}
-	cp.CreateNode(t, "n1", func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{gpu, diskFull} })
-	cp.CreateNode(t, "n2", nil)
+	cp.CreateNode(t, "explain-n1", func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{gpu, diskFull} })
+	cp.CreateNode(t, "explain-n2", nil)
 	createNamespace(t, c, explainNS)
 
-	createPod(t, c, explainNS, "plain", "n1")
-	twenty := createPod(t, c, explainNS, "twenty", "n1", tolerate(gpuLost.Key, ptr.To[int64](20)))
-	createPod(t, c, explainNS, "forever", "n1", tolerate(gpuLost.Key, nil))
-	createPod(t, c, explainNS, "mem-ten", "n1", tolerate(gpuLost.Key, nil), tolerate("selftaint.io/memory-pressure", ptr.To[int64](10)))
-	createPod(t, c, explainNS, "everything", "n1", corev1.Toleration{Operator: corev1.TolerationOpExists})
-	createPod(t, c, explainNS, "elsewhere", "n2")
+	createPod(t, c, explainNS, "plain", "explain-n1")
+	twenty := createPod(t, c, explainNS, "twenty", "explain-n1", tolerate(gpuLost.Key, ptr.To[int64](20)))
+	createPod(t, c, explainNS, "forever", "explain-n1", tolerate(gpuLost.Key, nil))
+	createPod(t, c, explainNS, "mem-ten", "explain-n1", tolerate(gpuLost.Key, nil), tolerate("selftaint.io/memory-pressure", ptr.To[int64](10)))
+	createPod(t, c, explainNS, "everything", "explain-n1", corev1.Toleration{Operator: corev1.TolerationOpExists})
+	createPod(t, c, explainNS, "elsewhere", "explain-n2")
 
 	const (
 		gpuS   = "selftaint.io/gpu-lost:NoExecute"
@@ -135,7 +136,7 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 	}{
 		{
 			name: "current taints",
-			args: []string{"n1", kubeconfig},
+			args: []string{"explain-n1", kubeconfig},
 			want: map[string]verdict{
 				"explain/plain":      {when: taints.EvictImmediately, because: []string{gpuS}},
 				"explain/twenty":     {when: taints.EvictAfter, after: 20 * time.Second, because: []string{gpuS}},
@@ -146,7 +147,7 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 		},
 		{
 			name: "proposed NoExecute taint, NODE after the flags",
-			args: []string{"--taint", memS, kubeconfig, "n1"},
+			args: []string{"--taint", memS, kubeconfig, "explain-n1"},
 			want: map[string]verdict{
 				"explain/plain":      {when: taints.EvictImmediately, because: []string{gpuS, memS}},
 				"explain/twenty":     {when: taints.EvictImmediately, because: []string{memS}},
@@ -157,7 +158,7 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 		},
 		{
 			name:        "proposed taint replaces the current one with its key and effect",
-			args:        []string{"n1", kubeconfig, "--taint=" + gpuV2S},
+			args:        []string{"explain-n1", kubeconfig, "--taint=" + gpuV2S},
 			proposedGPU: true,
 			want: map[string]verdict{
 				"explain/plain":      {when: taints.EvictImmediately, because: []string{gpuV2S}},
@@ -203,12 +204,12 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 
 	t.Run("table", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
-		if code := run(t.Context(), []string{"explain", "n1", kubeconfig, "--taint", memS}, &stdout, &stderr); code != 0 {
+		if code := run(t.Context(), []string{"explain", "explain-n1", kubeconfig, "--taint", memS}, &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 		}
 		out := stdout.String()
 		for _, want := range []string{
-			"Taints considered on node n1: " + gpuS + ", " + diskS + ", " + notReadyS + ", " + memS + " (proposed)",
+			"Taints considered on node explain-n1: " + gpuS + ", " + diskS + ", " + notReadyS + ", " + memS + " (proposed)",
 			"NAMESPACE/POD", "EVICTION", "BECAUSE", "NEW PODS LIKE IT",
 			"explain/mem-ten", "after 10s (at ", "tolerates " + memS + " for 10s",
 			"does not tolerate " + gpuS + ", " + memS,
@@ -237,11 +238,11 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"bad effect", []string{"n1", kubeconfig, "--taint=selftaint.io/x=y:NoExecut"}, []string{"--taint", `effect "NoExecut"`}},
-		{"bad key", []string{"n1", kubeconfig, "--taint=bad key:NoSchedule"}, []string{"--taint", `key "bad key"`}},
-		{"no effect", []string{"n1", kubeconfig, "--taint=selftaint.io/x"}, []string{"--taint", `"selftaint.io/x": no effect`}},
+		{"bad effect", []string{"explain-n1", kubeconfig, "--taint=selftaint.io/x=y:NoExecut"}, []string{"--taint", `effect "NoExecut"`}},
+		{"bad key", []string{"explain-n1", kubeconfig, "--taint=bad key:NoSchedule"}, []string{"--taint", `key "bad key"`}},
+		{"no effect", []string{"explain-n1", kubeconfig, "--taint=selftaint.io/x"}, []string{"--taint", `"selftaint.io/x": no effect`}},
 		{"unknown node", []string{"nosuchnode", kubeconfig}, []string{"nosuchnode", "not found"}},
-		{"bad output", []string{"n1", kubeconfig, "--output=yaml"}, []string{"--output", `"yaml"`}},
+		{"bad output", []string{"explain-n1", kubeconfig, "--output=yaml"}, []string{"--output", `"yaml"`}},
 	}
 	for _, tt := range errTests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -308,6 +309,7 @@ func TestWithProposed(t *testing.T) {
 // node, and each pod is deleted when explain said it would be, within 2s.
 func TestExplainMatchesTaintEvictionController(t *testing.T) {
 	testcp.SkipIfShort(t, "runs kube-controller-manager and waits for evictions")
+	t.Parallel()
 	cp := testcp.Start(t, testcp.Options{ControllerManager: true})
 	c := cp.Client()
 	ctx := t.Context()

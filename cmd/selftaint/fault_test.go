@@ -56,6 +56,8 @@ func withoutFaults(n *corev1.Node) map[string]string {
 // TestFaultCLIRoundTrip injects, lists and clears faults against a real API
 // server and checks each command touches only fault annotations.
 func TestFaultCLIRoundTrip(t *testing.T) {
+	t.Parallel()
+	// Its own control plane: `fault list` lists the faults of every Node.
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
 	kc := "--kubeconfig=" + cp.KubeconfigPath
@@ -190,6 +192,7 @@ func fieldsAre(line string, want ...string) bool {
 // API errors against a real API server: each exits non-zero with the
 // problem on stderr and writes nothing.
 func TestFaultCLIErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		args     []string
@@ -224,6 +227,7 @@ func TestFaultCLIErrors(t *testing.T) {
 		})
 	}
 
+	// Its own control plane: it checks that no Node at all was written.
 	cp := testcp.Start(t, testcp.Options{})
 	kc := "--kubeconfig=" + cp.KubeconfigPath
 	for _, args := range [][]string{
@@ -254,7 +258,8 @@ func TestFaultCLIErrors(t *testing.T) {
 // node within seconds although its probe is healthy and damped by 30 s, and
 // clearing it lifts the taint.
 func TestFaultCLIWithAgent(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	kc := "--kubeconfig=" + cp.KubeconfigPath
 	const node = "with-agent"

@@ -156,7 +156,8 @@ func (f *fakeGPUs) Clear(targets []string, _ time.Time) (string, error) {
 // command writes only its annotation, the agent takes it, and --wait
 // prints the agent's answer (exit 1 for a rejection, or no answer).
 func TestGPUClearCLIOnAPIServer(t *testing.T) {
-	cp := testcp.Start(t, testcp.Options{})
+	t.Parallel()
+	cp := shared.Get(t)
 	c := cp.Client()
 	kc := "--kubeconfig=" + cp.KubeconfigPath
 	key := agent.ClearAnnotation(gpu.NameFatal)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/selftaint/selftaint/agent/testcp"
 )
 
 // noNVML is config that points the agent at a libnvidia-ml that does not
@@ -22,8 +20,9 @@ const noNVML = "hardware:\n  nvml:\n    libraryPath: /nonexistent/libnvidia-ml.s
 // support is off with one log line, there is no GPU condition, and the
 // agent does its job.
 func TestAgentWithoutNVML(t *testing.T) {
+	t.Parallel()
 	cfg := writeFile(t, noNVML)
-	cp := testcp.Start(t, testcp.Options{})
+	cp := shared.Get(t)
 	c := cp.Client()
 	cp.CreateNode(t, "no-gpu", nil)
 	var stderr syncBuffer

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,18 +15,32 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
 )
 
+// shared is the control plane (etcd and kube-apiserver) of the tests that
+// need no fresh one: each keeps to Nodes and namespaces of its own. Tests
+// that list every Node or every fault, run a coordinator or guard that
+// counts every Node, or need kube-controller-manager or other flags use
+// testcp.Start.
+var shared = testcp.NewShared(testcp.Options{})
+
 // TestMain lets tests run this test binary as the selftaint command itself,
-// so they see the real exit status of main.
+// so they see the real exit status of main; and stops the shared control
+// plane after the tests.
 func TestMain(m *testing.M) {
 	if os.Getenv("SELFTAINT_TEST_RUN_MAIN") == "1" {
 		os.Args = append([]string{"selftaint"}, strings.Fields(os.Getenv("SELFTAINT_TEST_ARGS"))...)
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := shared.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the shared control plane: %v\n", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
 }
 
 // runMain runs the command in a child process and returns its exit code and

@@ -61,6 +61,7 @@ func ipCmd(t *testing.T, args ...string) {
 func TestNetworkConditionInNetns(t *testing.T) {
 	requireNetns(t)
 	testcp.SkipIfShort(t, "builds network namespaces and waits out damping")
+	t.Parallel()
 	// Listen beyond loopback so the namespace can reach the API server
 	// through its veth.
 	cp := testcp.Start(t, testcp.Options{APIServerArgs: []string{"--bind-address=0.0.0.0"}})

@@ -18,8 +18,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/selftaint/selftaint/agent/testcp"
 )
 
 // Stamped into the binary TestAgentMetricsThroughAFaultCycle builds.
@@ -114,12 +112,13 @@ func val(fams map[string]*dto.MetricFamily, name string, labels map[string]strin
 // by verb and resource, conflicts, build info, runtime collectors, and the
 // structured log lines of each taint decision.
 func TestAgentMetricsThroughAFaultCycle(t *testing.T) {
+	t.Parallel()
 	bin := buildStamped(t)
 	if out, err := exec.Command(bin, "version").Output(); err != nil || !strings.Contains(string(out), "selftaint "+stampVersion+" (revision "+stampRevision+", "+runtime.Version()+")") {
 		t.Errorf("selftaint version = %q, %v; want the stamped version and revision", out, err)
 	}
 
-	cp := testcp.Start(t, testcp.Options{})
+	cp := shared.Get(t)
 	c := cp.Client()
 	kc := "--kubeconfig=" + cp.KubeconfigPath
 	const node = "observed"

@@ -46,6 +46,7 @@ import (
 // taints go with it, within seconds of the restart.
 func TestStormRestart(t *testing.T) {
 	testcp.SkipIfShort(t, "runs 16 virtual nodes and a coordinator, and restarts a process twice")
+	t.Parallel()
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
 	cfg := writeStormConfig(t, fleetPolicy{maxNoExecute: "16", ratePerMinute: 600, grantTTL: 15 * time.Second,

@@ -49,6 +49,7 @@ func fallbackOnly(s nodeVersion) bool {
 // NoSchedule rule works as ever.
 func TestNoCoordinator(t *testing.T) {
 	testcp.SkipIfShort(t, "runs 20 virtual nodes on a control plane")
+	t.Parallel()
 	const n = 20
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
@@ -122,6 +123,7 @@ func TestNoCoordinator(t *testing.T) {
 // zone at its rate rightly lets a later asker of another zone go first.)
 func TestStormBudget(t *testing.T) {
 	testcp.SkipIfShort(t, "runs 200 virtual nodes and two coordinators")
+	t.Parallel()
 	const (
 		perZone = 100
 		budget  = 10
@@ -325,6 +327,7 @@ func TestStormBudget(t *testing.T) {
 // and then a new fault taints again.
 func TestStormGuard(t *testing.T) {
 	testcp.SkipIfShort(t, "runs 50 virtual nodes and a coordinator")
+	t.Parallel()
 	const (
 		n        = 50
 		coolDown = 20 * time.Second
@@ -483,6 +486,7 @@ func TestStormGuard(t *testing.T) {
 // had NoExecute once).
 func TestStormLeaderKill(t *testing.T) {
 	testcp.SkipIfShort(t, "runs 100 virtual nodes and two coordinators")
+	t.Parallel()
 	const (
 		perZone = 50
 		budget  = 10
@@ -490,8 +494,8 @@ func TestStormLeaderKill(t *testing.T) {
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
 	cfg := writeStormConfig(t, fleetPolicy{maxNoExecute: strconv.Itoa(budget), ratePerMinute: 600, grantTTL: 15 * time.Second, guard: guardOff})
-	c1 := startCoordinator(t, cp, cfg, "coord-1")
-	c2 := startCoordinator(t, cp, cfg, "coord-2")
+	c1 := startFastCoordinator(t, cp, cfg, "coord-1")
+	c2 := startFastCoordinator(t, cp, cfg, "coord-2")
 	leader := waitLeader(t, c, 30*time.Second, c1, c2)
 	startZone(t, cp, cfg, "ka-", "zone-a", perZone)
 	startZone(t, cp, cfg, "kb-", "zone-b", perZone)
@@ -585,6 +589,7 @@ func TestStormLeaderKill(t *testing.T) {
 // NoExecute than the budget.
 func TestHolderGoneFreesGrant(t *testing.T) {
 	testcp.SkipIfShort(t, "runs virtual nodes and a coordinator for a minute")
+	t.Parallel()
 	const ttl = 15 * time.Second
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
@@ -722,6 +727,7 @@ func TestHolderGoneFreesGrant(t *testing.T) {
 // must be granted like any waiting node and put NoExecute on.
 func TestStalledAgentGrantedAgain(t *testing.T) {
 	testcp.SkipIfShort(t, "stalls an agent for a grant TTL")
+	t.Parallel()
 	const ttl = 15 * time.Second
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
@@ -815,19 +821,32 @@ func TestStalledAgentGrantedAgain(t *testing.T) {
 // TestRandomStorms proves the budget under many random storms on one
 // fleet: 60 virtual nodes in three zones, budget 5, grant TTL 15s, the
 // guard out of the way (a storm on most of the fleet would trip it and
-// stop NoExecute for its 5m cool-down), at least 20 runs; each run faults a random subset for a random few seconds
-// or clears faults at random times, and some runs SIGKILL the leading
-// coordinator and start a replacement. The watch on every Node version
-// finds no version with more than 5 nodes carrying NoExecute, and the
-// fleet is quiet (no taint) once the faults are gone. The seed is logged;
-// STORM_SEED replays its choices (not their exact timing).
+// stop NoExecute for its 5m cool-down), 12 runs of 8s (STORM_RUNS=22 or
+// more for the long version; `make test` runs 12 so that the storms fit
+// beside the rest of the suite); each run faults a random subset for a
+// random few seconds or clears faults at random times, and some runs
+// SIGKILL the leading coordinator and start a replacement (always the
+// fourth run and the one after the middle). However few the runs, the
+// test fails unless each kind was exercised: fault actions, clear actions
+// and at least one leader killed. The watch on every Node version finds no version with
+// more than 5 nodes carrying NoExecute, and the fleet is quiet (no taint)
+// once the faults are gone. The seed is logged; STORM_SEED replays its
+// choices (not their exact timing) for the same STORM_RUNS.
 func TestRandomStorms(t *testing.T) {
-	testcp.SkipIfShort(t, "runs 20+ random storms on 60 virtual nodes")
+	testcp.SkipIfShort(t, "runs 12+ random storms on 60 virtual nodes")
+	t.Parallel()
 	const (
 		budget = 5
-		runs   = 22
 		runFor = 8 * time.Second
 	)
+	runs := 12
+	if s := os.Getenv("STORM_RUNS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 6 {
+			t.Fatalf("STORM_RUNS=%q: want a number of runs, at least 6", s)
+		}
+		runs = v
+	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("STORM_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -836,14 +855,14 @@ func TestRandomStorms(t *testing.T) {
 		}
 		seed = v
 	}
-	t.Logf("seed %d (STORM_SEED=%d replays its choices)", seed, seed)
+	t.Logf("seed %d, %d runs (STORM_SEED=%d STORM_RUNS=%d replays its choices)", seed, runs, seed, runs)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
 	cfg := writeStormConfig(t, fleetPolicy{maxNoExecute: strconv.Itoa(budget), ratePerMinute: 600, grantTTL: 15 * time.Second, guard: guardOff})
 	f := &stormFleet{cp: cp, cfg: cfg, next: 2,
-		coords: []*coordProc{startCoordinator(t, cp, cfg, "coord-1"), startCoordinator(t, cp, cfg, "coord-2")}}
+		coords: []*coordProc{startFastCoordinator(t, cp, cfg, "coord-1"), startFastCoordinator(t, cp, cfg, "coord-2")}}
 	waitLeader(t, c, 30*time.Second, f.coords...)
 	var all []string
 	for _, z := range []string{"a", "b", "c"} {
@@ -856,13 +875,13 @@ func TestRandomStorms(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	began := time.Now()
-	kills := 0
+	kills, faultActs, clearActs := 0, 0, 0
 	for run := range runs {
 		subset := slices.Clone(all)
 		rng.Shuffle(len(subset), func(i, j int) { subset[i], subset[j] = subset[j], subset[i] })
 		subset = subset[:1+rng.IntN(len(all))]
 		touched := len(subset)
-		kill := run == 3 || run == 12 || rng.IntN(5) == 0
+		kill := run == 3 || run == runs/2+1 || rng.IntN(5) == 0
 		killAt := time.Duration(rng.Int64N(int64(runFor)))
 		type action struct {
 			at    time.Duration
@@ -886,8 +905,14 @@ func TestRandomStorms(t *testing.T) {
 			time.Sleep(time.Until(start.Add(a.at)))
 			if kill && a.at >= killAt {
 				kill = false
-				kills++
-				f.killLeader(t)
+				if f.killLeader(t) {
+					kills++
+				}
+			}
+			if a.d > 0 {
+				faultActs++
+			} else {
+				clearActs++
 			}
 			wg.Go(func() {
 				if a.d > 0 {
@@ -897,15 +922,19 @@ func TestRandomStorms(t *testing.T) {
 				}
 			})
 		}
-		if kill {
+		if kill && f.killLeader(t) {
 			kills++
-			f.killLeader(t)
 		}
 		wg.Wait()
 		time.Sleep(time.Until(start.Add(runFor)))
 		t.Logf("run %d: %d actions on %d nodes; %d carry NoExecute, %d grants held", run, len(acts), touched, len(w.carryingNow()), len(g.holders()))
 	}
-	t.Logf("%d runs in %s, the leader killed %d times", runs, time.Since(began).Round(time.Second), kills)
+	t.Logf("%d runs in %s: %d fault actions, %d clear actions, the leader killed %d times", runs, time.Since(began).Round(time.Second), faultActs, clearActs, kills)
+	// Every kind of storm, however few the runs: two runs always kill the
+	// leader (one finds none only if another kill came seconds before).
+	if faultActs == 0 || clearActs == 0 || kills == 0 {
+		t.Errorf("a kind of storm was never exercised (%d fault actions, %d clear actions, %d leader kills): the runs proved less than they should", faultActs, clearActs, kills)
+	}
 	leader := waitLeader(t, c, 30*time.Second, f.coords...)
 	t.Logf("%s leads at the end", leader.identity)
 
@@ -937,8 +966,8 @@ type stormFleet struct {
 }
 
 // killLeader SIGKILLs the coordinator that leads (if one does) and starts
-// a replacement.
-func (f *stormFleet) killLeader(t *testing.T) {
+// a replacement; it reports whether it found a leader to kill.
+func (f *stormFleet) killLeader(t *testing.T) bool {
 	t.Helper()
 	id := leaderOf(t, f.cp.Client())
 	live := f.coords[:0]
@@ -956,9 +985,10 @@ func (f *stormFleet) killLeader(t *testing.T) {
 	f.coords = live
 	if !killed {
 		t.Logf("no leader to kill (leader Lease holder %q)", id)
-		return
+		return false
 	}
 	f.next++
-	f.coords = append(f.coords, startCoordinator(t, f.cp, f.cfg, fmt.Sprintf("coord-%d", f.next)))
+	f.coords = append(f.coords, startFastCoordinator(t, f.cp, f.cfg, fmt.Sprintf("coord-%d", f.next)))
 	t.Logf("SIGKILLed the leader %q; started coord-%d", id, f.next)
+	return true
 }

@@ -53,8 +53,8 @@ const (
 	// (the config's coordinator.namespace, so agents and coordinators
 	// agree whatever $POD_NAMESPACE says).
 	coordNS = "kube-system"
-	// Leader election of the test's coordinators: short, so a takeover
-	// fits in a test.
+	// Leader election of the coordinators of the tests that kill a
+	// leader (startFastCoordinator): short, so a takeover fits in a test.
 	leaseDuration = 4 * time.Second
 	renewDeadline = 3 * time.Second
 	retryPeriod   = 500 * time.Millisecond
@@ -199,16 +199,33 @@ type coordProc struct {
 	identity string
 }
 
-// startCoordinator runs a coordinator replica with short leader election
-// and its metrics on a free loopback port.
+// startCoordinator runs a coordinator replica with its default leader
+// election and its metrics on a free loopback port. The tests that kill a
+// leader use startFastCoordinator; for the others a short renew deadline
+// only made a replica exit (losing its leadership) when the machine was
+// loaded, and with no replica to take over the test failed for nothing.
 func startCoordinator(t *testing.T, cp *testcp.ControlPlane, cfg, identity string) *coordProc {
 	t.Helper()
-	p := startProc(t, "coordinator "+identity, "coordinator", "--kubeconfig="+cp.KubeconfigPath, "--config="+cfg,
-		"--identity="+identity, "--metrics-address=127.0.0.1:0", "--log-level=info",
+	return startCoordinatorArgs(t, cp, cfg, identity)
+}
+
+// startFastCoordinator is startCoordinator with short leader election
+// (leaseDuration, renewDeadline, retryPeriod), so that a takeover fits in
+// a test.
+func startFastCoordinator(t *testing.T, cp *testcp.ControlPlane, cfg, identity string) *coordProc {
+	t.Helper()
+	return startCoordinatorArgs(t, cp, cfg, identity,
 		"--leader-elect-lease-duration="+leaseDuration.String(),
 		"--leader-elect-renew-deadline="+renewDeadline.String(),
-		"--leader-elect-retry-period="+retryPeriod.String(),
-		"--kube-api-qps=200", "--kube-api-burst=400")
+		"--leader-elect-retry-period="+retryPeriod.String())
+}
+
+func startCoordinatorArgs(t *testing.T, cp *testcp.ControlPlane, cfg, identity string, extra ...string) *coordProc {
+	t.Helper()
+	args := []string{"coordinator", "--kubeconfig=" + cp.KubeconfigPath, "--config=" + cfg,
+		"--identity=" + identity, "--metrics-address=127.0.0.1:0", "--log-level=info",
+		"--kube-api-qps=200", "--kube-api-burst=400"}
+	p := startProc(t, "coordinator "+identity, append(args, extra...)...)
 	return &coordProc{proc: p, identity: identity}
 }
 

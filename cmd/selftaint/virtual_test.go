@@ -165,6 +165,7 @@ const virtualNS = "drill"
 // the node lifecycle controller taint the node as it would a real one.
 func TestVirtualNodeNoExecuteFault(t *testing.T) {
 	testcp.SkipIfShort(t, "runs a full control plane and waits for evictions")
+	t.Parallel()
 	cp := testcp.Start(t, testcp.Options{ControllerManager: true, Scheduler: true})
 	c := cp.Client()
 	ctx := t.Context()
@@ -411,20 +412,31 @@ func faultRejections(t *testing.T, c kubernetes.Interface, node string) []string
 }
 
 // TestVirtualNodeHeartbeats runs one virtual node under the real node
-// lifecycle controller (node-monitor-grace-period 20s) for two minutes: it
-// must stay Ready with its Lease renewed. Then the virtual process is
-// killed and the controller must mark the node unreachable: proof that the
-// heartbeats are real.
+// lifecycle controller (node-monitor-grace-period 20s) for three grace
+// periods: it must stay Ready with its Lease renewed every quarter of its
+// 20s duration. Then the virtual process is killed and the controller must
+// mark the node unreachable: proof that the heartbeats are real.
+//
+// Three grace periods are enough to catch heartbeats that stop: stopped
+// before the hold or in its first 35s, the node is marked Unknown (the
+// grace period plus the controller's 5s monitor period later) before the
+// hold ends; and Lease renewals that stop, while something else keeps the
+// node Ready, show in the count. The two minutes this held before only
+// moved that line further out.
 func TestVirtualNodeHeartbeats(t *testing.T) {
-	testcp.SkipIfShort(t, "watches a virtual node for minutes")
+	testcp.SkipIfShort(t, "watches a virtual node for a minute")
 	t.Parallel()
-	const grace = 20 * time.Second
+	const (
+		grace      = 20 * time.Second
+		leaseFor   = 20 * time.Second
+		renewEvery = leaseFor / 4
+		hold       = 3 * grace
+	)
 	cp := testcp.Start(t, testcp.Options{ControllerManager: true, ControllerManagerArgs: []string{"--node-monitor-grace-period=" + grace.String()}})
 	c := cp.Client()
-	cmd, _ := startVirtual(t, "--nodes=1", "--name-prefix=beat-", "--kubeconfig="+cp.KubeconfigPath, "--lease-duration=20s", "--log-level=warn", "--stats-interval=0")
+	cmd, _ := startVirtual(t, "--nodes=1", "--name-prefix=beat-", "--kubeconfig="+cp.KubeconfigPath, "--lease-duration="+leaseFor.String(), "--log-level=warn", "--stats-interval=0")
 	pollNode(t, c, "beat-1", time.Minute, "Ready and schedulable", readyForPods)
 
-	const hold = 2 * time.Minute
 	var renewals []time.Time
 	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(time.Second) {
 		n := nodeNow(t, c, "beat-1")
@@ -439,9 +451,10 @@ func TestVirtualNodeHeartbeats(t *testing.T) {
 			renewals = append(renewals, rt)
 		}
 	}
-	// Renewed every quarter of the 20s lease: about 24 in two minutes.
-	if len(renewals) < 15 {
-		t.Errorf("the lease was renewed %d times in %s, want about one every 5s", len(renewals), hold)
+	// Renewed every quarter of the lease: about 12 in the hold; two
+	// thirds of that allows for a loaded machine.
+	if want := int(hold/renewEvery) * 2 / 3; len(renewals) < want {
+		t.Errorf("the lease was renewed %d times in %s, want at least %d (one every %s)", len(renewals), hold, want, renewEvery)
 	}
 	t.Logf("beat-1 stayed Ready for %s; lease renewed %d times", hold, len(renewals))
 

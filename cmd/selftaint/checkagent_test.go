@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -44,7 +45,7 @@ func TestCheckMatchesAgent(t *testing.T) {
 	cp.CreateNode(t, node, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var agentErr syncBuffer
+	var agentErr testkit.LogBuffer
 	go func() {
 		done <- run(ctx, []string{"agent", "--node-name=" + node, "--kubeconfig=" + cp.KubeconfigPath, "--host-root=testdata/lowmem",
 			"--config=" + cfg, "--metrics-address=", "--admission-policy="}, &bytes.Buffer{}, &agentErr)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/taints/fleet"
 )
 
@@ -117,9 +118,9 @@ func TestCoordinatorCommand(t *testing.T) {
 // binary running main), as a pod would, since the command sets process
 // globals (klog's logger). Cancelling ctx sends it SIGTERM; its exit code
 // comes on the channel.
-func startCommand(t *testing.T, ctx context.Context, args []string) (*syncBuffer, chan int) {
+func startCommand(t *testing.T, ctx context.Context, args []string) (*testkit.LogBuffer, chan int) {
 	t.Helper()
-	stderr := &syncBuffer{}
+	stderr := &testkit.LogBuffer{}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1", "SELFTAINT_TEST_ARGS="+strings.Join(args, " "))
 	cmd.Stderr = stderr
@@ -138,7 +139,7 @@ func startCommand(t *testing.T, ctx context.Context, args []string) (*syncBuffer
 	return stderr, code
 }
 
-func waitLeaderLease(t *testing.T, cp *testcp.ControlPlane, ns, identity string, stderr *syncBuffer) {
+func waitLeaderLease(t *testing.T, cp *testcp.ControlPlane, ns, identity string, stderr *testkit.LogBuffer) {
 	t.Helper()
 	err := testcp.Poll(t.Context(), 30*time.Second, testcp.PollInterval, func() (bool, error) {
 		l, err := cp.Client().CoordinationV1().Leases(ns).Get(t.Context(), fleet.DefaultLeaderLease, metav1.GetOptions{})
@@ -152,7 +153,7 @@ func waitLeaderLease(t *testing.T, cp *testcp.ControlPlane, ns, identity string,
 var servingRE = regexp.MustCompile(`msg="serving metrics and health" address=(\S+)`)
 
 // servingAddress is the address the command logged it serves on.
-func servingAddress(t *testing.T, stderr *syncBuffer) string {
+func servingAddress(t *testing.T, stderr *testkit.LogBuffer) string {
 	t.Helper()
 	m := servingRE.FindStringSubmatch(stderr.String())
 	if m == nil {

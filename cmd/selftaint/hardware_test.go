@@ -9,6 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/agent/testkit"
 )
 
 // noNVML is config that points the agent at a libnvidia-ml that does not
@@ -25,7 +27,7 @@ func TestAgentWithoutNVML(t *testing.T) {
 	cp := shared.Get(t)
 	c := cp.Client()
 	cp.CreateNode(t, "no-gpu", nil)
-	var stderr syncBuffer
+	var stderr testkit.LogBuffer
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1",
 		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=no-gpu", "--kubeconfig=" + cp.KubeconfigPath, "--host-root=testdata/lowmem", "--config=" + cfg, "--metrics-address=127.0.0.1:0"}, " "))

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 )
 
 // requireNetns fails under CI=true, and skips elsewhere, without root and
@@ -132,7 +133,7 @@ initialization: {enabled: false}
 # bucket big enough that the change limiter lets every change through.
 changeLimiter: {burst: 20, refill: 1s}
 `)
-	var stderr syncBuffer
+	var stderr testkit.LogBuffer
 	cmd := exec.Command("ip", "netns", "exec", nodeNS, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1",
 		"SELFTAINT_TEST_ARGS="+strings.Join([]string{"agent", "--node-name=" + node, "--kubeconfig=" + nsKubeconfig, "--config=" + cfg, "--log-level=warn", "--metrics-address=127.0.0.1:0"}, " "))

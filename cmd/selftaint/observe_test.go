@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/selftaint/selftaint/agent/testkit"
 )
 
 // Stamped into the binary TestAgentMetricsThroughAFaultCycle builds.
@@ -127,7 +129,7 @@ func TestAgentMetricsThroughAFaultCycle(t *testing.T) {
 		"  pid: {interval: 1s, timeout: 500ms, for: 30s, clearAfter: 30s}\n"+
 		"  memory: {interval: 1s, timeout: 500ms, for: 1s, clearAfter: 1h}\n")
 
-	var stderr syncBuffer
+	var stderr testkit.LogBuffer
 	cmd := exec.Command(bin, "agent", "--node-name="+node, kc, "--host-root=testdata/lowmem", "--config="+cfg,
 		"--metrics-address=127.0.0.1:0")
 	cmd.Stderr = &stderr

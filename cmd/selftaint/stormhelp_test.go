@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/taints/faults"
 	"github.com/selftaint/selftaint/taints/fleet"
@@ -107,7 +108,7 @@ coordinator:
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testkit.LogBuffer
 	done   chan struct{}
 	err    error // the exit status, once done is closed
 }
@@ -119,7 +120,7 @@ type proc struct {
 // reported in the log (a coordinator that loses its leadership exits).
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, stderr: &testkit.LogBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1", "SELFTAINT_TEST_ARGS="+strings.Join(args, " "))
 	p.cmd.Stderr = p.stderr

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,35 +24,18 @@ import (
 
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/taints"
 	"github.com/selftaint/selftaint/taints/faults"
 )
 
-// syncBuffer is a bytes.Buffer safe to read while a child process writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startVirtual runs `selftaint virtual args...` as its own process (this
 // test binary running main), as a user would. It is interrupted at the end
 // of the test unless the test killed it.
-func startVirtual(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+func startVirtual(t *testing.T, args ...string) (*exec.Cmd, *testkit.LogBuffer) {
 	t.Helper()
-	var stderr syncBuffer
+	var stderr testkit.LogBuffer
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SELFTAINT_TEST_RUN_MAIN=1", "SELFTAINT_TEST_ARGS="+strings.Join(append([]string{"virtual"}, args...), " "))
 	cmd.Stderr = &stderr

@@ -419,7 +419,12 @@ func TestHardwareYieldsToAnotherWriter(t *testing.T) {
 	waitEvent(t, c, node, "ResourceResumed", 10*time.Second, string(fpga), "operator", "zeroed", "advertising 1 again")
 
 	// The kubelet rewrites capacity without it (as on restart): asserted
-	// again, not yielded.
+	// again, not yielded. Right after one of the agent's heartbeat writes
+	// (1 s apart here), so the agent sees the removal before its next
+	// heartbeat would put the FPGA back unseen (the end state would be the
+	// same, but without the ResourceRestored Event this test checks).
+	before := getNode(t, c, node).ResourceVersion
+	waitNode(t, c, node, 5*time.Second, "an agent heartbeat write", func(n *corev1.Node) bool { return n.ResourceVersion != before })
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := getNode(t, c, node)
 		delete(n.Status.Capacity, fpga)

@@ -454,10 +454,13 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 		done <- outcome{res: p.Probe(pctx)}
 	}()
 
-	timedOut := Result{
-		Status:  StatusUnknown,
-		Reason:  ReasonProbeTimeout,
-		Message: fmt.Sprintf("probe %q did not finish within its timeout of %v", name, timeout),
+	// Formatted only when a run times out, not on every run.
+	timedOut := func() Result {
+		return Result{
+			Status:  StatusUnknown,
+			Reason:  ReasonProbeTimeout,
+			Message: fmt.Sprintf("probe %q did not finish within its timeout of %v", name, timeout),
+		}
 	}
 	// failed says the probe returned a failure of its own (not a panic).
 	failed := func(o outcome) bool {
@@ -469,7 +472,7 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 		// A probe that gave up because its deadline passed reports its
 		// own error; say plainly that it timed out.
 		if failed(o) && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
-			o.res = timedOut
+			o.res = timedOut()
 		}
 	case <-expired:
 		select {
@@ -477,10 +480,10 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 			// Finished at the same instant: keep a verdict, but a
 			// failure is most likely the probe giving up on its deadline.
 			if failed(o) {
-				o.res = timedOut
+				o.res = timedOut()
 			}
 		default:
-			o.res = timedOut
+			o.res = timedOut()
 		}
 	case <-ctx.Done():
 		select {

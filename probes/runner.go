@@ -79,12 +79,16 @@ type RunnerOptions struct {
 	// Clock defaults to RealClock.
 	Clock Clock
 	// Jitter is the fraction of a probe's interval over which its first
-	// run is spread at random, so probes (and nodes started together) do
-	// not all read the host at the same instant. 0 means 0.1; a negative
-	// value means no start delay. It must be at most 1.
+	// run is spread at random, so nodes started together do not all read
+	// their hosts, and write their Nodes, at the same instant. One draw
+	// serves every probe of the runner (each delayed by the same fraction
+	// of its interval): probes with the same interval run together, and
+	// stay together, so an idle process wakes once for them rather than
+	// once for each. 0 means 0.1; a negative value means no start delay.
+	// It must be at most 1.
 	Jitter float64
 	// Rand returns a number in [0, 1); it defaults to math/rand/v2.Float64.
-	// Run calls it from one goroutine, once per probe.
+	// Run calls it once.
 	Rand func() float64
 	// Logger receives transitions into and out of Unknown; it defaults to
 	// discarding everything.
@@ -241,7 +245,8 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 // Run runs every probe in its own goroutine until ctx is done, and returns
 // once all of them have stopped. A probe first runs once its Start gate is
 // closed (if it has one) and after a random delay in [0, Jitter*Interval),
-// then every Interval measured from the start of its previous run; if a run
+// the same fraction of its interval for every probe, then every Interval
+// measured from the start of its previous run; if a run
 // (with the sink) took longer than Interval, the next starts right away.
 // Runs of one probe never overlap.
 //
@@ -266,8 +271,9 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 		}
 		sink(res)
 	}
+	phase := r.phase()
 	for i, e := range r.entries {
-		delay := r.startDelay(e.Interval) // here, so Rand is called from one goroutine
+		delay := time.Duration(phase * float64(e.Interval))
 		wg.Go(func() { r.loop(ctx, i, delay, emit) })
 	}
 	<-ctx.Done()
@@ -309,13 +315,14 @@ func gateOpen(ctx context.Context, start <-chan struct{}) bool {
 	}
 }
 
-// startDelay picks the random delay before a probe's first run.
-func (r *Runner) startDelay(interval time.Duration) time.Duration {
+// phase draws the fraction of its interval each probe waits before its
+// first run: one draw for all (see RunnerOptions.Jitter).
+func (r *Runner) phase() float64 {
 	f := r.rand()
 	if !(f >= 0 && f < 1) { // also catches NaN
 		f = 0
 	}
-	return time.Duration(f * r.jitter * float64(interval))
+	return f * r.jitter
 }
 
 // sleep waits for d on the runner's clock and reports whether ctx is still
@@ -447,10 +454,13 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 		done <- outcome{res: p.Probe(pctx)}
 	}()
 
-	timedOut := Result{
-		Status:  StatusUnknown,
-		Reason:  ReasonProbeTimeout,
-		Message: fmt.Sprintf("probe %q did not finish within its timeout of %v", name, timeout),
+	// Formatted only when a run times out, not on every run.
+	timedOut := func() Result {
+		return Result{
+			Status:  StatusUnknown,
+			Reason:  ReasonProbeTimeout,
+			Message: fmt.Sprintf("probe %q did not finish within its timeout of %v", name, timeout),
+		}
 	}
 	// failed says the probe returned a failure of its own (not a panic).
 	failed := func(o outcome) bool {
@@ -462,7 +472,7 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 		// A probe that gave up because its deadline passed reports its
 		// own error; say plainly that it timed out.
 		if failed(o) && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
-			o.res = timedOut
+			o.res = timedOut()
 		}
 	case <-expired:
 		select {
@@ -470,10 +480,10 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 			// Finished at the same instant: keep a verdict, but a
 			// failure is most likely the probe giving up on its deadline.
 			if failed(o) {
-				o.res = timedOut
+				o.res = timedOut()
 			}
 		default:
-			o.res = timedOut
+			o.res = timedOut()
 		}
 	case <-ctx.Done():
 		select {

@@ -146,6 +146,51 @@ func TestRunnerJitterDelaysFirstRunThenInterval(t *testing.T) {
 	}
 }
 
+// TestRunnerOneDrawForAllProbes: the start jitter is drawn once per
+// runner, and each probe waits that fraction of its own interval: probes of
+// one interval start together (the process wakes once for them), and each
+// probe's delay stays within its Jitter*Interval.
+func TestRunnerOneDrawForAllProbes(t *testing.T) {
+	var mu sync.Mutex
+	draws := []float64{0.5, 0.9, 0.1}
+	calls := 0
+	rnd := func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return draws[(calls-1)%len(draws)]
+	}
+	h := start(t, []probes.Entry{
+		{Probe: ok("a"), Interval: 10 * time.Second, Timeout: time.Second},
+		{Probe: ok("b"), Interval: 10 * time.Second, Timeout: time.Second},
+		{Probe: ok("c"), Interval: 20 * time.Second, Timeout: time.Second},
+	}, probes.RunnerOptions{Rand: rnd}, nil) // default jitter 0.1
+
+	h.waiters(3)
+	h.clock.Step(500 * time.Millisecond) // 0.5 * 0.1 * 10s: a and b
+	got := map[string]time.Time{}
+	for range 2 {
+		res := h.recv()
+		got[res.Probe] = res.Time
+	}
+	h.waiters(3) // a and b wait for their next run, c for its first
+	h.quiet()
+	h.clock.Step(500 * time.Millisecond) // 0.5 * 0.1 * 20s: c
+	res := h.recv()
+	got[res.Probe] = res.Time
+	want := map[string]time.Time{"a": t0.Add(500 * time.Millisecond), "b": t0.Add(500 * time.Millisecond), "c": t0.Add(time.Second)}
+	for name, at := range want {
+		if !got[name].Equal(at) {
+			t.Errorf("probe %s first ran at %v, want %v", name, got[name], at)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("Rand called %d times, want once", calls)
+	}
+}
+
 func TestRunnerJitterOptions(t *testing.T) {
 	const interval = 10 * time.Second
 	tests := []struct {

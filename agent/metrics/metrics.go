@@ -64,6 +64,9 @@ type Metrics struct {
 	allowed        *prometheus.GaugeVec
 	suspended      *prometheus.CounterVec
 
+	seriesMu sync.Mutex              // guards series
+	series   map[string]*probeSeries // each probe's series, made at its first run
+
 	mu         sync.Mutex // guards the label sets last set, so the ones gone are deleted
 	conditions map[corev1.NodeConditionType]bool
 	taints     map[taints.TaintID]bool
@@ -135,6 +138,7 @@ func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
 			Help: "Times a condition's NoExecute rule went to its fallback effect, or stayed there for another reason, " +
 				"by the Event's reason: NoExecuteSuspended (flapping, guard tripped or stale), NoExecuteWaiting (no grant yet).",
 		}, []string{"condition", "reason"}),
+		series:     map[string]*probeSeries{},
 		conditions: map[corev1.NodeConditionType]bool{},
 		taints:     map[taints.TaintID]bool{},
 		resources:  map[corev1.ResourceName]bool{},
@@ -180,14 +184,40 @@ func RegisterReady(reg prometheus.Registerer, ready func() error) error {
 
 // ProbeRan counts one probe run.
 func (m *Metrics) ProbeRan(probe string, d time.Duration, failure probes.FailureKind) {
-	m.probeRuns.WithLabelValues(probe).Inc()
-	m.probeDuration.WithLabelValues(probe).Observe(d.Seconds())
-	for _, k := range failureKinds {
-		c := m.probeErrors.WithLabelValues(probe, string(k))
-		if k == failure {
-			c.Inc()
-		}
+	s := m.probeSeries(probe)
+	s.runs.Inc()
+	s.duration.Observe(d.Seconds())
+	if c, ok := s.errors[failure]; ok {
+		c.Inc()
 	}
+}
+
+// probeSeries is one probe's series of the probe metrics.
+type probeSeries struct {
+	runs     prometheus.Counter
+	duration prometheus.Observer
+	errors   map[probes.FailureKind]prometheus.Counter // every kind, from zero
+}
+
+// probeSeries returns probe's series, made (its error series at zero for
+// every kind) at its first run: a run then costs a map lookup, not seven
+// label-hashing lookups.
+func (m *Metrics) probeSeries(probe string) *probeSeries {
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	if s, ok := m.series[probe]; ok {
+		return s
+	}
+	s := &probeSeries{
+		runs:     m.probeRuns.WithLabelValues(probe),
+		duration: m.probeDuration.WithLabelValues(probe),
+		errors:   make(map[probes.FailureKind]prometheus.Counter, len(failureKinds)),
+	}
+	for _, k := range failureKinds {
+		s.errors[k] = m.probeErrors.WithLabelValues(probe, string(k))
+	}
+	m.series[probe] = s
+	return s
 }
 
 // SetConditions sets selftaint_condition for every condition given and

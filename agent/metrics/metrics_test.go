@@ -5,11 +5,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/selftaint/selftaint/agent/metrics"
+	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -111,5 +113,52 @@ func TestFlappingAndNoExecute(t *testing.T) {
 		if got, want := series(t, reg, names...), strings.Join(s.want, "\n"); got != want {
 			t.Errorf("%s: got\n%s\nwant\n%s", s.name, got, want)
 		}
+	}
+}
+
+// TestProbeRuns: each probe's runs are counted, its failed runs by kind,
+// and every kind's series starts at zero from its first run.
+func TestProbeRuns(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.BuildInfo{Version: "v0", Revision: "r", GoVersion: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ProbeRan("memory", time.Millisecond, probes.FailureNone)
+	m.ProbeRan("memory", time.Millisecond, probes.FailureRead)
+	m.ProbeRan("memory", time.Millisecond, probes.FailureRead)
+	m.ProbeRan("pid", time.Second, probes.FailureTimeout)
+	m.ProbeRan("pid", time.Second, probes.FailureNone)
+	want := []string{
+		`selftaint_probe_errors_total{kind="invalid_result",probe="memory"} 0`,
+		`selftaint_probe_errors_total{kind="invalid_result",probe="pid"} 0`,
+		`selftaint_probe_errors_total{kind="panic",probe="memory"} 0`,
+		`selftaint_probe_errors_total{kind="panic",probe="pid"} 0`,
+		`selftaint_probe_errors_total{kind="read_error",probe="memory"} 2`,
+		`selftaint_probe_errors_total{kind="read_error",probe="pid"} 0`,
+		`selftaint_probe_errors_total{kind="timeout",probe="memory"} 0`,
+		`selftaint_probe_errors_total{kind="timeout",probe="pid"} 1`,
+		`selftaint_probe_errors_total{kind="unknown",probe="memory"} 0`,
+		`selftaint_probe_errors_total{kind="unknown",probe="pid"} 0`,
+		`selftaint_probe_runs_total{probe="memory"} 3`,
+		`selftaint_probe_runs_total{probe="pid"} 2`,
+	}
+	if got := series(t, reg, "selftaint_probe_runs_total", "selftaint_probe_errors_total"); got != strings.Join(want, "\n") {
+		t.Errorf("series:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]uint64{}
+	for _, f := range fams {
+		if f.GetName() == "selftaint_probe_duration_seconds" {
+			for _, s := range f.GetMetric() {
+				counts[s.GetLabel()[0].GetValue()] = s.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if counts["memory"] != 3 || counts["pid"] != 2 {
+		t.Errorf("probe_duration_seconds counts %v, want memory 3, pid 2", counts)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -24,15 +23,7 @@ import (
 //
 //	make deps && KUBE_BIN_DIR=$PWD/bin go test -run '^$' -bench AgentSteadyState -benchtime 1x ./cmd/selftaint/
 func BenchmarkAgentSteadyState(b *testing.B) {
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "selftaint")
-	// Built as the Dockerfile and make build do: cgo on, the Makefile's
-	// link flags.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags="+makefileLDFlags(b), "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildAsMake(b)
 	cp := testcp.Start(b, testcp.Options{})
 	const node = "steady"
 	cp.CreateNode(b, node, nil)

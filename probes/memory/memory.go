@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"strings"
 	"syscall"
 
@@ -88,7 +87,7 @@ func (p *Probe) Name() string { return Name }
 // Probe reads meminfo and PSI once and judges them against the config.
 func (p *Probe) Probe(ctx context.Context) probes.Result {
 	path := p.host.Proc("meminfo")
-	data, err := os.ReadFile(path)
+	data, err := probes.ReadFile(path)
 	if err != nil {
 		return readError(nil, fmt.Errorf("reading meminfo: %w", err))
 	}
@@ -182,7 +181,7 @@ func (c Config) psiStalls(path string, pr psi) (stalls []string, err error) {
 // not exist (no CONFIG_PSI, or booted with psi=0 on kernels that then hide
 // it) or refuses reads with EOPNOTSUPP (psi=0 on older kernels).
 func readPSI(path string) (p psi, available bool, err error) {
-	data, err := os.ReadFile(path)
+	data, err := probes.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EOPNOTSUPP) {
 		return psi{}, false, nil
 	}

@@ -230,9 +230,9 @@ func validHostPort(s string) error {
 // configured.
 type Probe struct {
 	// Addrs returns the addresses of the named interface. It defaults to
-	// net.InterfaceByName and Addrs, which ask the kernel of this
-	// process's network namespace; tests of fixture hosts replace it. Set
-	// it before the probe first runs.
+	// interfaceAddrs (net.Interface's Addrs), which asks the kernel of
+	// this process's network namespace; tests of fixture hosts replace
+	// it. Set it before the probe first runs.
 	Addrs func(name string) ([]net.Addr, error)
 	// Dial opens TCP connections for the API server and TCP targets. It
 	// defaults to a net.Dialer's DialContext.
@@ -277,7 +277,16 @@ func New(cfg Config, host probes.Host) (*Probe, error) {
 	}, nil
 }
 
+// interfaceAddrs is the default Addrs. The addresses are one netlink dump
+// of them (RTM_GETADDR), filtered by the interface's index; the index comes
+// from an ioctl where it can, as libc's if_nametoindex does, and not from
+// net.InterfaceByName, which dumps every link with its statistics (on a
+// node with hundreds of pod veths, the larger part of the probe's work).
+// Where the ioctl fails, net.InterfaceByName is asked, and says why.
 func interfaceAddrs(name string) ([]net.Addr, error) {
+	if index, err := interfaceIndex(name); err == nil {
+		return (&net.Interface{Index: index, Name: name}).Addrs()
+	}
 	ifi, err := net.InterfaceByName(name)
 	if err != nil {
 		return nil, err
@@ -472,7 +481,7 @@ func uplinkNames(req RouteRequirement, v4, v6 []route) []string {
 
 // readRoutes reads and parses a routing table; errors name the file.
 func readRoutes(path string, parse func([]byte) ([]route, error)) ([]route, error) {
-	data, err := os.ReadFile(path)
+	data, err := probes.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading routes: %w", err)
 	}
@@ -599,7 +608,7 @@ func readLink(dir, name string) (linkState, error) {
 // readInterfaceFile reads file in the interface's sysfs directory dir;
 // errors name the interface.
 func readInterfaceFile(dir, name, file string) ([]byte, error) {
-	data, err := os.ReadFile(filepath.Join(dir, file))
+	data, err := probes.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return nil, fmt.Errorf("reading interface %s: %w", name, err)
 	}

@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -509,5 +510,38 @@ func TestLinkStateProblem(t *testing.T) {
 		if msg != tt.wantMsg || val != tt.wantVal {
 			t.Errorf("%+v: got %q, %q, want %q, %q", tt.link, msg, val, tt.wantMsg, tt.wantVal)
 		}
+	}
+}
+
+// TestInterfaceAddrsAsTheStandardLibrary: the default Addrs finds each
+// interface of this network namespace by its index and returns what
+// net.InterfaceByName's Addrs returns; a missing interface's error is
+// net.InterfaceByName's.
+func TestInterfaceAddrsAsTheStandardLibrary(t *testing.T) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ifs) == 0 {
+		t.Fatal("no network interface at all (not even lo)")
+	}
+	for _, ifi := range ifs {
+		want, err := ifi.Addrs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := interfaceAddrs(ifi.Name)
+		if err != nil {
+			t.Errorf("%s: %v", ifi.Name, err)
+			continue
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: addresses %v, want %v", ifi.Name, got, want)
+		}
+	}
+	const missing = "selftaint-none0"
+	_, want := net.InterfaceByName(missing)
+	if _, err := interfaceAddrs(missing); err == nil || want == nil || err.Error() != want.Error() {
+		t.Errorf("missing interface: error %v, want %v", err, want)
 	}
 }

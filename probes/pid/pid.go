@@ -79,7 +79,7 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 		return readError(err)
 	}
 	path := p.host.Proc("loadavg")
-	data, err := os.ReadFile(path)
+	data, err := probes.ReadFile(path)
 	if err != nil {
 		return readError(fmt.Errorf("reading loadavg: %w", err))
 	}
@@ -127,7 +127,7 @@ func readError(err error) probes.Result {
 
 // readLimit reads a positive integer sysctl such as pid_max.
 func readLimit(path string) (uint64, error) {
-	data, err := os.ReadFile(path)
+	data, err := probes.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("reading limit: %w", err)
 	}

@@ -19,7 +19,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS))
 
-.PHONY: all deps tools etcd kube-binaries build vet fmt-check test check demo demo-intro rss clean
+.PHONY: all deps tools etcd kube-binaries build vet fmt-check test check demo demo-intro rss npd cpu clean
 
 all: build
 
@@ -104,6 +104,35 @@ build:
 # RSS_VARIANTS="make unshifted internal pie"; see bash hack/rss.sh -h.
 rss: etcd kube-binaries
 	RSS_LDFLAGS="$(SELFTAINT_LDFLAGS)" bash hack/rss.sh $(RSS_FLAGS)
+
+# node-problem-detector, which `make cpu` measures selftaint against, built
+# from the Go module proxy's copy of the release (module zips leave vendor/
+# out, so its dependencies are resolved by its go.mod and checked against
+# its go.sum). The checksum database does not answer for the module itself
+# everywhere (NPD_GONOSUMDB= to ask it).
+NPD_VERSION := v0.8.20
+NPD_GONOSUMDB ?= k8s.io/node-problem-detector
+npd: $(BIN)/node-problem-detector
+
+$(BIN)/node-problem-detector:
+	@mkdir -p $(BIN)
+	@echo "building node-problem-detector $(NPD_VERSION) into bin/ (first run only, a few minutes)..."
+	@dir=$$(GOFLAGS= GONOSUMDB=$(NPD_GONOSUMDB) $(GO) mod download -json k8s.io/node-problem-detector@$(NPD_VERSION) | \
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	if [ -z "$$dir" ]; then echo "go mod download k8s.io/node-problem-detector@$(NPD_VERSION) failed" >&2; exit 1; fi; \
+	src=$$(mktemp -d); cp -R "$$dir"/. "$$src"; chmod -R u+w "$$src"; rm -rf "$$src/vendor"; \
+	(cd "$$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 $(GO) build -trimpath \
+		-ldflags "-s -w -X k8s.io/node-problem-detector/pkg/version.version=$(NPD_VERSION)" \
+		-o $@.tmp ./cmd/nodeproblemdetector); rc=$$?; rm -rf "$$src"; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; mv -f $@.tmp $@
+
+# Steady-state CPU of `selftaint agent` against node-problem-detector's, side
+# by side on one local etcd and kube-apiserver, running the same NPD custom
+# plugin file (BenchmarkAgentCPUAgainstNPD in cmd/selftaint; a benchmark, so
+# never part of `make test`). CPU_WINDOW=2m shortens the 10-minute window.
+cpu: etcd kube-binaries npd
+	NPD_BIN=$(BIN)/node-problem-detector KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
+		$(GO) test -run '^$$' -bench AgentCPUAgainstNPD -benchtime 1x -timeout 40m ./cmd/selftaint/
 
 vet:
 	CGO_ENABLED=1 $(GO) vet ./...

@@ -98,8 +98,12 @@ const maxName = 253
 
 // GrantName is the name of node's grant Lease: GrantPrefix + the node's
 // name, or, where that would be too long, a prefix of it and a hash.
-func GrantName(node string) string {
-	name := GrantPrefix + node
+func GrantName(node string) string { return prefixedName(GrantPrefix, node) }
+
+// prefixedName is prefix + node, or, where that would be longer than an
+// object name may be, a prefix of it and a hash of node.
+func prefixedName(prefix, node string) string {
+	name := prefix + node
 	if len(name) <= maxName {
 		return name
 	}

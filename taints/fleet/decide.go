@@ -29,6 +29,8 @@ type Config struct {
 	// Members are the Nodes that are the fleet ("": MembersReal). Decide
 	// is given only those: the caller picks them with Members.Includes.
 	Members Membership
+	// Maintenance is the maintenance pool's policy.
+	Maintenance MaintenanceConfig
 }
 
 // GuardConfig is the disruption guard's policy.
@@ -71,6 +73,14 @@ type Node struct {
 	// CarriesNoExecute: one of selftaint's NoExecute taints (by its
 	// ownership record) is on the node.
 	CarriesNoExecute bool
+	// Unschedulable: spec.unschedulable (cordoned, by anyone).
+	Unschedulable bool
+	// CordonedFor is the request ID in its CordonAnnotation ("": selftaint
+	// did not cordon it).
+	CordonedFor string
+	// Maintenance is the request it is to be served by (nil: none, or
+	// unreadable, which the caller reports).
+	Maintenance *Maintenance
 }
 
 // Grant is a grant Lease as the coordinator sees it.
@@ -121,6 +131,8 @@ type Memory struct {
 	// new leader leaves it false, and every tripped guard's cool-down
 	// starts afresh from what it sees itself.
 	Decided bool
+	// Maintenance is the maintenance decision's memory.
+	Maintenance MaintenanceMemory
 }
 
 // Input is everything one decision is made from.
@@ -131,6 +143,8 @@ type Input struct {
 	Leader string
 	Nodes  []Node
 	Grants []Grant
+	// Slots are the maintenance slot Leases.
+	Slots  []Slot
 	Memory Memory
 }
 
@@ -168,6 +182,9 @@ type Decision struct {
 	Waiting []string
 	Held    int
 	Budget  int
+	// Maintenance is the maintenance pool's decision, the sibling of the
+	// NoExecute one above.
+	Maintenance MaintenanceDecision
 	// Memory is what to keep for the next decision.
 	Memory Memory
 	// Next is when a decision is due even if nothing changes: a renewal,

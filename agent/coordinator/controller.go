@@ -37,7 +37,10 @@ type controller struct {
 
 	nodes  corelisters.NodeLister
 	leases coordinationlisters.LeaseNamespaceLister
+	slots  coordinationlisters.LeaseNamespaceLister
 	queue  workqueue.TypedRateLimitingInterface[string]
+	// ctx is the leadership's context: the drains run under it.
+	ctx context.Context
 
 	// memory is what Decide keeps between decisions.
 	memory fleet.Memory
@@ -45,26 +48,40 @@ type controller struct {
 	guard guardObject
 	// written are the grant Leases as the coordinator's own writes
 	// returned them (or deleted them), until the informer catches up.
-	written map[string]writtenLease
+	written writtenLeases
 	// alive is, per node, the last Request.Alive seen and when it changed.
 	alive map[string]aliveSeen
 	// badRequests is, per node, the unreadable request value already
 	// reported, so each bad value gets one Event.
 	badRequests map[string]string
+	// slotWritten are the maintenance slot Leases as the coordinator's own
+	// writes left them, until the informer catches up.
+	slotWritten writtenLeases
+	// badMaintenance is, per node, the unreadable maintenance request
+	// already reported.
+	badMaintenance map[string]string
+	// conditions are the SelftaintMaintenance conditions written, by node,
+	// until the informer shows them.
+	conditions map[string]writtenCondition
+	// drains are the drains running.
+	drains drainSet
 	// timer requeues at the last Decision.Next.
 	timer clock.Timer
 }
 
 func newController(opts Options, log *slog.Logger, recorder record.EventRecorder, state *loopState) *controller {
 	return &controller{
-		opts:        opts,
-		log:         log,
-		clock:       opts.Clock,
-		recorder:    recorder,
-		state:       state,
-		written:     map[string]writtenLease{},
-		alive:       map[string]aliveSeen{},
-		badRequests: map[string]string{},
+		opts:           opts,
+		log:            log,
+		clock:          opts.Clock,
+		recorder:       recorder,
+		state:          state,
+		written:        writtenLeases{},
+		alive:          map[string]aliveSeen{},
+		badRequests:    map[string]string{},
+		slotWritten:    writtenLeases{},
+		badMaintenance: map[string]string{},
+		conditions:     map[string]writtenCondition{},
 	}
 }
 
@@ -73,6 +90,8 @@ func newController(opts Options, log *slog.Logger, recorder record.EventRecorder
 func (c *controller) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	c.ctx = ctx
+	defer c.stopAllDrains()
 	// Retries after errors and conflicts back off from 100ms to 10s on
 	// real time; a decision's own deadlines (Decision.Next) are on Clock.
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -123,6 +142,11 @@ func (c *controller) informers() ([]informers.SharedInformerFactory, []cache.Inf
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.Set{fleet.GrantLabel: "true"}.String()
 		}))
+	slotFactory := informers.NewSharedInformerFactoryWithOptions(c.opts.Client, 0,
+		informers.WithNamespace(c.opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{fleet.SlotLabel: "true"}.String()
+		}))
 	enqueue := func(any) { c.queue.Add(queueKey) }
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
@@ -152,10 +176,15 @@ func (c *controller) informers() ([]informers.SharedInformerFactory, []cache.Inf
 	if _, err := leases.Informer().AddEventHandler(handler); err != nil {
 		return nil, nil, fmt.Errorf("coordinator: watching grant leases: %w", err)
 	}
+	slots := slotFactory.Coordination().V1().Leases()
+	if _, err := slots.Informer().AddEventHandler(handler); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: watching maintenance slot leases: %w", err)
+	}
 	c.nodes = nodes.Lister()
 	c.leases = leases.Lister().Leases(c.opts.Namespace)
-	return []informers.SharedInformerFactory{nodeFactory, leaseFactory},
-		[]cache.InformerSynced{nodes.Informer().HasSynced, leases.Informer().HasSynced}, nil
+	c.slots = slots.Lister().Leases(c.opts.Namespace)
+	return []informers.SharedInformerFactory{nodeFactory, leaseFactory, slotFactory},
+		[]cache.InformerSynced{nodes.Informer().HasSynced, leases.Informer().HasSynced, slots.Informer().HasSynced}, nil
 }
 
 // member reports whether obj, a Node from the informer, is in the fleet
@@ -249,14 +278,20 @@ func (c *controller) sync(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("listing grant leases from the cache: %w", err)
 	}
+	cachedSlots, err := c.slots.List(labels.Everything())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("listing maintenance slot leases from the cache: %w", err)
+	}
 	now := c.clock.Now()
 	v := c.observe(nodes, c.mergeLeases(cached), now)
+	c.observeSlots(v, c.slotWritten.merge(cachedSlots))
 	in := fleet.Input{
 		Config: c.opts.Config,
 		Now:    now,
 		Leader: c.opts.Identity,
 		Nodes:  v.fleetNodes,
 		Grants: v.grants,
+		Slots:  v.slotList,
 		Memory: c.memory,
 	}
 	start := c.clock.Now()
@@ -265,6 +300,9 @@ func (c *controller) sync(ctx context.Context) (time.Time, error) {
 	c.memory = d.Memory
 	c.logDecision(now, d)
 	err = c.execute(ctx, v, d, now)
+	if !errors.Is(err, errStale) {
+		err = errors.Join(err, c.executeMaintenance(ctx, v, d.Maintenance, now))
+	}
 	c.tell(v, d.Events)
 	if err != nil {
 		return time.Time{}, err

@@ -94,6 +94,9 @@ type Options struct {
 	// StallAfter: Live fails while one sync has run longer than this
 	// (default DefaultStallAfter).
 	StallAfter time.Duration
+	// NewDrainer makes a node's drain (default: through the Eviction API
+	// with Client, agent/drain).
+	NewDrainer NewDrainer
 }
 
 // Metrics is what the coordinator reports for monitoring (see
@@ -108,6 +111,16 @@ type Metrics interface {
 	// GrantReleased counts a grant released, by why (one of fleet's
 	// Release reasons, such as fleet.ReleaseNotReady).
 	GrantReleased(reason string)
+	// MaintenanceState says how many nodes wait for a maintenance slot,
+	// are being drained, are drained, and were given back DrainBlocked
+	// while their request still stands.
+	MaintenanceState(waiting, draining, drained, blocked int)
+	// Evicted counts n evictions of one result: evicted, refused (429),
+	// failed, deleted (forced).
+	Evicted(result string, n int)
+	// DrainFinished observes how long a drain took to its outcome
+	// (Drained, DrainBlocked, Released).
+	DrainFinished(outcome string, took time.Duration)
 }
 
 type nopMetrics struct{}
@@ -116,6 +129,9 @@ func (nopMetrics) SetLeader(bool)                        {}
 func (nopMetrics) Decided(fleet.Decision, time.Duration) {}
 func (nopMetrics) GrantStarted(string)                   {}
 func (nopMetrics) GrantReleased(string)                  {}
+func (nopMetrics) MaintenanceState(int, int, int, int)   {}
+func (nopMetrics) Evicted(string, int)                   {}
+func (nopMetrics) DrainFinished(string, time.Duration)   {}
 
 // Coordinator elects a leader among replicas and, while leading, hands out
 // grants and keeps the guard.

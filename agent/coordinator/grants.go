@@ -26,25 +26,30 @@ func resourceVersion(rv string) uint64 {
 	return n
 }
 
-// mergeLeases is the grant Leases as the coordinator now knows them: the
-// informer's, except where its own write is newer (the informer has not
+// writtenLeases are the Leases of one kind (grants, or maintenance slots)
+// as the coordinator's own writes left them, by name, until the informer
+// catches up.
+type writtenLeases map[string]writtenLease
+
+// merge is the Leases as the coordinator now knows them: the informer's
+// (cached), except where its own write is newer (the informer has not
 // caught up), and without those it deleted until the informer agrees. So
 // a lagging informer never makes it grant twice or count a released grant
 // as held. Entries the informer has caught up with are forgotten.
-func (c *controller) mergeLeases(cached []*coordinationv1.Lease) []*coordinationv1.Lease {
+func (written writtenLeases) merge(cached []*coordinationv1.Lease) []*coordinationv1.Lease {
 	byName := make(map[string]*coordinationv1.Lease, len(cached))
 	for _, l := range cached {
 		byName[l.Name] = l
 	}
-	for name, w := range c.written {
+	for name, w := range written {
 		l, ok := byName[name]
 		switch {
 		case w.lease == nil && ok && l.UID == w.deleted:
 			delete(byName, name) // deleted; the informer has not seen it yet
 		case w.lease == nil:
-			delete(c.written, name) // the informer agrees it is gone (or has a new one)
+			delete(written, name) // the informer agrees it is gone (or has a new one)
 		case ok && resourceVersion(l.ResourceVersion) >= w.version:
-			delete(c.written, name) // the informer has caught up
+			delete(written, name) // the informer has caught up
 		default:
 			byName[name] = w.lease // newer than the informer's, or not yet seen
 		}
@@ -56,12 +61,24 @@ func (c *controller) mergeLeases(cached []*coordinationv1.Lease) []*coordination
 	return out
 }
 
-// wrote remembers a grant Lease the API server returned from a write.
-func (c *controller) wrote(l *coordinationv1.Lease) {
-	c.written[l.Name] = writtenLease{lease: l, version: resourceVersion(l.ResourceVersion)}
+// mergeLeases is the grant Leases as the coordinator now knows them (see
+// writtenLeases.merge).
+func (c *controller) mergeLeases(cached []*coordinationv1.Lease) []*coordinationv1.Lease {
+	return c.written.merge(cached)
 }
 
-// deleted remembers that grant Lease name, the object with uid, is gone.
-func (c *controller) deleted(name string, uid types.UID) {
-	c.written[name] = writtenLease{deleted: uid}
+// wrote remembers a Lease the API server returned from a write.
+func (written writtenLeases) wrote(l *coordinationv1.Lease) {
+	written[l.Name] = writtenLease{lease: l, version: resourceVersion(l.ResourceVersion)}
 }
+
+// deleted remembers that Lease name, the object with uid, is gone.
+func (written writtenLeases) deleted(name string, uid types.UID) {
+	written[name] = writtenLease{deleted: uid}
+}
+
+// wrote remembers a grant Lease the API server returned from a write.
+func (c *controller) wrote(l *coordinationv1.Lease) { c.written.wrote(l) }
+
+// deleted remembers that grant Lease name, the object with uid, is gone.
+func (c *controller) deleted(name string, uid types.UID) { c.written.deleted(name, uid) }

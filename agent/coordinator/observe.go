@@ -24,6 +24,13 @@ type view struct {
 	// leases are the grant Leases by the node they grant (cached or
 	// written objects: never mutate).
 	leases map[string]*coordinationv1.Lease
+	// maintenance is each fleet node's maintenance request, where it has
+	// a readable one.
+	maintenance map[string]*fleet.Maintenance
+	// slots are the maintenance slot Leases by node (cached or written
+	// objects: never mutate); slotList how Decide sees them.
+	slots    map[string]*coordinationv1.Lease
+	slotList []fleet.Slot
 }
 
 // aliveSeen is the last Request.Alive value seen for a node ("" for none)
@@ -41,9 +48,11 @@ type aliveSeen struct {
 // guard, and its grant Lease is neither counted, renewed nor deleted.
 func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Lease, now time.Time) *view {
 	v := &view{
-		nodes:  make(map[string]*corev1.Node, len(nodes)),
-		zones:  make(map[string]string, len(nodes)),
-		leases: make(map[string]*coordinationv1.Lease, len(leases)),
+		nodes:       make(map[string]*corev1.Node, len(nodes)),
+		zones:       make(map[string]string, len(nodes)),
+		leases:      make(map[string]*coordinationv1.Lease, len(leases)),
+		maintenance: map[string]*fleet.Maintenance{},
+		slots:       map[string]*coordinationv1.Lease{},
 	}
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	byGrantName := make(map[string]string, len(nodes))
@@ -56,6 +65,12 @@ func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Leas
 			continue
 		}
 		fn := c.fleetNode(n, now)
+		m, errs := fleet.MaintenanceOf(n)
+		c.tellBadMaintenance(n, errs)
+		fn.Maintenance = m
+		if m != nil {
+			v.maintenance[n.Name] = m
+		}
 		v.fleetNodes = append(v.fleetNodes, fn)
 		v.nodes[n.Name] = n
 		v.zones[n.Name] = fn.Zone
@@ -89,6 +104,46 @@ func (c *controller) fleetNode(n *corev1.Node, now time.Time) fleet.Node {
 		AliveSeen:        c.aliveSeen(n.Name, req, now),
 		Reporting:        reporting(n, c.opts.Config.Watched),
 		CarriesNoExecute: c.carriesNoExecute(n),
+		Unschedulable:    n.Spec.Unschedulable,
+		CordonedFor:      n.Annotations[fleet.CordonAnnotation],
+	}
+}
+
+// observeSlots adds the maintenance slot Leases to v: those of the fleet's
+// nodes, and those of nodes that no longer exist (to be deleted); a slot
+// of a Node outside the fleet is left alone.
+func (c *controller) observeSlots(v *view, leases []*coordinationv1.Lease) {
+	bySlotName := make(map[string]string, len(v.nodes))
+	for name := range v.nodes {
+		bySlotName[fleet.SlotName(name)] = name
+	}
+	for _, l := range leases {
+		node, ok := leaseNode(l, fleet.SlotPrefix, bySlotName)
+		if !ok || (v.nodes[node] == nil && c.exists(node)) {
+			continue
+		}
+		v.slots[node] = l
+		v.slotList = append(v.slotList, slotOf(node, l))
+	}
+	slices.SortFunc(v.slotList, func(a, b fleet.Slot) int { return strings.Compare(a.Node, b.Node) })
+}
+
+// exists reports whether a Node of that name exists (in the cache), in the
+// fleet or not.
+func (c *controller) exists(node string) bool {
+	_, err := c.nodes.Get(node)
+	return err == nil
+}
+
+// slotOf is how Decide sees node's slot Lease.
+func slotOf(node string, l *coordinationv1.Lease) fleet.Slot {
+	return fleet.Slot{
+		Node:      node,
+		Holder:    holder(l),
+		Zone:      l.Annotations[fleet.GrantZoneAnnotation],
+		RequestID: l.Annotations[fleet.SlotRequestAnnotation],
+		Phase:     l.Annotations[fleet.SlotPhaseAnnotation],
+		Acquired:  acquired(l),
 	}
 }
 
@@ -190,16 +245,30 @@ func (c *controller) carriesNoExecute(n *corev1.Node) bool {
 // the prefix (a node gone from the fleet). ok is false for a lease whose
 // name is not a grant's.
 func grantNode(l *coordinationv1.Lease, byGrantName map[string]string) (string, bool) {
-	if node, ok := byGrantName[l.Name]; ok {
+	return leaseNode(l, fleet.GrantPrefix, byGrantName)
+}
+
+// leaseNode is the node a grant or slot Lease (names starting with prefix)
+// is about: see grantNode.
+func leaseNode(l *coordinationv1.Lease, prefix string, byName map[string]string) (string, bool) {
+	if node, ok := byName[l.Name]; ok {
 		return node, true
 	}
-	if h := l.Spec.HolderIdentity; h != nil && fleet.GrantName(*h) == l.Name {
+	if h := l.Spec.HolderIdentity; h != nil && *h != "" && strings.HasPrefix(l.Name, prefix) && prefixedNameOf(prefix, *h) == l.Name {
 		return *h, true
 	}
-	if node, ok := strings.CutPrefix(l.Name, fleet.GrantPrefix); ok && node != "" {
+	if node, ok := strings.CutPrefix(l.Name, prefix); ok && node != "" {
 		return node, true
 	}
 	return "", false
+}
+
+// prefixedNameOf is the name of node's grant or slot Lease.
+func prefixedNameOf(prefix, node string) string {
+	if prefix == fleet.SlotPrefix {
+		return fleet.SlotName(node)
+	}
+	return fleet.GrantName(node)
 }
 
 // grantOf is how Decide sees node's grant Lease.

@@ -57,9 +57,30 @@ const drainRequester = "selftaint-agent/"
 // fleet.ParseMaintenanceRequest holds every request to.
 const maxDrainText = 256
 
+// Reasons of the Events that tell a sick-node drain request made or
+// withdrawn.
+const (
+	// ReasonDrainRequested: a drain rule applies and the node asks the
+	// coordinator to drain it.
+	ReasonDrainRequested = "DrainRequested"
+	// ReasonDrainWithdrawn: no drain rule applies any more and the request
+	// is withdrawn (the coordinator uncordons what it cordoned).
+	ReasonDrainWithdrawn = "DrainRequestWithdrawn"
+)
+
+// DrainPlan is the sick-node drain request's plan.
+type DrainPlan struct {
+	// Value is the annotation's value ("" to remove); Change says whether
+	// it changes.
+	Value  string
+	Change bool
+	// Reason and Message tell a request made or withdrawn now (Reason
+	// empty: neither), for an Event once written.
+	Reason, Message string
+}
+
 // PlanDrainRequest decides the fleet.AgentRequestAnnotation value on node
-// (fleet.MaintenanceRequest as JSON). It returns the value ("" to remove)
-// and whether it changes.
+// (fleet.MaintenanceRequest as JSON).
 //
 // While any drain rule applies, the request stands: its conditions are
 // the applying rules' conditions; its deadline the shortest they give
@@ -88,7 +109,7 @@ const maxDrainText = 256
 // its probe has read healthy for clearAfter (taints.Damper). A fault
 // decides its condition outright, so its end clears the condition at once
 // where the probe underneath has read healthy that long.
-func PlanDrainRequest(node *corev1.Node, in DrainInput, now time.Time) (string, bool) {
+func PlanDrainRequest(node *corev1.Node, in DrainInput, now time.Time) DrainPlan {
 	raw, had := node.Annotations[fleet.AgentRequestAnnotation]
 	var old fleet.MaintenanceRequest
 	readable := false
@@ -98,10 +119,17 @@ func PlanDrainRequest(node *corev1.Node, in DrainInput, now time.Time) (string, 
 	}
 	applying := applyingDrains(in)
 	if len(applying) == 0 {
-		if !had || (readable && keepDrain(node, old, in)) {
-			return raw, false
+		if !had {
+			return DrainPlan{}
 		}
-		return "", true
+		if !readable {
+			return DrainPlan{Change: true}
+		}
+		keep, why := keepDrain(node, old, in)
+		if keep {
+			return DrainPlan{Value: raw}
+		}
+		return DrainPlan{Change: true, Reason: ReasonDrainWithdrawn, Message: "withdrew the drain request: " + why}
 	}
 	r := drainRequest(node.Name, applying, in.States, now)
 	if readable {
@@ -110,8 +138,12 @@ func PlanDrainRequest(node *corev1.Node, in DrainInput, now time.Time) (string, 
 			r.Reason = old.Reason
 		}
 	}
-	v := r.Format()
-	return v, !had || v != raw
+	p := DrainPlan{Value: r.Format()}
+	p.Change = !had || p.Value != raw
+	if !readable {
+		p.Reason, p.Message = ReasonDrainRequested, "asked the coordinator to drain this node: "+r.Reason
+	}
+	return p
 }
 
 // applyingDrains are the drain rules that apply at in.States, sorted by
@@ -168,21 +200,26 @@ func drainRequest(node string, applying []DrainRule, states map[corev1.NodeCondi
 }
 
 // keepDrain says whether a readable request old stays once no drain rule
-// applies (see PlanDrainRequest).
-func keepDrain(node *corev1.Node, old fleet.MaintenanceRequest, in DrainInput) bool {
+// applies (see PlanDrainRequest), and if not, why it goes.
+func keepDrain(node *corev1.Node, old fleet.MaintenanceRequest, in DrainInput) (bool, string) {
 	for _, r := range in.Rules {
 		if !slices.Contains(old.Conditions, r.Condition) {
 			continue
 		}
 		if _, decided := in.States[r.Condition]; !decided {
-			return true
+			return true, ""
 		}
 	}
 	for _, r := range in.Rules {
 		if r.EndWhenHealthy && slices.Contains(old.Conditions, r.Condition) {
-			return false
+			return false, fmt.Sprintf("%s is %s and its drain rule ends the maintenance when healthy (endWhenHealthy)", r.Condition, in.States[r.Condition].Status)
 		}
 	}
-	c := FindCondition(node, fleet.MaintenanceCondition)
-	return c != nil && c.Reason != fleet.ReasonMaintenanceWaiting
+	switch c := FindCondition(node, fleet.MaintenanceCondition); {
+	case c == nil:
+		return false, "no drain rule applies any more, before the coordinator took the request up"
+	case c.Reason == fleet.ReasonMaintenanceWaiting:
+		return false, "no drain rule applies any more while the node still waited for a maintenance slot: the drain does not start"
+	}
+	return true, ""
 }

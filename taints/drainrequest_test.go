@@ -56,11 +56,12 @@ func TestPlanDrainRequest(t *testing.T) {
 		now        time.Time
 		want       string // the annotation after the plan ("" absent)
 		wantChange bool
+		wantEvent  string
 	}{
 		{name: "no rule, none there", node: node("", nil), now: t0},
 		{name: "rule does not apply, none there", node: node("", nil), rules: []DrainRule{gpu}, states: states{"GPU": well}, now: t0},
 		{name: "rule applies: requested now", node: node("", nil), rules: []DrainRule{gpu}, states: states{"GPU": sick("Xid 79")}, now: t0,
-			want: gpuReq, wantChange: true},
+			want: gpuReq, wantChange: true, wantEvent: ReasonDrainRequested},
 		{name: "still applies, new message: unchanged (place in line and reason kept)", node: node(gpuReq, nil), rules: []DrainRule{gpu},
 			states: states{"GPU": sick("Xid 79 again")}, now: later, want: gpuReq},
 		{name: "a second rule applies: conditions grow, requestedAt kept, shortest deadline, options OR'ed",
@@ -72,25 +73,25 @@ func TestPlanDrainRequest(t *testing.T) {
 			want: req(t0, "condition Mem is Unknown: timed out", "30m0s", true, false, "Mem"), wantChange: true},
 		{name: "Unknown does not apply without OnUnknown", node: node("", nil), rules: []DrainRule{gpu}, states: states{"GPU": unknown}, now: t0},
 		{name: "no deadline given: the coordinator's default", node: node("", nil), rules: []DrainRule{net}, states: states{"Net": sick("")}, now: t0,
-			want: req(t0, "condition Net is True", "", false, false, "Net"), wantChange: true},
+			want: req(t0, "condition Net is True", "", false, false, "Net"), wantChange: true, wantEvent: ReasonDrainRequested},
 		{name: "a rule without a deadline leaves the others' shortest", node: node("", nil), rules: []DrainRule{net, gpu},
 			states: states{"Net": sick("down"), "GPU": sick("Xid 79")}, now: t0,
-			want: req(t0, "condition GPU is True: Xid 79", "2h0m0s", false, true, "GPU", "Net"), wantChange: true},
+			want: req(t0, "condition GPU is True: Xid 79", "2h0m0s", false, true, "GPU", "Net"), wantChange: true, wantEvent: ReasonDrainRequested},
 		{name: "unreadable while a rule applies: replaced, requested now", node: node(`{"version":"v1"}`, nil), rules: []DrainRule{gpu},
-			states: states{"GPU": sick("Xid 79")}, now: later, want: req(later, "condition GPU is True: Xid 79", "2h0m0s", false, true, "GPU"), wantChange: true},
+			states: states{"GPU": sick("Xid 79")}, now: later, want: req(later, "condition GPU is True: Xid 79", "2h0m0s", false, true, "GPU"), wantChange: true, wantEvent: ReasonDrainRequested},
 		{name: "a forced request written in the agent's annotation is unreadable: replaced",
 			node:  node(`{"version":"v1","reason":"x","requestedBy":"y","requestedAt":"2026-11-23T09:00:00Z","onDeadline":"force"}`, nil),
-			rules: []DrainRule{gpu}, states: states{"GPU": sick("Xid 79")}, now: t0, want: gpuReq, wantChange: true},
+			rules: []DrainRule{gpu}, states: states{"GPU": sick("Xid 79")}, now: t0, want: gpuReq, wantChange: true, wantEvent: ReasonDrainRequested},
 
 		// No drain rule applies any more.
 		{name: "cleared, endWhenHealthy: removed even while draining", node: node(gpuReq, maint(corev1.ConditionTrue, fleet.ReasonDraining)),
-			rules: []DrainRule{gpuEnd}, states: states{"GPU": well}, now: later, wantChange: true},
+			rules: []DrainRule{gpuEnd}, states: states{"GPU": well}, now: later, wantChange: true, wantEvent: ReasonDrainWithdrawn},
 		{name: "cleared, endWhenHealthy: removed once drained", node: node(gpuReq, maint(corev1.ConditionTrue, fleet.ReasonDrained)),
-			rules: []DrainRule{gpuEnd}, states: states{"GPU": well}, now: later, wantChange: true},
+			rules: []DrainRule{gpuEnd}, states: states{"GPU": well}, now: later, wantChange: true, wantEvent: ReasonDrainWithdrawn},
 		{name: "cleared before the coordinator saw it (no condition): removed", node: node(gpuReq, nil),
-			rules: []DrainRule{gpu}, states: states{"GPU": well}, now: later, wantChange: true},
+			rules: []DrainRule{gpu}, states: states{"GPU": well}, now: later, wantChange: true, wantEvent: ReasonDrainWithdrawn},
 		{name: "cleared while waiting for a slot: removed, the drain never starts", node: node(gpuReq, maint(corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)),
-			rules: []DrainRule{gpu}, states: states{"GPU": well}, now: later, wantChange: true},
+			rules: []DrainRule{gpu}, states: states{"GPU": well}, now: later, wantChange: true, wantEvent: ReasonDrainWithdrawn},
 		{name: "cleared while draining: kept until an operator ends it", node: node(gpuReq, maint(corev1.ConditionTrue, fleet.ReasonDraining)),
 			rules: []DrainRule{gpu}, states: states{"GPU": well}, now: later, want: gpuReq},
 		{name: "cleared once drained: kept", node: node(gpuReq, maint(corev1.ConditionTrue, fleet.ReasonDrained)),
@@ -100,18 +101,22 @@ func TestPlanDrainRequest(t *testing.T) {
 		{name: "applies again after it was kept: requestedAt kept", node: node(gpuReq, maint(corev1.ConditionTrue, fleet.ReasonDrained)),
 			rules: []DrainRule{gpu}, states: states{"GPU": sick("Xid 48")}, now: later, want: gpuReq},
 		{name: "endWhenHealthy of another condition of the request counts", node: node(req(t0, "condition GPU is True: Xid 79", "30m0s", true, true, "GPU", "Mem"), maint(corev1.ConditionTrue, fleet.ReasonDraining)),
-			rules: []DrainRule{mem, gpuEnd}, states: states{"GPU": well, "Mem": well}, now: later, wantChange: true},
+			rules: []DrainRule{mem, gpuEnd}, states: states{"GPU": well, "Mem": well}, now: later, wantChange: true, wantEvent: ReasonDrainWithdrawn},
 		{name: "endWhenHealthy of a rule the request does not name does not count", node: node(req(t0, "condition Mem is True", "30m0s", true, false, "Mem"), maint(corev1.ConditionTrue, fleet.ReasonDraining)),
 			rules: []DrainRule{mem, gpuEnd}, states: states{"GPU": well, "Mem": well}, now: later, want: req(t0, "condition Mem is True", "30m0s", true, false, "Mem")},
 		{name: "its condition undecided (after a restart): nothing changes, endWhenHealthy or not", node: node(gpuReq, nil),
 			rules: []DrainRule{gpuEnd}, states: states{}, now: later, want: gpuReq},
 		{name: "unreadable and no rule applies: removed", node: node("garbage", maint(corev1.ConditionTrue, fleet.ReasonDraining)),
 			rules: []DrainRule{gpu}, states: states{"GPU": well}, now: later, wantChange: true},
-		{name: "no drain rule at all any more, never started: removed", node: node(gpuReq, nil), now: later, wantChange: true},
+		{name: "no drain rule at all any more, never started: removed", node: node(gpuReq, nil), now: later, wantChange: true, wantEvent: ReasonDrainWithdrawn},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, change := PlanDrainRequest(tt.node, DrainInput{Rules: tt.rules, States: tt.states}, tt.now)
+			p := PlanDrainRequest(tt.node, DrainInput{Rules: tt.rules, States: tt.states}, tt.now)
+			got, change := p.Value, p.Change
+			if p.Reason != tt.wantEvent {
+				t.Errorf("event %q (%q), want %q", p.Reason, p.Message, tt.wantEvent)
+			}
 			if !change {
 				if got != tt.node.Annotations[fleet.AgentRequestAnnotation] {
 					t.Errorf("no change, but value %q differs from the annotation", got)
@@ -137,8 +142,9 @@ func TestPlanDrainRequestBounds(t *testing.T) {
 		Rules:  []DrainRule{{Condition: "GPU", Status: corev1.ConditionTrue}},
 		States: map[corev1.NodeConditionType]State{"GPU": {Status: corev1.ConditionTrue, Message: strings.Repeat("x", 1000)}},
 	}
-	v, change := PlanDrainRequest(n, in, time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	if !change {
+	p := PlanDrainRequest(n, in, time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	v := p.Value
+	if !p.Change {
 		t.Fatal("no request made")
 	}
 	r, err := fleet.ParseMaintenanceRequest(fleet.AgentRequestAnnotation, v)
@@ -162,8 +168,8 @@ func TestPlanMetadataDrainRequest(t *testing.T) {
 	})
 	mp := PlanMetadata(p.Metadata)
 	v, ok := mp.Annotations[fleet.AgentRequestAnnotation]
-	if !ok || !mp.Changed {
-		t.Fatalf("annotations %v (changed %v), want the drain request set", mp.Annotations, mp.Changed)
+	if !ok || !mp.Changed || mp.Drain.Reason != ReasonDrainRequested {
+		t.Fatalf("annotations %v (changed %v, drain %+v), want the drain request set and told", mp.Annotations, mp.Changed, mp.Drain)
 	}
 	r, err := fleet.ParseMaintenanceRequest(fleet.AgentRequestAnnotation, v)
 	if err != nil || r.Reason != "condition GPU is True: Xid 79" || !slices.Equal(r.Conditions, []corev1.NodeConditionType{"GPU"}) || !r.RequestedAt.Equal(t0) {
@@ -176,7 +182,7 @@ func TestPlanMetadataDrainRequest(t *testing.T) {
 		Damped: map[corev1.NodeConditionType]State{"GPU": {Status: corev1.ConditionFalse, Reason: "OK", LastTransitionTime: t0.Add(time.Hour)}},
 	})
 	mp = PlanMetadata(p.Metadata)
-	if !slices.Equal(mp.RemoveAnnotations, []string{fleet.AgentRequestAnnotation}) || !mp.Changed {
+	if !slices.Equal(mp.RemoveAnnotations, []string{fleet.AgentRequestAnnotation}) || !mp.Changed || mp.Drain.Reason != ReasonDrainWithdrawn {
 		t.Errorf("remove %v (changed %v), want the drain request removed once healthy", mp.RemoveAnnotations, mp.Changed)
 	}
 }

@@ -72,6 +72,9 @@ type MetadataPlan struct {
 	// Held are taints the rules ask for that the disruption guard holds
 	// back (not on the Node, and not added).
 	Held []corev1.Taint
+	// Drain is the sick-node drain request's plan, whose annotation
+	// Annotations or RemoveAnnotations carry.
+	Drain DrainPlan
 	// Claimed are taints on the Node that are ours by key (OwnedByKey)
 	// and that the record did not name: put back by a writer that sent the
 	// whole list from a stale read, or the record lost or edited. They are
@@ -126,8 +129,8 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 	p.Annotations = map[string]string{}
 	v, change := PlanRequest(node, in.Request, in.Now)
 	p.planAnnotation(fleet.RequestAnnotation, v, change)
-	v, change = PlanDrainRequest(node, in.Drain, in.Now)
-	p.planAnnotation(fleet.AgentRequestAnnotation, v, change)
+	p.Drain = PlanDrainRequest(node, in.Drain, in.Now)
+	p.planAnnotation(fleet.AgentRequestAnnotation, p.Drain.Value, p.Drain.Change)
 	if in.Init != nil {
 		desired = withInitTaint(node, desired, *in.Init)
 		if _, done := node.Annotations[InitializedAnnotation]; in.Init.Verdict.First && !done {

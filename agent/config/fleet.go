@@ -39,9 +39,10 @@ type ChangeLimiter struct {
 // IsEnabled reports whether the limiter is on.
 func (l ChangeLimiter) IsEnabled() bool { return l.Enabled == nil || *l.Enabled }
 
-// Coordinator configures NoExecute grants and the disruption guard: the
-// coordinator reads all of it, the agents what they need to follow it
-// (namespace, guard name, TTL, staleness).
+// Coordinator configures NoExecute grants, the disruption guard and the
+// maintenance pool: the coordinator reads all of it, the agents what they
+// need to follow it (namespace, guard name, TTL, staleness, and a drain
+// rule's default deadline).
 type Coordinator struct {
 	// Namespace holds the grant Leases, the guard ConfigMap and the leader
 	// Lease. Default: the pod's namespace (POD_NAMESPACE), else

@@ -114,6 +114,10 @@ type Options struct {
 	Probes []ProbeSpec
 	// Rules map conditions to taints.
 	Rules []taints.Rule
+	// DrainRules ask for a sick-node drain of the Node while they apply:
+	// the agent keeps the request (fleet.AgentRequestAnnotation) on it
+	// (taints.PlanDrainRequest), and the coordinator serves it.
+	DrainRules []taints.DrainRule
 	// HeartbeatPeriod is how often conditions are re-written when nothing
 	// changed.
 	HeartbeatPeriod time.Duration
@@ -633,6 +637,7 @@ func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot
 		Faults:          a.evalFaultsLocked(node.Annotations, now),
 		Published:       maps.Clone(a.published),
 		Rules:           a.opts.Rules,
+		DrainRules:      a.opts.DrainRules,
 		Ownable:         a.ownable,
 		Hardware:        a.hardware,
 		HardwareKnown:   a.haveHardware || a.opts.Hardware == nil,
@@ -866,12 +871,27 @@ func (a *Agent) reconcileMetadata(ctx context.Context, node *corev1.Node, mi tai
 		a.remember(written)
 		a.reportPlan(written, p.Taints, states, hw)
 		a.reportLabels(written, p.Labels)
+		a.reportDrain(written, p.Drain)
 		if _, ok := p.Annotations[InitializedAnnotation]; ok {
 			a.recorder.Eventf(written, corev1.EventTypeNormal, "NodeInitialized", "%s", in.State.Message)
 			a.log.Info("node initialized", "detail", in.State.Message)
 		}
 		return nil
 	}
+}
+
+// reportDrain tells a sick-node drain request made or withdrawn by the
+// write just done (taints.PlanDrainRequest).
+func (a *Agent) reportDrain(node *corev1.Node, d taints.DrainPlan) {
+	switch d.Reason {
+	case "":
+		return
+	case taints.ReasonDrainRequested:
+		a.recorder.Eventf(node, corev1.EventTypeWarning, d.Reason, "%s", d.Message)
+	default:
+		a.recorder.Eventf(node, corev1.EventTypeNormal, d.Reason, "%s", d.Message)
+	}
+	a.log.Info("drain request", "reason", d.Reason, "detail", d.Message)
 }
 
 // why names the condition or hardware behind a taint of ours, for Events.

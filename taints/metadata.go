@@ -39,6 +39,9 @@ type MetadataInput struct {
 	Gates map[corev1.NodeConditionType]Gate
 	// Request decides the NoExecute request annotation (PlanRequest).
 	Request RequestInput
+	// Drain decides the sick-node drain request annotation
+	// (PlanDrainRequest).
+	Drain DrainInput
 	// Annotations are annotations the agent keeps on the Node besides the
 	// ones above (each Stateful probe's state): key -> the value wanted,
 	// "" meaning absent. One is set or removed only when the Node's value
@@ -62,13 +65,16 @@ type MetadataPlan struct {
 	Taints Plan
 	Labels LabelPlan
 	// Annotations to set besides the ownership records (initialized-at,
-	// the NoExecute request, the Input's Annotations), and to remove (also
-	// the requests Consumed).
+	// the NoExecute request, the drain request, the Input's Annotations),
+	// and to remove (also the requests Consumed).
 	Annotations       map[string]string
 	RemoveAnnotations []string
 	// Held are taints the rules ask for that the disruption guard holds
 	// back (not on the Node, and not added).
 	Held []corev1.Taint
+	// Drain is the sick-node drain request's plan, whose annotation
+	// Annotations or RemoveAnnotations carry.
+	Drain DrainPlan
 	// Claimed are taints on the Node that are ours by key (OwnedByKey)
 	// and that the record did not name: put back by a writer that sent the
 	// whole list from a stale read, or the record lost or edited. They are
@@ -121,11 +127,10 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 	desired, held := desiredTaints(in, IDs(owned))
 	p.Held = held
 	p.Annotations = map[string]string{}
-	if v, change := PlanRequest(node, in.Request, in.Now); change && v != "" {
-		p.Annotations[fleet.RequestAnnotation] = v
-	} else if change {
-		p.RemoveAnnotations = append(p.RemoveAnnotations, fleet.RequestAnnotation)
-	}
+	v, change := PlanRequest(node, in.Request, in.Now)
+	p.planAnnotation(fleet.RequestAnnotation, v, change)
+	p.Drain = PlanDrainRequest(node, in.Drain, in.Now)
+	p.planAnnotation(fleet.AgentRequestAnnotation, p.Drain.Value, p.Drain.Change)
 	if in.Init != nil {
 		desired = withInitTaint(node, desired, *in.Init)
 		if _, done := node.Annotations[InitializedAnnotation]; in.Init.Verdict.First && !done {
@@ -146,6 +151,18 @@ func PlanMetadata(in MetadataInput) MetadataPlan {
 	}
 	p.Changed = p.Taints.Changed || p.Labels.Changed || len(p.Annotations)+len(p.RemoveAnnotations) > 0
 	return p
+}
+
+// planAnnotation sets annotation key to v where it changes, or removes it
+// for "".
+func (p *MetadataPlan) planAnnotation(key, v string, change bool) {
+	switch {
+	case !change:
+	case v != "":
+		p.Annotations[key] = v
+	default:
+		p.RemoveAnnotations = append(p.RemoveAnnotations, key)
+	}
 }
 
 // claimByKey adds to owned the taints on the Node that are ours by key

@@ -35,6 +35,8 @@ type Snapshot struct {
 	// are trusted for.
 	Rules   []Rule
 	Ownable Ownable
+	// DrainRules ask for a sick-node drain (PlanDrainRequest).
+	DrainRules []DrainRule
 	// Hardware is the last good inventory (HardwareKnown false until the
 	// first); Advertised the extended resources advertised before;
 	// Adopted the count of each resource an earlier run advertised, as the
@@ -155,6 +157,7 @@ func PlanNode(s Snapshot) NodePlan {
 		Request: RequestInput{
 			Wanted: Wanted(s.Rules, statuses, c.Flapping), Granted: s.NoExecute.Granted, AliveEvery: s.NoExecute.AliveEvery,
 		},
+		Drain: DrainInput{Rules: s.DrainRules, States: p.Conditions.States},
 	}
 	if p.Conditions.Init != nil {
 		p.Metadata.Init = &InitTaint{Taint: s.InitTaint, Verdict: *p.Conditions.Init}

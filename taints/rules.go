@@ -65,20 +65,22 @@ func (r Rule) Applies(status corev1.ConditionStatus) bool {
 // ValidateRules checks a rule table. known lists the condition types that
 // exist; a rule naming another type is refused because it could never fire.
 func ValidateRules(rules []Rule, known map[corev1.NodeConditionType]bool, path *field.Path) field.ErrorList {
+	paths := make([]*field.Path, len(rules))
+	for i := range rules {
+		paths[i] = path.Index(i)
+	}
+	return ValidateRulesAt(rules, paths, known)
+}
+
+// ValidateRulesAt is ValidateRules where rules[i] is at paths[i]: the
+// taint rules of a table some of whose lines make no taint (a drain rule
+// without one).
+func ValidateRulesAt(rules []Rule, paths []*field.Path, known map[corev1.NodeConditionType]bool) field.ErrorList {
 	var errs field.ErrorList
 	values := map[TaintID]string{}
 	for i, r := range rules {
-		p := path.Index(i)
-		if r.Condition == "" {
-			errs = append(errs, field.Required(p.Child("condition"), "a rule must name the condition it follows"))
-		} else if !known[r.Condition] {
-			errs = append(errs, field.NotSupported(p.Child("condition"), r.Condition, sortedTypes(known)))
-		}
-		switch r.Status {
-		case corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown:
-		default:
-			errs = append(errs, field.NotSupported(p.Child("status"), r.Status, []string{"True", "False", "Unknown"}))
-		}
+		p := paths[i]
+		errs = append(errs, ValidateTrigger(r.Condition, r.Status, known, p)...)
 		tp := p.Child("taint")
 		if r.Taint.Key == "" {
 			errs = append(errs, field.Required(tp.Child("key"), ""))
@@ -110,6 +112,23 @@ func ValidateRules(rules []Rule, known map[corev1.NodeConditionType]bool, path *
 		} else if !ok {
 			values[id] = r.Taint.Value
 		}
+	}
+	return errs
+}
+
+// ValidateTrigger checks the condition and status a rule at p follows:
+// the condition is one of known, the status True, False or Unknown.
+func ValidateTrigger(condition corev1.NodeConditionType, status corev1.ConditionStatus, known map[corev1.NodeConditionType]bool, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if condition == "" {
+		errs = append(errs, field.Required(p.Child("condition"), "a rule must name the condition it follows"))
+	} else if !known[condition] {
+		errs = append(errs, field.NotSupported(p.Child("condition"), condition, sortedTypes(known)))
+	}
+	switch status {
+	case corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("status"), status, []string{"True", "False", "Unknown"}))
 	}
 	return errs
 }

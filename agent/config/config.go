@@ -36,6 +36,7 @@ import (
 	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/probes/strict"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // Default condition types, one per probe. They deliberately differ from the
@@ -427,7 +428,55 @@ type Rule struct {
 	// holds no NoExecute grant: NoSchedule (the default) or
 	// PreferNoSchedule. Only NoExecute rules have one.
 	Fallback corev1.TaintEffect `json:"fallback,omitempty"`
+	// Action is what the rule does while it applies: ActionTaint (the
+	// default) puts its taint on; ActionDrain asks the coordinator to drain
+	// the node (a sick-node drain, within the maintenance pool and the
+	// disruption guard), after its taint where the rule has one, instead of
+	// it where it has none.
+	Action string `json:"action,omitempty"`
+	// Drain are an ActionDrain rule's drain settings.
+	Drain *DrainSettings `json:"drain,omitempty"`
 }
+
+// The actions of a rule.
+const (
+	ActionTaint = "taint"
+	ActionDrain = "drain"
+)
+
+// DrainSettings are what a rule with action: drain asks of the drain.
+// Where several drain rules apply at once, the node asks for one drain:
+// the shortest of their deadlines, and each pod option any of them sets.
+type DrainSettings struct {
+	// Deadline is how long the drain may take once it has started (got
+	// its slot). Default coordinator.maintenance.defaultDeadline; at most
+	// 720h (fleet.MaxDeadline).
+	Deadline Duration `json:"deadline"`
+	// EvictUnreplicated evicts pods no controller manages (kubectl
+	// drain's --force); without it they stay and block the drain.
+	EvictUnreplicated bool `json:"evictUnreplicated,omitempty"`
+	// DeleteEmptyDirData evicts pods with emptyDir volumes, whose data is
+	// lost (kubectl drain's --delete-emptydir-data); without it they stay
+	// and block the drain.
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// EndWhenHealthy ends the node's maintenance (withdraws its request:
+	// the coordinator uncordons it) once no drain rule applies any more,
+	// after the condition's clearAfter. Without it a drain that has
+	// started keeps the node cordoned until an operator removes the
+	// request (kubectl annotate node NODE selftaint.io/drain-request-); a
+	// request whose condition clears while it still waits for a slot is
+	// withdrawn either way.
+	EndWhenHealthy bool `json:"endWhenHealthy,omitempty"`
+}
+
+// hasTaint reports whether the rule names a taint at all.
+func (r Rule) hasTaint() bool {
+	return r.Taint.Key != "" || r.Taint.Value != "" || r.Taint.Effect != ""
+}
+
+// makesTaint reports whether the rule puts a taint on: every rule but a
+// drain rule without one.
+func (r Rule) makesTaint() bool { return r.Action != ActionDrain || r.hasTaint() }
 
 // rawValue is the text a field was written with and the error parsing it
 // met, kept so Validate can report the error with the field's path.
@@ -640,6 +689,9 @@ func (c *Config) setDefaults() {
 		if c.Rules[i].Status == "" {
 			c.Rules[i].Status = corev1.ConditionTrue
 		}
+		if c.Rules[i].Action == "" {
+			c.Rules[i].Action = ActionTaint
+		}
 	}
 }
 
@@ -709,7 +761,7 @@ func (c *Config) Validate() field.ErrorList {
 	errs = append(errs, c.Initialization.validate(field.NewPath("initialization"), conds)...)
 	known[c.Initialization.Condition] = true
 
-	errs = append(errs, taints.ValidateRules(c.TaintRules(), known, field.NewPath("rules"))...)
+	errs = append(errs, c.validateRules(field.NewPath("rules"), known)...)
 	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
 	errs = append(errs, c.ChangeLimiter.validate(field.NewPath("changeLimiter"))...)
 	errs = append(errs, c.Coordinator.validate(field.NewPath("coordinator"))...)
@@ -752,6 +804,60 @@ func (ch Checks) validate(cp *field.Path, conds map[corev1.NodeConditionType]*fi
 		errs = append(errs, field.Invalid(cp.Child("npdPluginRoot"), ch.NPDPluginRoot, "must be an absolute path"))
 	}
 	return errs
+}
+
+// validateRules checks the rule table: each rule's taint where it makes
+// one (taints.ValidateRulesAt), the condition and status of a drain rule
+// without one, and each rule's action and drain settings.
+func (c *Config) validateRules(path *field.Path, known map[corev1.NodeConditionType]bool) field.ErrorList {
+	var errs field.ErrorList
+	var taintRules []taints.Rule
+	var paths []*field.Path
+	for i, r := range c.Rules {
+		p := path.Index(i)
+		if r.makesTaint() {
+			taintRules = append(taintRules, taintRule(r))
+			paths = append(paths, p)
+		} else {
+			errs = append(errs, taints.ValidateTrigger(r.Condition, r.Status, known, p)...)
+			if r.Fallback != "" {
+				errs = append(errs, field.Invalid(p.Child("fallback"), r.Fallback, "only a NoExecute rule has a fallback effect; this drain rule has no taint"))
+			}
+		}
+		errs = append(errs, r.validateAction(p)...)
+	}
+	return append(taints.ValidateRulesAt(taintRules, paths, known), errs...)
+}
+
+// validateAction checks a rule's action and its drain settings.
+func (r Rule) validateAction(p *field.Path) field.ErrorList {
+	switch r.Action {
+	case ActionTaint:
+		if r.Drain != nil {
+			return field.ErrorList{field.Forbidden(p.Child("drain"), "drain settings need action: drain (this rule's action is taint)")}
+		}
+		return nil
+	case ActionDrain:
+	default:
+		return field.ErrorList{field.NotSupported(p.Child("action"), r.Action, []string{ActionTaint, ActionDrain})}
+	}
+	if r.Drain == nil {
+		return nil
+	}
+	return validateDeadline(p.Child("drain", "deadline"), r.Drain.Deadline)
+}
+
+// validateDeadline checks a drain deadline as fleet.ParseMaintenanceRequest
+// would: positive, at most fleet.MaxDeadline. Unset is valid (a default
+// applies).
+func validateDeadline(p *field.Path, d Duration) field.ErrorList {
+	if errs := d.validate(p, false); len(errs) > 0 {
+		return errs
+	}
+	if d.D > fleet.MaxDeadline {
+		return field.ErrorList{field.Invalid(p, d.raw, fmt.Sprintf("must be at most %s (a drain never waits forever)", fleet.MaxDeadline))}
+	}
+	return nil
 }
 
 // Initialization modes.
@@ -848,18 +954,50 @@ func validateConditionType(p *field.Path, t corev1.NodeConditionType) field.Erro
 	return errs
 }
 
-// TaintRules converts the rule table to the taints package's form.
+// TaintRules converts the rule table's taints to the taints package's
+// form: every rule but a drain rule without a taint.
 func (c *Config) TaintRules() []taints.Rule {
 	out := make([]taints.Rule, 0, len(c.Rules))
 	for _, r := range c.Rules {
-		out = append(out, taints.Rule{
-			Condition:        r.Condition,
-			Status:           r.Status,
-			TaintOnUnknown:   r.TaintOnUnknown,
-			Taint:            corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Taint.Effect},
-			AllowReservedKey: r.AllowReservedKey,
-			Fallback:         fallbackOf(r),
-		})
+		if r.makesTaint() {
+			out = append(out, taintRule(r))
+		}
+	}
+	return out
+}
+
+func taintRule(r Rule) taints.Rule {
+	return taints.Rule{
+		Condition:        r.Condition,
+		Status:           r.Status,
+		TaintOnUnknown:   r.TaintOnUnknown,
+		Taint:            corev1.Taint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: r.Taint.Effect},
+		AllowReservedKey: r.AllowReservedKey,
+		Fallback:         fallbackOf(r),
+	}
+}
+
+// DrainRules are the rules with action: drain, in the taints package's
+// form; a rule that gives no deadline gets
+// coordinator.maintenance.defaultDeadline, so that the request says the
+// deadline that applies and the shortest of several is exact.
+func (c *Config) DrainRules() []taints.DrainRule {
+	var out []taints.DrainRule
+	for _, r := range c.Rules {
+		if r.Action != ActionDrain {
+			continue
+		}
+		d := taints.DrainRule{
+			Condition: r.Condition, Status: r.Status, OnUnknown: r.TaintOnUnknown,
+			Deadline: c.Coordinator.Maintenance.DefaultDeadline.D,
+		}
+		if s := r.Drain; s != nil {
+			if s.Deadline.set() {
+				d.Deadline = s.Deadline.D
+			}
+			d.EvictUnreplicated, d.DeleteEmptyDirData, d.EndWhenHealthy = s.EvictUnreplicated, s.DeleteEmptyDirData, s.EndWhenHealthy
+		}
+		out = append(out, d)
 	}
 	return out
 }

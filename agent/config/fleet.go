@@ -39,9 +39,10 @@ type ChangeLimiter struct {
 // IsEnabled reports whether the limiter is on.
 func (l ChangeLimiter) IsEnabled() bool { return l.Enabled == nil || *l.Enabled }
 
-// Coordinator configures NoExecute grants and the disruption guard: the
-// coordinator reads all of it, the agents what they need to follow it
-// (namespace, guard name, TTL, staleness).
+// Coordinator configures NoExecute grants, the disruption guard and the
+// maintenance pool: the coordinator reads all of it, the agents what they
+// need to follow it (namespace, guard name, TTL, staleness, and a drain
+// rule's default deadline).
 type Coordinator struct {
 	// Namespace holds the grant Leases, the guard ConfigMap and the leader
 	// Lease. Default: the pod's namespace (POD_NAMESPACE), else
@@ -62,6 +63,25 @@ type Coordinator struct {
 	GrantTTL Duration `json:"grantTTL"`
 	// Guard is the disruption guard.
 	Guard Guard `json:"guard"`
+	// Maintenance is the maintenance pool: how many nodes may be drained
+	// at once.
+	Maintenance Maintenance `json:"maintenance"`
+}
+
+// Maintenance configures the maintenance pool the coordinator serves
+// drains from (operators' requests and rules with action: drain).
+type Maintenance struct {
+	// MaxParallel is how many nodes may be unavailable through maintenance
+	// at once, counting in-flight drains, NotReady nodes and nodes cordoned
+	// by someone else: a count or a percent of the nodes (rounded up).
+	// Default 1; 0 starts no drain.
+	MaxParallel *intstr.IntOrString `json:"maxParallel,omitempty"`
+	// MaxParallelPerZone, if set, bounds each zone the same way (a percent
+	// of the zone's nodes).
+	MaxParallelPerZone *intstr.IntOrString `json:"maxParallelPerZone,omitempty"`
+	// DefaultDeadline is how long a drain may take once started where its
+	// request gives no deadline. Default 1h; at most 720h.
+	DefaultDeadline Duration `json:"defaultDeadline"`
 }
 
 // Guard configures the disruption guard.
@@ -167,6 +187,12 @@ func (c *Coordinator) setDefaults() {
 	}
 	defaultDuration(&g.RenewEvery, 30*time.Second)
 	defaultDuration(&g.StaleAfter, 2*time.Minute)
+	m := &c.Maintenance
+	if m.MaxParallel == nil {
+		v := intstr.FromInt32(1)
+		m.MaxParallel = &v
+	}
+	defaultDuration(&m.DefaultDeadline, time.Hour)
 }
 
 func (l ChangeLimiter) validate(p *field.Path) field.ErrorList {
@@ -204,10 +230,25 @@ func (c Coordinator) validate(p *field.Path) field.ErrorList {
 	if c.GrantTTL.err == nil && c.GrantTTL.D%time.Second != 0 {
 		errs = append(errs, field.Invalid(p.Child("grantTTL"), c.GrantTTL.raw, "must be whole seconds (a Lease's duration is in seconds)"))
 	}
-	return append(errs, c.Guard.validate(p.Child("guard"))...)
+	errs = append(errs, c.Guard.validate(p.Child("guard"))...)
+	return append(errs, c.Maintenance.validate(p.Child("maintenance"))...)
+}
+
+func (m Maintenance) validate(p *field.Path) field.ErrorList {
+	errs := validateCountOrPercent(p.Child("maxParallel"), *m.MaxParallel)
+	if m.MaxParallelPerZone != nil {
+		errs = append(errs, validateCountOrPercent(p.Child("maxParallelPerZone"), *m.MaxParallelPerZone)...)
+	}
+	return append(errs, validateDeadline(p.Child("defaultDeadline"), m.DefaultDeadline)...)
 }
 
 func validateMaxNoExecute(p *field.Path, v intstr.IntOrString) field.ErrorList {
+	return validateCountOrPercent(p, v)
+}
+
+// validateCountOrPercent checks a number of nodes: a count, or a percent
+// of them between 0% and 100%.
+func validateCountOrPercent(p *field.Path, v intstr.IntOrString) field.ErrorList {
 	if v.Type == intstr.Int {
 		if v.IntVal < 0 {
 			return field.ErrorList{field.Invalid(p, v.IntVal, "must not be negative")}
@@ -283,17 +324,30 @@ func (c *Config) Limiter() taints.LimiterConfig {
 }
 
 // Fleet is the coordinator's policy: which Nodes it counts, the budget,
-// the rate, the grants' TTL and the guard, which judges every condition a
-// rule taints for, in the statuses that apply its taints.
+// the rate, the grants' TTL, the guard, which judges every condition a
+// rule taints or drains for, in the statuses that apply the rule, and the
+// maintenance pool.
 func (c *Config) Fleet() fleet.Config {
 	co := c.Coordinator
 	watched := map[corev1.NodeConditionType][]corev1.ConditionStatus{}
-	for _, r := range c.TaintRules() {
+	watch := func(cond corev1.NodeConditionType, applies func(corev1.ConditionStatus) bool) {
 		for _, s := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown} {
-			if r.Applies(s) && !slices.Contains(watched[r.Condition], s) {
-				watched[r.Condition] = append(watched[r.Condition], s)
+			if applies(s) && !slices.Contains(watched[cond], s) {
+				watched[cond] = append(watched[cond], s)
 			}
 		}
+	}
+	for _, r := range c.TaintRules() {
+		watch(r.Condition, r.Applies)
+	}
+	for _, r := range c.DrainRules() {
+		watch(r.Condition, r.Applies)
+	}
+	m := co.Maintenance
+	var perZone *intstr.IntOrString
+	if m.MaxParallelPerZone != nil {
+		v := *m.MaxParallelPerZone
+		perZone = &v
 	}
 	return fleet.Config{
 		MaxNoExecute:  *co.MaxNoExecute,
@@ -305,6 +359,9 @@ func (c *Config) Fleet() fleet.Config {
 		},
 		Watched: watched,
 		Members: fleet.Membership(co.Fleet),
+		Maintenance: fleet.MaintenanceConfig{
+			MaxParallel: *m.MaxParallel, MaxParallelPerZone: perZone, DefaultDeadline: m.DefaultDeadline.D,
+		},
 	}
 }
 

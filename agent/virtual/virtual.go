@@ -65,9 +65,11 @@ type Options struct {
 	// Probes builds one node's selftaint probes (see SimulatedProbe); the
 	// standard kubelet conditions are added to them.
 	Probes func(node string) []agent.ProbeSpec
-	// Rules, HeartbeatPeriod, Faults, Limiter and NoExecute are passed to
-	// each node's agent (NoExecute's Leases default to Leases).
+	// Rules, DrainRules, HeartbeatPeriod, Faults, Limiter and NoExecute
+	// are passed to each node's agent (NoExecute's Leases default to
+	// Leases).
 	Rules           []taints.Rule
+	DrainRules      []taints.DrainRule
 	HeartbeatPeriod time.Duration
 	Faults          agent.FaultOptions
 	Limiter         taints.LimiterConfig
@@ -318,6 +320,7 @@ func newVirtualNode(opts Options, name string, index int, reg *registration, bro
 		Client:          opts.Core,
 		Probes:          specs,
 		Rules:           opts.Rules,
+		DrainRules:      opts.DrainRules,
 		HeartbeatPeriod: opts.HeartbeatPeriod,
 		Clock:           opts.Clock,
 		Logger:          opts.Logger,

@@ -108,6 +108,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 		Client:          client,
 		Probes:          m.specs,
 		Rules:           cfg.TaintRules(),
+		DrainRules:      cfg.DrainRules(),
 		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
 		Logger:          logger,
 		Faults:          cfg.FaultOptions(),

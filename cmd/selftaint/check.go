@@ -19,6 +19,7 @@ import (
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // checkRow is one probe's line in selftaint check. An events-only probe's
@@ -40,6 +41,11 @@ type checkReport struct {
 	// WithGrant are the NoExecute taints that would join Taints while the
 	// node holds a NoExecute grant from the coordinator.
 	WithGrant []corev1.Taint `json:"withGrant,omitempty"`
+	// Drain is the sick-node drain request the agent would write (rules
+	// with action: drain), without its requestedBy and requestedAt.
+	Drain *fleet.MaintenanceRequest `json:"drain,omitempty"`
+	// drainRules says the config has rules with action: drain.
+	drainRules bool
 	// Warnings are the config's settings that are valid but risky, each
 	// naming its field (the agent logs the same at start-up).
 	Warnings []string `json:"warnings,omitempty"`
@@ -75,6 +81,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rep.Taints = wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, time.Now(), false)
 	rep.WithGrant = withGrant(rep.Taints, wouldTaint(cfg.TaintRules(), rep.Probes, rep.Hardware, time.Now(), true))
+	rep.Drain, rep.drainRules = wouldDrain(cfg.DrainRules(), rep.Probes), len(cfg.DrainRules()) > 0
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -140,6 +147,49 @@ func wouldTaint(rules []taints.Rule, rows []checkRow, hw []agent.Resource, now t
 	return out
 }
 
+// wouldDrain is the drain request the agent's plan
+// (taints.PlanDrainRequest) puts on a Node that carries none yet, for these
+// conditions; nil when no drain rule applies. Who and when are left out:
+// they would be the agent's.
+func wouldDrain(rules []taints.DrainRule, rows []checkRow) *fleet.MaintenanceRequest {
+	states := map[corev1.NodeConditionType]taints.State{}
+	for _, r := range rows {
+		if r.Condition != "" {
+			states[r.Condition] = taints.State{Status: r.ConditionStatus, Reason: r.Reason, Message: r.Message}
+		}
+	}
+	p := taints.PlanDrainRequest(&corev1.Node{}, taints.DrainInput{Rules: rules, States: states}, time.Now())
+	if p.Value == "" {
+		return nil
+	}
+	r, err := fleet.ParseMaintenanceRequest(fleet.AgentRequestAnnotation, p.Value)
+	if err != nil {
+		return nil // the plan writes only requests that parse (its tests say so)
+	}
+	r.RequestedBy, r.RequestedAt = "", time.Time{}
+	return &r
+}
+
+// printDrain tells the drain request check found the agent would make.
+func printDrain(w io.Writer, r *fleet.MaintenanceRequest) {
+	if r == nil {
+		fmt.Fprint(w, "Drain that would be requested: none\n\n")
+		return
+	}
+	deadline := r.Deadline
+	if deadline == "" {
+		deadline = "the coordinator's maintenance.defaultDeadline"
+	}
+	fmt.Fprintf(w, "Drain that would be requested from the coordinator (within the maintenance pool and the disruption guard):\n  %s\n  deadline %s", r.Reason, deadline)
+	if r.EvictUnreplicated {
+		fmt.Fprint(w, ", evictUnreplicated")
+	}
+	if r.DeleteEmptyDirData {
+		fmt.Fprint(w, ", deleteEmptyDirData")
+	}
+	fmt.Fprint(w, "\n\n")
+}
+
 func printCheck(w io.Writer, rep checkReport) error {
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
@@ -195,6 +245,9 @@ func printCheck(w io.Writer, rep checkReport) error {
 		}
 	}
 	fmt.Fprintln(w)
+	if rep.drainRules {
+		printDrain(w, rep.Drain)
+	}
 	if len(rep.Taints) == 0 {
 		fmt.Fprintln(w, "Taints that would follow: none")
 		return nil

@@ -243,3 +243,32 @@ func TestCheckUnreadableHost(t *testing.T) {
 		t.Errorf("taints = %v, want none (Unknown does not taint by default)", rep.Taints)
 	}
 }
+
+// TestCheckTellsTheDrain: with a rule that drains instead of tainting,
+// check says the drain the agent would ask for on a host whose memory is
+// low, in both outputs, and no taint.
+func TestCheckTellsTheDrain(t *testing.T) {
+	cfg := writeFile(t, "probes:\n  disk:\n    enabled: false\nrules:\n- condition: SelftaintMemoryPressure\n  action: drain\n  drain: {deadline: 45m, evictUnreplicated: true}\n")
+	var table, js, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"check", "--host-root=testdata/lowmem", "--config=" + cfg}, &table, &stderr); code != 0 {
+		t.Fatalf("table: exit %d: %s", code, stderr.String())
+	}
+	if code := run(context.Background(), []string{"check", "--host-root=testdata/lowmem", "--config=" + cfg, "--output=json"}, &js, &stderr); code != 0 {
+		t.Fatalf("json: exit %d: %s", code, stderr.String())
+	}
+	var rep checkReport
+	if err := json.Unmarshal(js.Bytes(), &rep); err != nil {
+		t.Fatalf("json output: %v\n%s", err, js.String())
+	}
+	if d := rep.Drain; d == nil || d.Deadline != "45m0s" || !d.EvictUnreplicated || !strings.HasPrefix(d.Reason, "condition SelftaintMemoryPressure is True: ") {
+		t.Errorf("drain = %+v, want SelftaintMemoryPressure's, 45m, evictUnreplicated", d)
+	}
+	if len(rep.Taints) != 0 {
+		t.Errorf("taints = %+v, want none: the rule drains instead", rep.Taints)
+	}
+	for _, w := range []string{"Drain that would be requested from the coordinator", "condition SelftaintMemoryPressure is True", "deadline 45m0s, evictUnreplicated", "Taints that would follow: none"} {
+		if !strings.Contains(table.String(), w) {
+			t.Errorf("table output does not contain %q:\n%s", w, table.String())
+		}
+	}
+}

@@ -226,6 +226,7 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 			return cfg.SimulatedProbeSpecs(func(name string) probes.Probe { return virtual.SimulatedProbe{ProbeName: name} })
 		},
 		Rules:           cfg.TaintRules(),
+		DrainRules:      cfg.DrainRules(),
 		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
 		Faults:          cfg.FaultOptions(),
 		Limiter:         cfg.Limiter(),

@@ -100,7 +100,9 @@ type drainFlags struct {
 }
 
 // requestFlags are the flags that shape a request.
-var requestFlags = []string{"reason", "deadline", "on-deadline", "evict-unreplicated", "delete-emptydir-data", "renew"}
+func requestFlags() []string {
+	return []string{"reason", "deadline", "on-deadline", "evict-unreplicated", "delete-emptydir-data", "renew"}
+}
 
 func newDrainFlagSet(stderr io.Writer, f *drainFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("selftaint drain", flag.ContinueOnError)
@@ -192,7 +194,7 @@ func checkDrainTargets(pos []string, selector string, set map[string]bool) error
 // checkDone refuses, with --done, the flags that only make or follow a
 // request.
 func checkDone(set map[string]bool) error {
-	for _, name := range append(slices.Clone(requestFlags), "wait", "timeout", "max-parallel") {
+	for _, name := range append(requestFlags(), "wait", "timeout", "max-parallel") {
 		if set[name] {
 			return fmt.Errorf("--%s does not go with --done, which only removes the request", name)
 		}
@@ -218,7 +220,7 @@ func checkWaitFlags(f *drainFlags) error {
 // followOnly is a command line without --reason: with --wait alone it
 // follows requests already made; anything else is missing its reason.
 func followOnly(a drainArgs, set map[string]bool) (drainArgs, error) {
-	for _, name := range append(slices.Clone(requestFlags), "max-parallel") {
+	for _, name := range append(requestFlags(), "max-parallel") {
 		if set[name] {
 			return drainArgs{}, fmt.Errorf("--reason is required with --%s: say why, for the people who see the nodes in maintenance", name)
 		}
@@ -365,13 +367,17 @@ func (d *drainer) run(ctx context.Context, a drainArgs) error {
 		d.width = max(d.width, len(n))
 	}
 	if a.done {
-		return d.endAll(ctx, names)
+		return d.endAll(ctx, names, a.selector)
 	}
 	r := newRollout(names, a.maxParallel)
 	if !a.wait {
 		d.requestDue(ctx, r, a)
+		which := strings.Join(names, " ")
+		if a.selector != "" {
+			which = "--selector " + a.selector
+		}
 		fmt.Fprintf(d.out, "follow with: selftaint drain --wait %s (or kubectl get node NAME -o jsonpath='{.status.conditions[?(@.type==%q)]}')\n",
-			strings.Join(names, " "), fleet.MaintenanceCondition)
+			which, fleet.MaintenanceCondition)
 		return r.result()
 	}
 	if a.timeout > 0 {
@@ -467,7 +473,7 @@ func (d *drainer) show(name string, w *nodeWait) {
 func (d *drainer) request(ctx context.Context, name string, a drainArgs) (*nodeWait, *corev1.Node, error) {
 	var w *nodeWait
 	var got *corev1.Node
-	err := retry.RetryOnConflict(conflictBackoff, func() error {
+	err := retry.RetryOnConflict(conflictBackoff(), func() error {
 		n, err := d.nodes.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading node %s: %w", name, err)
@@ -509,7 +515,9 @@ func (d *drainer) request(ctx context.Context, name string, a drainArgs) (*nodeW
 
 // conflictBackoff is how often a write that met a conflict is tried again,
 // each time on the node read afresh.
-var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1}
+func conflictBackoff() wait.Backoff {
+	return wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1}
+}
 
 // annotationPatch is a merge patch setting (or, value nil, removing) the
 // operator request, preconditioned on resourceVersion rv.
@@ -851,29 +859,41 @@ func (d *drainer) watchNodes(ctx context.Context, opts func(*metav1.ListOptions)
 	go informer.RunWithContext(ctx)
 }
 
-// endAll removes the operator request from each node.
-func (d *drainer) endAll(ctx context.Context, names []string) error {
+// endAll removes the operator request from each node. Chosen by a
+// selector, the nodes without one are passed over in silence.
+func (d *drainer) endAll(ctx context.Context, names []string, selector string) error {
 	var errs []error
+	removed := 0
 	for _, name := range names {
-		if err := d.end(ctx, name); err != nil {
+		ok, err := d.end(ctx, name, selector == "")
+		if err != nil {
 			errs = append(errs, err)
 		}
+		if ok {
+			removed++
+		}
+	}
+	if selector != "" && removed == 0 && len(errs) == 0 {
+		fmt.Fprintf(d.out, "no node matching %q carries an operator maintenance request\n", selector)
 	}
 	return errors.Join(errs...)
 }
 
 // end removes node name's operator request, and says what the coordinator
-// will do.
-func (d *drainer) end(ctx context.Context, name string) error {
+// will do; tellNone: also where there is none. It reports whether it
+// removed one.
+func (d *drainer) end(ctx context.Context, name string, tellNone bool) (bool, error) {
 	var was *corev1.Node
-	err := retry.RetryOnConflict(conflictBackoff, func() error {
+	err := retry.RetryOnConflict(conflictBackoff(), func() error {
 		n, err := d.nodes.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading node %s: %w", name, err)
 		}
 		if _, ok := n.Annotations[fleet.OperatorRequestAnnotation]; !ok {
 			was = nil
-			fmt.Fprintf(d.out, "%-*s  no operator maintenance request to remove%s\n", d.width, name, agentNote(n))
+			if tellNone {
+				fmt.Fprintf(d.out, "%-*s  no operator maintenance request to remove%s\n", d.width, name, agentNote(n))
+			}
 			return nil
 		}
 		patch, err := annotationPatch(n.ResourceVersion, nil)
@@ -887,12 +907,12 @@ func (d *drainer) end(ctx context.Context, name string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("ending maintenance of node %s: %w", name, err)
+		return false, fmt.Errorf("ending maintenance of node %s: %w", name, err)
 	}
 	if was != nil {
 		fmt.Fprintf(d.out, "%-*s  removed its maintenance request; %s%s\n", d.width, name, doneOutlook(was), agentNote(was))
 	}
-	return nil
+	return was != nil, nil
 }
 
 // doneOutlook says what the coordinator does once n's request is gone.

@@ -587,14 +587,56 @@ func TestDrainRollout(t *testing.T) {
 		t.Fatal("the watch did not see every node Drained")
 	}
 	t.Logf("rollout output:\n%s", out)
-	if seen.maxInFlight != 2 {
-		t.Errorf("at most %d nodes requested and not Drained at once, want 2 (never more, and the bound used)", seen.maxInFlight)
+	if seen.maxInFlight > 2 {
+		t.Errorf("%d nodes requested and not Drained at once, want at most 2", seen.maxInFlight)
+	}
+	// The bound is used: the second node is requested before the first
+	// is Drained.
+	if second, drained := strings.Index(out, "drain-roll-1  requested"), strings.Index(out, "Drained"); second < 0 || second > drained {
+		t.Errorf("the second node was not requested before the first drained:\n%s", out)
 	}
 	if !slices.Equal(seen.order, names) {
 		t.Errorf("requested in the order %v, want %v", seen.order, names)
 	}
 	if !slices.IsSortedFunc(seen.requestedAt, func(a, b time.Time) int { return a.Compare(b) }) {
 		t.Errorf("requestedAt decreases along the rollout: %v", seen.requestedAt)
+	}
+
+	// --done by the same selector ends them all.
+	kc := "--kubeconfig=" + cp.KubeconfigPath
+	if code, out, errs := runCLI(t, "drain", "--done", "--selector", sel, kc); code != 0 || strings.Count(out, "removed its maintenance request") != len(names) {
+		t.Errorf("--done --selector: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	for _, name := range names {
+		if _, ok := nodeNow(t, c, name).Annotations[fleet.OperatorRequestAnnotation]; ok {
+			t.Errorf("--done --selector left the request on %s", name)
+		}
+	}
+	if code, out, _ := runCLI(t, "drain", "--done", "--selector", sel, kc); code != 0 || !strings.Contains(out, "no node matching") {
+		t.Errorf("--done --selector again: exit %d, stdout %q", code, out)
+	}
+}
+
+func TestDrainDoneOutlook(t *testing.T) {
+	node := func(ann map[string]string, cordoned bool) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: ann}, Spec: corev1.NodeSpec{Unschedulable: cordoned}}
+	}
+	tests := []struct {
+		name string
+		n    *corev1.Node
+		want string
+	}{
+		{"cordoned by selftaint", node(map[string]string{fleet.CordonAnnotation: "operator/t"}, true), "uncordons it (selftaint cordoned it, for operator/t)"},
+		{"cordoned by someone else", node(nil, true), "stays cordoned, as selftaint did not cordon it (kubectl uncordon n"},
+		{"not cordoned", node(nil, false), "(the node is not cordoned)"},
+	}
+	for _, tt := range tests {
+		if got := doneOutlook(tt.n); !strings.Contains(got, tt.want) {
+			t.Errorf("%s: %q does not say %q", tt.name, got, tt.want)
+		}
+	}
+	if got := agentNote(node(map[string]string{fleet.AgentRequestAnnotation: "x"}, false)); !strings.Contains(got, "stays, and the coordinator serves it") {
+		t.Errorf("agentNote = %q", got)
 	}
 }
 

@@ -165,13 +165,19 @@ func restConfig(path string) (*rest.Config, error) {
 // operator runs (explain, fault): --kubeconfig, else $KUBECONFIG, else
 // ~/.kube/config, else the in-cluster config.
 func operatorRESTConfig(kubeconfig string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	rc, err := operatorClientConfig(kubeconfig).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	return rc, nil
+}
+
+// operatorClientConfig is the kubeconfig an operator command uses, found
+// as operatorRESTConfig says.
+func operatorClientConfig(kubeconfig string) clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
 }
 
 // operatorClients are the core and coordination clients of an operator

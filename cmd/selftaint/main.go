@@ -35,6 +35,9 @@ Usage:
   selftaint fault inject|clear|list ...
                             inject, clear or list faults: Node annotations that
                             make a node's agent publish a condition until they expire
+  selftaint drain NODE... --reason R [--wait] | --selector L --max-parallel N | --done NODE...
+                            ask the coordinator to drain nodes (cordon, evict through
+                            the Eviction API within its maintenance pool), follow, end
   selftaint gpu clear NODE (--gpu UUID ... | --all) [--wait]
                             ask the agent on NODE to forget the GPU failures it
                             keeps across restarts (once the GPU is reset or repaired)
@@ -76,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runExplain(ctx, args[1:], stdout, stderr)
 	case "fault":
 		err = runFault(ctx, args[1:], stdout, stderr)
+	case "drain":
+		err = runDrain(ctx, args[1:], stdout, stderr)
 	case "gpu":
 		err = runGPU(ctx, args[1:], stdout, stderr)
 	case "version":

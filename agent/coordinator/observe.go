@@ -72,24 +72,21 @@ func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Leas
 			continue
 		}
 		v.leases[node] = l
-		v.grants = append(v.grants, grantOf(node, l))
+		v.grants = append(v.grants, fleet.GrantOf(node, l))
 	}
 	slices.SortFunc(v.grants, func(a, b fleet.Grant) int { return strings.Compare(a.Node, b.Node) })
 	return v
 }
 
-// fleetNode is how Decide sees node n.
+// fleetNode is how Decide sees node n: fleet.NodeView (what explain sees
+// too), with what only the coordinator knows.
 func (c *controller) fleetNode(n *corev1.Node, now time.Time) fleet.Node {
-	req := c.request(n)
-	return fleet.Node{
-		Name:             n.Name,
-		Zone:             n.Labels[corev1.LabelTopologyZone],
-		Ready:            isReady(n),
-		Request:          req,
-		AliveSeen:        c.aliveSeen(n.Name, req, now),
-		Reporting:        reporting(n, c.opts.Config.Watched),
-		CarriesNoExecute: c.carriesNoExecute(n),
-	}
+	fn, _ := fleet.NodeView(n, c.opts.Config.Watched)
+	// Read again to tell an unreadable request, once per value.
+	fn.Request = c.request(n)
+	fn.AliveSeen = c.aliveSeen(n.Name, fn.Request, now)
+	fn.CarriesNoExecute = c.carriesNoExecute(n)
+	return fn
 }
 
 // forgetGone drops what is remembered about nodes no longer in the fleet.
@@ -150,39 +147,15 @@ func (c *controller) aliveSeen(node string, req *fleet.Request, now time.Time) t
 	return prev.at
 }
 
-// isReady: the node's Ready condition is True.
-func isReady(n *corev1.Node) bool {
-	c := taints.FindCondition(n, corev1.NodeReady)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
-// reporting are the watched conditions n reports, in a status listed for
-// them.
-func reporting(n *corev1.Node, watched map[corev1.NodeConditionType][]corev1.ConditionStatus) []corev1.NodeConditionType {
-	var out []corev1.NodeConditionType
-	for _, cond := range n.Status.Conditions {
-		if slices.Contains(watched[cond.Type], cond.Status) && !slices.Contains(out, cond.Type) {
-			out = append(out, cond.Type)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // carriesNoExecute: a NoExecute taint on n is one of selftaint's, by its
 // ownership record. An unreadable record cannot say, so any NoExecute
 // taint counts (it then counts against the budget: the safe side).
 func (c *controller) carriesNoExecute(n *corev1.Node) bool {
-	owned, err := taints.ParseOwned(n.Annotations[taints.OwnedTaintsAnnotation])
+	carries, err := taints.CarriesNoExecute(n)
 	if err != nil {
 		c.log.Debug("unreadable taint ownership record; counting any NoExecute taint as selftaint's", "node", n.Name, "err", err)
 	}
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoExecute && (err != nil || slices.Contains(owned, taints.IDOf(t))) {
-			return true
-		}
-	}
-	return false
+	return carries
 }
 
 // grantNode is the node lease grants: the fleet node whose grant name it
@@ -190,29 +163,5 @@ func (c *controller) carriesNoExecute(n *corev1.Node) bool {
 // the prefix (a node gone from the fleet). ok is false for a lease whose
 // name is not a grant's.
 func grantNode(l *coordinationv1.Lease, byGrantName map[string]string) (string, bool) {
-	if node, ok := byGrantName[l.Name]; ok {
-		return node, true
-	}
-	if h := l.Spec.HolderIdentity; h != nil && fleet.GrantName(*h) == l.Name {
-		return *h, true
-	}
-	if node, ok := strings.CutPrefix(l.Name, fleet.GrantPrefix); ok && node != "" {
-		return node, true
-	}
-	return "", false
-}
-
-// grantOf is how Decide sees node's grant Lease.
-func grantOf(node string, l *coordinationv1.Lease) fleet.Grant {
-	g := fleet.Grant{Node: node, Zone: l.Annotations[fleet.GrantZoneAnnotation]}
-	if h := l.Spec.HolderIdentity; h != nil {
-		g.Holder = *h
-	}
-	if t := l.Spec.AcquireTime; t != nil {
-		g.Acquired = t.Time
-	}
-	if t := l.Spec.RenewTime; t != nil {
-		g.Renewed = t.Time
-	}
-	return g
+	return fleet.LeaseNode(l, fleet.GrantPrefix, byGrantName)
 }

@@ -228,14 +228,21 @@ type Event struct {
 // the grants, the maintenance slots, its memory and the time): the
 // disruption guard and whether to write it, decided once; on the same view
 // and guard, two sibling decisions: the NoExecute grants to make, renew,
-// release and delete (the noExecute decision, in budget.go: below) and the
-// maintenance slots to start, drain, end and delete (the maintenance
-// decision, in pool.go: see MaintenanceDecision); the Events to tell,
-// the memory for the next decision and when that is due.
+// release and delete (NoExecuteDecision; the noExecute type, budget.go)
+// and the drains to start, run and end and the slot Leases to delete
+// (MaintenanceDecision; the maintenance type, pool.go, says what counts
+// against the pool and how its line is served); the Events to tell, the
+// memory for the next decision and when that is due.
 //
-// The NoExecute decision's invariant, everything rests on: no grant is made while as many nodes
-// count against the budget (Decision.Held) as the budget allows. What
-// counts, per node:
+// The maintenance decision's invariant: a drain starts for a node not
+// already unavailable only while fewer nodes count against the pool than
+// its size allows (and its zone's), and a slot given back (its node gone,
+// its request withdrawn, replaced or past its deadline) stops counting in
+// the same decision, so its room is given at once.
+//
+// The NoExecute decision's invariant, everything rests on: no grant is
+// made while as many nodes count against the budget (Decision.Held) as the
+// budget allows. What counts, per node:
 //   - a live grant (held by the node, renewed less than a GrantTTL ago)
 //     that is not released now;
 //   - a NoExecute taint on a node whose grant was released (its Lease is

@@ -88,7 +88,10 @@ type MaintenanceDecision struct {
 	// (PhaseEnded), the condition set False with the outcome's reason.
 	End map[string]Outcome
 	// Delete are the slot Leases no longer needed (their node is gone, or
-	// the request they served was withdrawn or replaced), by node.
+	// the request they served was withdrawn or replaced), by node, sorted.
+	// A slot ended now for a withdrawn or replaced request is in End too:
+	// give it back first (uncordon, condition), then delete it. Never a
+	// node in Start: an ended slot taken again is rewritten by Start.
 	Delete []string
 	// Waiting are the nodes that ask and hold no slot, in the order they
 	// are served: a node's place in line is its index + 1.

@@ -248,23 +248,32 @@ func testPoolInOrderCordonOnlyOurs(t *testing.T, e *env) {
 	e.start(opts, false)
 
 	// b is already unavailable (cordoned by someone else): it takes a
-	// slot without waiting its turn; c asked first and takes the pool.
-	_, nc := e.waitMaintenance(c, corev1.ConditionTrue, fleet.ReasonDraining)
-	if !nc.Spec.Unschedulable || nc.Annotations[fleet.CordonAnnotation] == "" {
-		t.Errorf("node %s draining: unschedulable %t, cordon record %q; want cordoned with selftaint's record", c, nc.Spec.Unschedulable, nc.Annotations[fleet.CordonAnnotation])
-	}
+	// slot without waiting its turn, adding nothing, and fills the pool of
+	// one; c, who asked first, and a wait in the order they asked.
 	_, nb := e.waitMaintenance(b, corev1.ConditionTrue, fleet.ReasonDraining)
 	if got := nb.Annotations[fleet.CordonAnnotation]; got != "" {
 		t.Errorf("node %s, cordoned by someone else, got selftaint's cordon record %q", b, got)
 	}
-	cond, _ := e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
+	cond, _ := e.waitMaintenance(c, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
+	if !strings.HasPrefix(cond.Message, "1st in line of 2") {
+		t.Errorf("waiting node %s: message %q, want it to start with its place, 1st in line of 2", c, cond.Message)
+	}
+	cond, _ = e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
+	if !strings.HasPrefix(cond.Message, "2nd in line of 2") {
+		t.Errorf("waiting node %s: message %q, want it to start with its place, 2nd in line of 2", a, cond.Message)
+	}
+	drains.set(b, true, false)
+	e.waitMaintenance(b, corev1.ConditionTrue, fleet.ReasonDrained)
+	_, nc := e.waitMaintenance(c, corev1.ConditionTrue, fleet.ReasonDraining)
+	if !nc.Spec.Unschedulable || nc.Annotations[fleet.CordonAnnotation] == "" {
+		t.Errorf("node %s draining: unschedulable %t, cordon record %q; want cordoned with selftaint's record", c, nc.Spec.Unschedulable, nc.Annotations[fleet.CordonAnnotation])
+	}
+	cond, _ = e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
 	if !strings.HasPrefix(cond.Message, "1st in line of 1") {
-		t.Errorf("waiting node %s: message %q, want it to start with its place, 1st in line of 1", a, cond.Message)
+		t.Errorf("waiting node %s: message %q, want 1st in line of 1 once %s started", a, cond.Message, c)
 	}
 	drains.set(c, true, false)
 	e.waitMaintenance(c, corev1.ConditionTrue, fleet.ReasonDrained)
-	drains.set(b, true, false)
-	e.waitMaintenance(b, corev1.ConditionTrue, fleet.ReasonDrained)
 	_, na := e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonDraining)
 	if !na.Spec.Unschedulable {
 		t.Errorf("node %s draining but not cordoned", a)

@@ -602,9 +602,11 @@ func testDrainForce(t *testing.T, cp *testcp.ControlPlane) {
 		at.check(t)
 	}
 	for name, deleting := range map[string]bool{"plain": true, "own-grace": true, "short-grace": false, "daemon": false, "mirror": false} {
-		p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || (p.DeletionTimestamp != nil) != deleting {
-			t.Errorf("pod %s: %v, deleting %v; want deleting %v", name, err, err == nil && p.DeletionTimestamp != nil, deleting)
+		switch p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); {
+		case err != nil:
+			t.Errorf("pod %s: %v; want it there (its deletion waits for a kubelet), deleting: %v", name, err, deleting)
+		case (p.DeletionTimestamp != nil) != deleting:
+			t.Errorf("pod %s deleting: %v, want %v", name, p.DeletionTimestamp != nil, deleting)
 		}
 	}
 }

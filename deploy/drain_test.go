@@ -64,67 +64,88 @@ func maintenanceRequest() string {
 // the agent's roles grant nothing on pods.
 func TestCoordinatorDrainManifests(t *testing.T) {
 	ms := readManifests(t, ".")
-	literal := func(s string) string { return "'" + s + "'" }
-	for _, p := range []struct {
-		name  string
-		rules map[string][]admissionregistrationv1.OperationType // group/resource -> operations
-		names []string                                           // literals its CEL must hold
-	}{
-		{coordinatorNodesPolicy, map[string][]admissionregistrationv1.OperationType{
-			"/nodes":        {admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-			"/nodes/status": {admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-		}, []string{fleet.CordonAnnotation, fleet.OperatorRequestAnnotation, fleet.AgentRequestAnnotation, string(fleet.MaintenanceCondition)}},
-		{coordinatorPodsPolicy, map[string][]admissionregistrationv1.OperationType{
-			"/pods/eviction": {admissionregistrationv1.Create},
-			"/pods":          {admissionregistrationv1.Delete},
-		}, []string{"DaemonSet", corev1.MirrorPodAnnotationKey}},
-	} {
-		vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, p.name)
-		if !slices.Equal(vap.Spec.MatchConditions, coordinatorMatch) {
-			t.Errorf("%s: matchConditions %+v, want %+v", p.name, vap.Spec.MatchConditions, coordinatorMatch)
-		}
-		if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
-			t.Errorf("%s: failurePolicy %v, want Fail", p.name, vap.Spec.FailurePolicy)
-		}
-		mc := vap.Spec.MatchConstraints
-		if mc == nil || mc.NamespaceSelector != nil && len(mc.NamespaceSelector.MatchLabels)+len(mc.NamespaceSelector.MatchExpressions) > 0 {
-			t.Fatalf("%s: matchConstraints %+v, want every namespace", p.name, mc)
-		}
-		for gr, ops := range p.rules {
-			if !slices.ContainsFunc(mc.ResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool {
-				return slices.Contains(r.APIGroups, "") && slices.ContainsFunc(r.Resources, func(res string) bool { return "/"+res == gr }) &&
-					slices.Equal(r.Operations, ops) && slices.Equal(r.APIVersions, []string{"*"}) && r.ResourceNames == nil
-			}) {
-				t.Errorf("%s: no rule for %s, every version, %v, any name: %+v", p.name, gr, ops, mc.ResourceRules)
-			}
-		}
-		data, err := yaml.Marshal(vap)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range p.names {
-			if !strings.Contains(string(data), n) {
-				t.Errorf("%s does not check %s", p.name, n)
-			}
-		}
-		if strings.Contains(string(data), "namespace: "+namespace) || strings.Contains(string(data), literal(namespace)) {
-			t.Errorf("%s names namespace %s: a namespace overlay would leave it behind", p.name, namespace)
-		}
-		binding := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, p.name)
-		if binding.Spec.PolicyName != p.name || !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
-			t.Errorf("binding %+v, want policy %s with action Deny", binding.Spec, p.name)
-		}
-	}
+	all := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
+	checkDrainPolicy(t, ms, coordinatorNodesPolicy, map[string][]admissionregistrationv1.OperationType{"nodes": all, "nodes/status": all},
+		fleet.CordonAnnotation, fleet.OperatorRequestAnnotation, fleet.AgentRequestAnnotation, string(fleet.MaintenanceCondition))
+	checkDrainPolicy(t, ms, coordinatorPodsPolicy, map[string][]admissionregistrationv1.OperationType{
+		"pods/eviction": {admissionregistrationv1.Create}, "pods": {admissionregistrationv1.Delete},
+	}, "DaemonSet", corev1.MirrorPodAnnotationKey)
 	agentPolicy, err := yaml.Marshal(find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, policyName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(agentPolicy), literal(string(fleet.MaintenanceCondition))) {
+	if !strings.Contains(string(agentPolicy), "'"+string(fleet.MaintenanceCondition)+"'") {
 		t.Errorf("%s does not keep %s from the agent", policyName, fleet.MaintenanceCondition)
 	}
+	checkPodRights(t, ms)
+	force := readManifests(t, drainForceDir)
+	role := find[*rbacv1.ClusterRole](t, force, drainForceRole)
+	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].APIGroups, []string{""}) || !slices.Equal(role.Rules[0].Resources, []string{"pods"}) ||
+		!slices.Equal(role.Rules[0].Verbs, []string{"delete"}) || role.Rules[0].ResourceNames != nil {
+		t.Errorf("ClusterRole %s rules %+v, want exactly pods delete", drainForceRole, role.Rules)
+	}
+	checkSubjects(t, force, namespace, func(string) string { return coordinatorSA })
+	if b := find[*rbacv1.ClusterRoleBinding](t, force, drainForceRole); b.RoleRef.Name != drainForceRole {
+		t.Errorf("ClusterRoleBinding %s binds %s, want %s", drainForceRole, b.RoleRef.Name, drainForceRole)
+	}
+}
 
-	// Pods: the coordinator's ClusterRole in deploy/ evicts and reads;
-	// nothing in deploy/ deletes pods or gives the agent any pod right.
+// checkDrainPolicy checks the coordinator's policy name in ms: it matches
+// the coordinator's service account by name, fails closed, has a rule for
+// each core resource in rules with exactly its operations (every version,
+// any name, any namespace), names no namespace, holds each of the literals
+// names, and its binding denies.
+func checkDrainPolicy(t *testing.T, ms []manifest, name string, rules map[string][]admissionregistrationv1.OperationType, names ...string) {
+	t.Helper()
+	vap := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, name)
+	if !slices.Equal(vap.Spec.MatchConditions, coordinatorMatch) {
+		t.Errorf("%s: matchConditions %+v, want %+v", name, vap.Spec.MatchConditions, coordinatorMatch)
+	}
+	if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("%s: failurePolicy %v, want Fail", name, vap.Spec.FailurePolicy)
+	}
+	mc := vap.Spec.MatchConstraints
+	if mc == nil || mc.NamespaceSelector != nil && len(mc.NamespaceSelector.MatchLabels)+len(mc.NamespaceSelector.MatchExpressions) > 0 {
+		t.Fatalf("%s: matchConstraints %+v, want every namespace", name, mc)
+	}
+	for resource, ops := range rules {
+		if !slices.ContainsFunc(mc.ResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool {
+			return slices.Equal(r.APIGroups, []string{""}) && slices.Contains(r.Resources, resource) &&
+				slices.Equal(r.Operations, ops) && slices.Equal(r.APIVersions, []string{"*"}) && r.ResourceNames == nil
+		}) {
+			t.Errorf("%s: no rule for %s, every version, %v, any name: %+v", name, resource, ops, mc.ResourceRules)
+		}
+	}
+	checkPolicyText(t, vap, names...)
+	binding := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, name)
+	if binding.Spec.PolicyName != name || !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("binding %+v, want policy %s with action Deny", binding.Spec, name)
+	}
+}
+
+// checkPolicyText checks vap holds each of the literals names and names
+// no namespace (a namespace overlay would leave it behind).
+func checkPolicyText(t *testing.T, vap *admissionregistrationv1.ValidatingAdmissionPolicy, names ...string) {
+	t.Helper()
+	data, err := yaml.Marshal(vap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.Contains(string(data), n) {
+			t.Errorf("%s does not check %s", vap.Name, n)
+		}
+	}
+	if strings.Contains(string(data), "namespace: "+namespace) || strings.Contains(string(data), "'"+namespace+"'") {
+		t.Errorf("%s names namespace %s: a namespace overlay would leave it behind", vap.Name, namespace)
+	}
+}
+
+// checkPodRights: the coordinator's ClusterRole in deploy/ evicts and
+// reads pods and writes Nodes; nothing in deploy/ deletes pods or gives
+// anyone but the coordinator any pod right.
+func checkPodRights(t *testing.T, ms []manifest) {
+	t.Helper()
 	grants := func(rules []rbacv1.PolicyRule, resource, verb string) bool {
 		return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
 			return slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb)
@@ -143,26 +164,14 @@ func TestCoordinatorDrainManifests(t *testing.T) {
 			rules = o.Rules
 		case *rbacv1.Role:
 			rules = o.Rules
-		default:
-			continue
 		}
+		coordinator := strings.HasPrefix(m.meta().GetName(), coordinatorSA)
 		for _, r := range rules {
-			if slices.ContainsFunc(r.Resources, func(res string) bool { return res == "pods" || strings.HasPrefix(res, "pods/") }) &&
-				(slices.Contains(r.Verbs, "delete") || slices.Contains(r.Verbs, "deletecollection") || !strings.HasPrefix(m.meta().GetName(), coordinatorSA)) {
+			onPods := slices.ContainsFunc(r.Resources, func(res string) bool { return res == "pods" || strings.HasPrefix(res, "pods/") })
+			if onPods && (!coordinator || slices.Contains(r.Verbs, "delete") || slices.Contains(r.Verbs, "deletecollection")) {
 				t.Errorf("%s: rule %+v: no pod deletion in deploy/ (drain-force/ is opt-in), and no pod right but the coordinator's", m, r)
 			}
 		}
-	}
-	force := readManifests(t, drainForceDir)
-	role := find[*rbacv1.ClusterRole](t, force, drainForceRole)
-	if want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}}}; !slices.EqualFunc(role.Rules, want, func(a, b rbacv1.PolicyRule) bool {
-		return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.Verbs, b.Verbs) && a.ResourceNames == nil
-	}) {
-		t.Errorf("ClusterRole %s rules %+v, want exactly pods delete", drainForceRole, role.Rules)
-	}
-	checkSubjects(t, force, namespace, func(string) string { return coordinatorSA })
-	if b := find[*rbacv1.ClusterRoleBinding](t, force, drainForceRole); b.RoleRef.Name != drainForceRole {
-		t.Errorf("ClusterRoleBinding %s binds %s, want %s", drainForceRole, b.RoleRef.Name, drainForceRole)
 	}
 }
 

@@ -247,6 +247,11 @@ func (c *controller) patchNode(ctx context.Context, node string, patch map[strin
 // uncordoned, its drain stopped, the slot released (or deleted, when its
 // request is gone) and the condition set False.
 func (c *controller) endSlot(ctx context.Context, v *view, node string, outcome fleet.Outcome, del bool, now time.Time) error {
+	if outcome.Reason == fleet.ReasonDrainBlocked {
+		if last := c.lastWords(v, node); last != "" {
+			outcome.Message += "; what blocked it: " + last
+		}
+	}
 	c.stopDrain(node)
 	if err := c.uncordon(ctx, v, node); err != nil {
 		return err
@@ -272,6 +277,25 @@ func (c *controller) endSlot(ctx context.Context, v *view, node string, outcome 
 		return nil
 	}
 	return c.setCondition(ctx, v, node, corev1.ConditionFalse, outcome.Reason, outcome.Message, now)
+}
+
+// lastWords is what node's drain last said (what it evicted and what
+// blocked it): its last pass, or, after a leader change before any pass,
+// the condition it left.
+func (c *controller) lastWords(v *view, node string) string {
+	c.drains.mu.Lock()
+	run := c.drains.runs[node]
+	if run != nil && run.reported && run.report.err == nil && run.report.summary != "" {
+		defer c.drains.mu.Unlock()
+		return run.report.summary
+	}
+	c.drains.mu.Unlock()
+	cond := taints.FindCondition(v.nodes[node], fleet.MaintenanceCondition)
+	if cond == nil || cond.Status != corev1.ConditionTrue || (cond.Reason != fleet.ReasonDraining && cond.Reason != fleet.ReasonDrainBlocked) {
+		return ""
+	}
+	msg, _, _ := strings.Cut(cond.Message, "; deadline ")
+	return msg
 }
 
 // deleteSlot deletes node's slot Lease, provided it is still the version

@@ -353,16 +353,19 @@ func testDeadlineReleases(t *testing.T, e *env) {
 	e.requestDrain(next, t0.Add(-time.Minute), nil)
 	e.watchPool(2, []string{blocked, forced, next})
 	e.start(opts, false)
-	cond, _ := e.waitMaintenance(blocked, corev1.ConditionTrue, fleet.ReasonDrainBlocked)
-	if !strings.Contains(cond.Message, "PodDisruptionBudget ns/web") {
-		t.Errorf("blocked message %q does not name the PDB", cond.Message)
+	blockedCond, _ := e.waitMaintenance(blocked, corev1.ConditionTrue, fleet.ReasonDrainBlocked)
+	if !strings.Contains(blockedCond.Message, "PodDisruptionBudget ns/web") {
+		t.Errorf("blocked message %q does not name the PDB", blockedCond.Message)
 	}
 	e.waitMaintenance(forced, corev1.ConditionTrue, fleet.ReasonDrainBlocked)
 	e.waitMaintenance(next, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
 	e.waitEvent("default", blocked, coordinator.EventDrainRefused)
 
 	e.clock.Step(10*time.Minute + time.Second)
-	_, node := e.waitMaintenance(blocked, corev1.ConditionFalse, fleet.ReasonDrainBlocked)
+	cond, node := e.waitMaintenance(blocked, corev1.ConditionFalse, fleet.ReasonDrainBlocked)
+	if !strings.Contains(cond.Message, "PodDisruptionBudget ns/web") {
+		t.Errorf("given back at its deadline, the condition %q does not name what blocked the drain", cond.Message)
+	}
 	if node.Spec.Unschedulable {
 		t.Errorf("node %s given back at its deadline is still cordoned", blocked)
 	}

@@ -31,12 +31,13 @@ const (
 // refuses and by which PodDisruptionBudget, which the request leaves and
 // why, which failed; for example
 //
-//	evicted 3 of 7 pods; remaining: ns/a, ns/b; refused: ns/c by
+//	evicted 3 of 7 pods; still on the node: ns/a, ns/b; refused: ns/c by
 //	PodDisruptionBudget ns/web-pdb (disruptionsAllowed 0: needs 2 healthy,
 //	has 2); left: ns/d has no controller (evictUnreplicated not set)
 //
 // remaining is every pod still to go (as a pass reports it); those a
-// blocker names are named in its part, not again under "remaining". Each
+// blocker names are named in its part, not again under "still on the
+// node" (which names those to evict and those evicted and terminating). Each
 // part names at most a few pods and counts the rest; the whole is at most
 // MaxSummary bytes.
 func Summary(progress fleet.Progress, remaining []string, blockers []Blocker) string {
@@ -54,7 +55,7 @@ func Summary(progress fleet.Progress, remaining []string, blockers []Blocker) st
 		}
 	}
 	if len(others) > 0 {
-		parts = append(parts, "remaining: "+list(others, shortName))
+		parts = append(parts, "still on the node: "+list(others, shortName))
 	}
 	if s := refusedPart(blockers); s != "" {
 		parts = append(parts, "refused: "+s)

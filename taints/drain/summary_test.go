@@ -34,12 +34,12 @@ func TestSummary(t *testing.T) {
 		want      string
 	}{
 		{name: "drained", progress: fleet.Progress{Evicted: 7, Total: 7}, want: "evicted 7 of 7 pods"},
-		{name: "nothing yet", progress: fleet.Progress{Total: 2}, remaining: []string{"ns/a", "ns/b"}, want: "evicted 0 of 2 pods; remaining: ns/a, ns/b"},
+		{name: "nothing yet", progress: fleet.Progress{Total: 2}, remaining: []string{"ns/a", "ns/b"}, want: "evicted 0 of 2 pods; still on the node: ns/a, ns/b"},
 		{name: "the condition's example",
 			progress:  fleet.Progress{Evicted: 3, Total: 7},
 			remaining: []string{"ns/a", "ns/b", "ns/c", "ns/d"},
 			blockers:  []drain.Blocker{bare, web("ns/c")},
-			want:      "evicted 3 of 7 pods; remaining: ns/a, ns/b; refused: ns/c by PodDisruptionBudget ns/web-pdb (disruptionsAllowed 0: needs 2 healthy, has 2); left: ns/d has no controller (evictUnreplicated not set)"},
+			want:      "evicted 3 of 7 pods; still on the node: ns/a, ns/b; refused: ns/c by PodDisruptionBudget ns/web-pdb (disruptionsAllowed 0: needs 2 healthy, has 2); left: ns/d has no controller (evictUnreplicated not set)"},
 		{name: "pods of one budget together, budgets apart, sorted",
 			progress:  fleet.Progress{Evicted: 1, Total: 5},
 			remaining: []string{"ns/db-0", "ns/m", "ns/web-1", "ns/web-2"},
@@ -58,7 +58,7 @@ func TestSummary(t *testing.T) {
 		{name: "many remaining: named up to five",
 			progress:  fleet.Progress{Evicted: 0, Total: 12},
 			remaining: names("p", 12),
-			want:      "evicted 0 of 12 pods; remaining: ns/p0, ns/p1, ns/p2, ns/p3, ns/p4 (+7 more)"},
+			want:      "evicted 0 of 12 pods; still on the node: ns/p0, ns/p1, ns/p2, ns/p3, ns/p4 (+7 more)"},
 		{name: "many refused by one budget, many budgets",
 			progress:  fleet.Progress{Total: 9},
 			remaining: append(names("w", 6), "ns/x", "ns/y", "ns/z"),
@@ -102,7 +102,7 @@ func TestSummaryBounded(t *testing.T) {
 	if len(got) > drain.MaxSummary {
 		t.Errorf("summary is %d bytes, more than %d", len(got), drain.MaxSummary)
 	}
-	if !strings.HasPrefix(got, "evicted 1 of 101 pods; remaining: ns/other-") || !strings.HasSuffix(got, "…") {
+	if !strings.HasPrefix(got, "evicted 1 of 101 pods; still on the node: ns/other-") || !strings.HasSuffix(got, "…") {
 		t.Errorf("got %q", got)
 	}
 	if !strings.Contains(got, "x…, ns/other") {

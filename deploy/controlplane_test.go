@@ -44,9 +44,13 @@ import (
 //   - checks the admission policy: the agent's own Node's taints yes, any
 //     other Node, spec field or label no; other users unaffected;
 //   - runs the coordinator through all it writes, under its admission
-//     policy, never refused, and checks it can do nothing else (node
-//     writes, evictions, secrets; any Lease or ConfigMap but its own, the
-//     control plane's leader Leases in kube-system above all);
+//     policy, never refused, and checks it can do nothing else (secrets;
+//     any Lease or ConfigMap but its own, the control plane's leader
+//     Leases in kube-system above all);
+//   - makes the coordinator's drain writes (cordon, uncordon, its
+//     condition, evictions) under its Node and pod policies, and attacks
+//     them: no other Node field, no cordon without a request, no uncordon
+//     of someone else's cordon, no pod deletion without drain-force/;
 //   - checks the agent can read its grant and the guard, and write neither.
 //
 // Virtual nodes run under the same control plane, everything installed,
@@ -55,10 +59,12 @@ import (
 // The control plane is shared with TestVirtualPolicyOnControlPlane (whose
 // service account no policy here matches). The subtests that change what
 // others would see run first, one at a time: PolicyWithoutParameters
-// empties the agents' policy parameters (and restores them), and the
+// empties the agents' policy parameters (and restores them), the
 // coordinator's leader Lease and guard that CoordinatorRBACIsEnough's
-// coordinator holds are what CoordinatorPolicy takes over. The rest, each
-// on Nodes and objects of its own, run in parallel.
+// coordinator holds are what CoordinatorPolicy takes over,
+// AgentNeverOwnsMaintenance adds to the agents' parameters (and restores
+// them), and DrainForce lets the coordinator delete pods (and takes it
+// back). The rest, each on Nodes and objects of its own, run in parallel.
 func TestOnControlPlane(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver and waits for the agent")
 	t.Parallel()
@@ -67,6 +73,8 @@ func TestOnControlPlane(t *testing.T) {
 	t.Run("PolicyWithoutParameters", func(t *testing.T) { testPolicyWithoutParameters(t, cp) })
 	t.Run("CoordinatorRBACIsEnough", func(t *testing.T) { testCoordinatorRBACIsEnough(t, cp) })
 	t.Run("CoordinatorPolicy", func(t *testing.T) { testCoordinatorPolicy(t, cp) })
+	t.Run("AgentNeverOwnsMaintenance", func(t *testing.T) { testAgentNeverOwnsMaintenance(t, cp) })
+	t.Run("DrainForce", func(t *testing.T) { testDrainForce(t, cp) })
 	for _, sub := range []struct {
 		name string
 		test func(*testing.T, *testcp.ControlPlane)
@@ -76,6 +84,9 @@ func TestOnControlPlane(t *testing.T) {
 		{"AdmissionPolicy", testAdmissionPolicy},
 		{"CoordinatorRBACIsTight", testCoordinatorRBACIsTight},
 		{"AgentFleetRBAC", testAgentFleetRBAC},
+		{"CoordinatorNodePolicy", testCoordinatorNodePolicy},
+		{"CoordinatorDrainWrites", testCoordinatorDrainWrites},
+		{"CoordinatorPods", testCoordinatorPods},
 	} {
 		t.Run(sub.name, func(t *testing.T) {
 			t.Parallel()
@@ -219,7 +230,7 @@ func poll(t *testing.T, timeout time.Duration, what string, ok func() (bool, err
 // waitPolicyActive waits until the admission policy is in force (the API
 // server loads policies asynchronously) and checks the API server's type
 // check of its CEL against the Node schema, and of the coordinator's
-// against the Lease and ConfigMap schemas, found nothing.
+// against the Lease, ConfigMap, Node and Pod schemas, found nothing.
 func waitPolicyActive(t *testing.T, cp *testcp.ControlPlane) {
 	t.Helper()
 	cp.CreateNode(t, "policy-canary", nil)
@@ -229,7 +240,7 @@ func waitPolicyActive(t *testing.T, cp *testcp.ControlPlane) {
 		_, err := stranger.Nodes().Patch(t.Context(), "policy-canary", types.MergePatchType, patch, metav1.PatchOptions{})
 		return err != nil && strings.Contains(err.Error(), policyName), err
 	})
-	checkPolicyTypes(t, cp.Client(), policyName, coordinatorPolicy)
+	checkPolicyTypes(t, cp.Client(), policyName, coordinatorPolicy, coordinatorNodesPolicy, coordinatorPodsPolicy)
 }
 
 // problemProbe reports a problem until told otherwise.

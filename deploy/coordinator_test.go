@@ -321,12 +321,22 @@ func waitEvents(t *testing.T, c kubernetes.Interface, namespace, name, reason st
 }
 
 // testCoordinatorRBACIsTight checks by access reviews that the
-// coordinator's service account may do what it needs and nothing else: no
-// node writes, no evictions, no secrets, no other ConfigMap.
+// coordinator's service account may do what it needs and nothing else:
+// Node writes (which its drain policy narrows, testCoordinatorNodePolicy),
+// pod reads and evictions for drains, but no Node creation or deletion, no
+// pod deletion (drain-force/ is opt-in) or watch, no secrets, no other
+// ConfigMap.
 func testCoordinatorRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 	const coord = "coordination.k8s.io"
 	allowed := []access{
 		{verb: "get", resource: "nodes"}, {verb: "list", resource: "nodes"}, {verb: "watch", resource: "nodes"},
+		{verb: "patch", resource: "nodes"}, {verb: "update", resource: "nodes"}, {verb: "patch", resource: "nodes", subresource: "status"},
+		{verb: "get", resource: "pods", namespace: "default"}, {verb: "list", resource: "pods"},
+		{verb: "create", resource: "pods", subresource: "eviction", namespace: namespace},
+		{verb: "create", resource: "pods", subresource: "eviction", namespace: "default"},
+		{verb: "create", group: coord, resource: "leases", namespace: namespace, name: fleet.SlotName("n1")},
+		{verb: "update", group: coord, resource: "leases", namespace: namespace, name: fleet.SlotName("n1")},
+		{verb: "delete", group: coord, resource: "leases", namespace: namespace, name: fleet.SlotName("n1")},
 		{verb: "list", group: coord, resource: "leases", namespace: namespace}, {verb: "watch", group: coord, resource: "leases", namespace: namespace},
 		{verb: "create", group: coord, resource: "leases", namespace: namespace},
 		{verb: "get", group: coord, resource: "leases", namespace: namespace, name: "selftaint-grant-n1"},
@@ -340,11 +350,14 @@ func testCoordinatorRBACIsTight(t *testing.T, cp *testcp.ControlPlane) {
 		{verb: "create", resource: "events", namespace: "default"}, {verb: "patch", resource: "events", namespace: "default"},
 	}
 	denied := []access{
-		{verb: "patch", resource: "nodes"}, {verb: "update", resource: "nodes"}, {verb: "create", resource: "nodes"}, {verb: "delete", resource: "nodes"},
-		{verb: "patch", resource: "nodes", subresource: "status"}, {verb: "update", resource: "nodes", subresource: "status"},
-		{verb: "create", resource: "pods", subresource: "eviction", namespace: namespace},
-		{verb: "create", resource: "pods", subresource: "eviction", namespace: "default"},
-		{verb: "delete", resource: "pods", namespace: namespace}, {verb: "list", resource: "pods"},
+		{verb: "create", resource: "nodes"}, {verb: "delete", resource: "nodes"}, {verb: "deletecollection", resource: "nodes"},
+		{verb: "update", resource: "nodes", subresource: "status"}, {verb: "get", resource: "nodes", subresource: "proxy"},
+		{verb: "delete", resource: "pods", namespace: namespace}, {verb: "delete", resource: "pods", namespace: "default"},
+		{verb: "deletecollection", resource: "pods", namespace: "default"}, {verb: "watch", resource: "pods"},
+		{verb: "create", resource: "pods", namespace: "default"}, {verb: "update", resource: "pods", namespace: "default"},
+		{verb: "patch", resource: "pods", namespace: "default"}, {verb: "patch", resource: "pods", subresource: "status", namespace: "default"},
+		{verb: "get", resource: "pods", subresource: "exec", namespace: "default"}, {verb: "create", resource: "pods", subresource: "exec", namespace: "default"},
+		{verb: "list", group: "policy", resource: "poddisruptionbudgets"}, {verb: "update", group: "policy", resource: "poddisruptionbudgets", namespace: "default"},
 		{verb: "get", resource: "secrets", namespace: namespace}, {verb: "list", resource: "secrets"}, {verb: "list", resource: "secrets", namespace: namespace},
 		{verb: "get", resource: "configmaps", namespace: namespace, name: configMapName},
 		{verb: "update", resource: "configmaps", namespace: namespace, name: configMapName},
@@ -490,6 +503,7 @@ const (
 	coordinatorPolicy = "selftaint-coordinator"
 	paramLeaderLease  = "coordinator.selftaint.io/leader-lease"
 	paramGrantPrefix  = "coordinator.selftaint.io/grant-prefix"
+	paramSlotPrefix   = "coordinator.selftaint.io/slot-prefix"
 	paramGuard        = "coordinator.selftaint.io/guard"
 )
 
@@ -522,8 +536,10 @@ func checkCoordinatorPolicy(t *testing.T, ms []manifest) {
 	if strings.Contains(string(data), "namespace: "+namespace) || strings.Contains(string(data), "'"+namespace+"'") {
 		t.Errorf("%s names namespace %s: a namespace overlay would leave it behind", coordinatorPolicy, namespace)
 	}
-	if !strings.Contains(string(data), "'"+fleet.GrantLabel+"'") {
-		t.Errorf("%s does not check the grant label %s", coordinatorPolicy, fleet.GrantLabel)
+	for _, label := range []string{fleet.GrantLabel, fleet.SlotLabel} {
+		if !strings.Contains(string(data), "'"+label+"'") {
+			t.Errorf("%s does not check the label %s", coordinatorPolicy, label)
+		}
 	}
 	mc := vap.Spec.MatchConstraints
 	if mc == nil || mc.NamespaceSelector != nil && len(mc.NamespaceSelector.MatchLabels)+len(mc.NamespaceSelector.MatchExpressions) > 0 {
@@ -564,7 +580,7 @@ func checkCoordinatorPolicy(t *testing.T, ms []manifest) {
 	if cfg.Coordinator.Guard.Name == "" {
 		cfg.Coordinator.Guard.Name = fleet.DefaultGuardName
 	}
-	for k, want := range map[string]string{paramLeaderLease: fleet.DefaultLeaderLease, paramGrantPrefix: fleet.GrantPrefix, paramGuard: cfg.Coordinator.Guard.Name} {
+	for k, want := range map[string]string{paramLeaderLease: fleet.DefaultLeaderLease, paramGrantPrefix: fleet.GrantPrefix, paramSlotPrefix: fleet.SlotPrefix, paramGuard: cfg.Coordinator.Guard.Name} {
 		if got := vap.Annotations[k]; got != want {
 			t.Errorf("%s: annotation %s = %q, want %q", coordinatorPolicy, k, got, want)
 		}
@@ -636,6 +652,9 @@ const attacker = "attacker"
 
 // grantLabels are a grant Lease's labels (fleet.NewGrant's).
 func grantLabels() map[string]string { return map[string]string{fleet.GrantLabel: "true"} }
+
+// slotLabels are a maintenance slot Lease's labels.
+func slotLabels() map[string]string { return map[string]string{fleet.SlotLabel: "true"} }
 
 // createLease creates, with c, the Lease ns/name labelled labels.
 func createLease(c kubernetes.Interface, ns, name string, labels map[string]string) func(context.Context) error {
@@ -716,8 +735,10 @@ func coordinatorPolicyAttacks(t *testing.T, admin, c kubernetes.Interface, ns st
 	t.Helper()
 	const other = "another-component"
 	squatted, grant := fleet.GrantName("squatted"), fleet.GrantName("attack-node")
+	squattedSlot, slot := fleet.SlotName("squatted"), fleet.SlotName("attack-node")
 	ensureLease(t, admin, ns, other, nil)
 	ensureLease(t, admin, ns, squatted, nil)
+	ensureLease(t, admin, ns, squattedSlot, nil)
 	refused := func(name string, do func(context.Context) error, deny string) attack {
 		return attack{"coordinator in " + ns + ": " + name, do, coordinatorPolicy, deny}
 	}
@@ -727,6 +748,11 @@ func coordinatorPolicyAttacks(t *testing.T, admin, c kubernetes.Interface, ns st
 	noGrantLabel := func(l map[string]string) map[string]string {
 		l = maps.Clone(l)
 		delete(l, fleet.GrantLabel)
+		return l
+	}
+	noSlotLabel := func(l map[string]string) map[string]string {
+		l = maps.Clone(l)
+		delete(l, fleet.SlotLabel)
 		return l
 	}
 	writeLeader := func(ctx context.Context) error {
@@ -754,6 +780,15 @@ func coordinatorPolicyAttacks(t *testing.T, admin, c kubernetes.Interface, ns st
 		allowed("renew the grant", takeLease(admin, c, ns, grant, nil)),
 		refused("take the grant label off the grant", takeLease(admin, c, ns, grant, noGrantLabel), "not UPDATE of Lease "+grant),
 		allowed("delete the grant", deleteLease(c, ns, grant)),
+		refused("create a slot's name without the slot label", createLease(c, ns, fleet.SlotName("unlabelled"), nil), "not CREATE of Lease "+fleet.SlotName("unlabelled")),
+		refused("create a slot's name with the grant label", createLease(c, ns, fleet.SlotName("grant-labelled"), grantLabels()), "not CREATE of Lease "+fleet.SlotName("grant-labelled")),
+		refused("create a grant's name with the slot label", createLease(c, ns, fleet.GrantName("slot-labelled"), slotLabels()), "not CREATE of Lease "+fleet.GrantName("slot-labelled")),
+		refused("label someone's Lease that has a slot's name", takeLease(admin, c, ns, squattedSlot, func(map[string]string) map[string]string { return slotLabels() }), "not UPDATE of Lease "+squattedSlot),
+		refused("label another component's Lease as a slot", takeLease(admin, c, ns, other, func(map[string]string) map[string]string { return slotLabels() }), "not UPDATE of Lease "+other),
+		allowed("take a slot", createLease(c, ns, slot, slotLabels())),
+		allowed("update the slot", takeLease(admin, c, ns, slot, nil)),
+		refused("take the slot label off the slot", takeLease(admin, c, ns, slot, noSlotLabel), "not UPDATE of Lease "+slot),
+		allowed("delete the slot", deleteLease(c, ns, slot)),
 		allowed("create or renew the leader Lease", writeLeader),
 		refused("delete the leader Lease", deleteLease(c, ns, leaderLease), "not DELETE of Lease "+leaderLease),
 		allowed("create or update the guard", writeGuard),

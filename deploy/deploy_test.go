@@ -44,8 +44,13 @@ const (
 	nodeNameExtra = "authentication.kubernetes.io/node-name"
 )
 
-// manifestDirs are the kustomization directories, relative to deploy/.
+// manifestDirs are the kustomization directories, relative to deploy/,
+// that the shared control plane has installed.
 var manifestDirs = []string{".", "virtual"}
+
+// allManifestDirs adds the opt-in kustomizations, which tests install
+// themselves (drain-force/: testDrainForce).
+var allManifestDirs = append(slices.Clone(manifestDirs), drainForceDir)
 
 // kinds are the objects the manifests may hold, decoded into their typed
 // API structs so an unknown or misspelt field fails the test.
@@ -209,7 +214,7 @@ func find[T runtime.Object](t *testing.T, ms []manifest, name string) T {
 // TestKustomizationsListEveryFile checks each kustomization.yaml lists
 // exactly the manifest files beside it, once each.
 func TestKustomizationsListEveryFile(t *testing.T) {
-	for _, dir := range manifestDirs {
+	for _, dir := range allManifestDirs {
 		k := readKustomization(t, dir)
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -239,7 +244,7 @@ func TestKustomizationsListEveryFile(t *testing.T) {
 // declared twice.
 func TestManifestsDecodeStrictly(t *testing.T) {
 	seen := map[string]string{}
-	for _, dir := range manifestDirs {
+	for _, dir := range allManifestDirs {
 		ms := readManifests(t, dir)
 		if len(ms) == 0 {
 			t.Errorf("%s: no objects", dir)
@@ -463,7 +468,7 @@ func TestDaemonSetSpec(t *testing.T) {
 
 // TestNoWildcardsOrSecrets checks no role grants "*" or anything on secrets.
 func TestNoWildcardsOrSecrets(t *testing.T) {
-	for _, dir := range manifestDirs {
+	for _, dir := range allManifestDirs {
 		for _, m := range readManifests(t, dir) {
 			var rules []rbacv1.PolicyRule
 			switch o := m.obj.(type) {

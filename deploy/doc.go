@@ -5,9 +5,11 @@
 // ValidatingAdmissionPolicy that confines each agent to its own Node) and
 // the coordinator (coordinator.yaml: its ServiceAccount, RBAC, Deployment
 // and PodDisruptionBudget; coordinator-policy.yaml: the policy that confines
-// it to its own Leases and guard), applied with `kubectl apply -k deploy/`.
-// deploy/virtual/ is the separate, optional virtual-node simulator
-// (`kubectl apply -k deploy/virtual/`).
+// it to its own Leases and guard; coordinator-drain-policy.yaml: the
+// policies that confine its Node and pod writes to what a drain does),
+// applied with `kubectl apply -k deploy/`. deploy/virtual/ is the separate,
+// optional virtual-node simulator (`kubectl apply -k deploy/virtual/`), and
+// deploy/drain-force/ the opt-in pod deletion of forced drains.
 //
 // The package has no code. Its tests decode every manifest strictly into the
 // typed API objects, check that each kustomization lists exactly the files

@@ -347,11 +347,14 @@ func coordinatorRegistry(t *testing.T) *prometheus.Registry {
 	}
 	m.SetLeader(true)
 	m.Decided(fleet.Decision{
-		Budget: 1, Held: 1, Waiting: []string{"n2"},
+		NoExecuteDecision: fleet.NoExecuteDecision{Budget: 1, Held: 1, Waiting: []string{"n2"}},
 		Guard: fleet.GuardState{Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{"C": {fleet.FleetScope: {Tripped: true}}}},
 	}, time.Millisecond)
 	m.GrantStarted("z")
 	m.GrantReleased(fleet.ReleaseNoLongerAsks)
+	m.MaintenanceState(1, 1, 1, 1)
+	m.Evicted(metrics.EvictionEvicted, 1)
+	m.DrainFinished(fleet.ReasonDrained, time.Minute)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusConflict) }))
 	defer srv.Close()
 	resp, err := (&http.Client{Transport: m.WrapTransport(http.DefaultTransport)}).Get(srv.URL + "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l")
@@ -397,6 +400,7 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 		"selftaint_condition_flapping", "selftaint_noexecute_allowed", "selftaint_noexecute_suspended_total",
 		"selftaint_coordinator_leader", "selftaint_noexecute_budget", "selftaint_disruption_guard_tripped",
 		"selftaint_coordinator_decision_duration_seconds_bucket",
+		"selftaint_maintenance_nodes", "selftaint_maintenance_evictions_total", "selftaint_maintenance_drain_duration_seconds_bucket",
 	} {
 		if !names[want] {
 			t.Fatalf("the registry lacks %s; exportedNames is broken", want)
@@ -480,7 +484,7 @@ func TestDaemonSetHealthProbes(t *testing.T) {
 
 // leaderGauge finds the coordinator's gauges of the fleet's state: every
 // replica exports them, only the leader's are current.
-var leaderGauge = regexp.MustCompile(`\bselftaint_(?:noexecute_(?:budget|held|waiting)|disruption_guard_tripped)\b`)
+var leaderGauge = regexp.MustCompile(`\bselftaint_(?:noexecute_(?:budget|held|waiting)|disruption_guard_tripped|maintenance_nodes)\b`)
 
 // TestFleetStateReadFromTheLeader checks every alert and dashboard query
 // that reads the coordinator's view of the fleet keeps only the leader's

@@ -31,6 +31,7 @@ import (
 	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/taints"
 	"github.com/selftaint/selftaint/taints/faults"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // fpgaResource is the hardware the test agent advertises, taints and
@@ -272,6 +273,7 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		{"add a taint", addTaint(testTaintKey, corev1.TaintEffectNoSchedule)},
 		{"remove a foreign taint", removeTaint("dedicated")},
 		{"claim a foreign taint in the ownership record", mergeMeta(`{"annotations":{"selftaint.io/owned-taints":"dedicated:NoSchedule"}}`)},
+		{"ask for a drain", mergeMeta(fmt.Sprintf(`{"annotations":{%q:%q}}`, fleet.AgentRequestAnnotation, maintenanceRequest()))},
 	}
 	var attacks []attack
 	for _, e := range elsewhere {
@@ -302,6 +304,12 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		own("add a finalizer", mergeMeta(`{"finalizers":["example.com/hold"]}`), "finalizers or ownerReferences"),
 		own("add an ownerReference", mergeMeta(`{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}`), "finalizers or ownerReferences"),
 		own("set spec.unschedulable", mergeSpec(`{"unschedulable":true}`), "not spec.unschedulable"),
+		// Maintenance: an operator's request, and the coordinator's cordon
+		// record and condition, are never the agent's.
+		own("write an operator's maintenance request", mergeMeta(fmt.Sprintf(`{"annotations":{%q:%q}}`, fleet.OperatorRequestAnnotation, maintenanceRequest())), "not "+fleet.OperatorRequestAnnotation),
+		own("write the coordinator's cordon record", mergeMeta(fmt.Sprintf(`{"annotations":{%q:"operator/x"}}`, fleet.CordonAnnotation)), "not "+fleet.CordonAnnotation),
+		own("cordon itself with the coordinator's record", mergeNode(fmt.Sprintf(`{"metadata":{"annotations":{%q:"operator/x"}},"spec":{"unschedulable":true}}`, fleet.CordonAnnotation)), "not spec.unschedulable"),
+		own("apply the coordinator's maintenance condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"False","reason":%q}]}`, fleet.MaintenanceCondition, fleet.ReasonReleased)), "not "+string(fleet.MaintenanceCondition)),
 		own("set podCIDR and providerID", mergeSpec(`{"podCIDR":"10.2.0.0/24","providerID":"x://y"}`), "podCIDR"),
 		own("overwrite the kubelet's Ready (strategic merge)", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`), "only its own conditions (owned-conditions), not Ready"),
 		own("overwrite the kubelet's Ready (server-side apply)", statusApply(`{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}`), "not Ready"),
@@ -337,6 +345,8 @@ func testAdmissionPolicy(t *testing.T, cp *testcp.ControlPlane) {
 		{"write its ownership records and initialized-at", mergeMeta(`{"annotations":{"selftaint.io/owned-taints":"selftaint.io/deploy-test:NoSchedule","selftaint.io/owned-labels":"example.com/fpga.present","selftaint.io/initialized-at":"2026-01-01T00:00:00Z"}}`)},
 		{"write its ownership record with a timeAdded", mergeMeta(`{"annotations":{"selftaint.io/owned-taints":"selftaint.io/deploy-test:NoSchedule@2026-01-01T00:00:00Z"}}`)},
 		{"remove an expired fault", mergeMeta(`{"annotations":{"fault.selftaint.io/memory":null}}`)},
+		{"ask for a drain of its own node", mergeMeta(fmt.Sprintf(`{"annotations":{%q:%q}}`, fleet.AgentRequestAnnotation, maintenanceRequest()))},
+		{"withdraw its drain request", mergeMeta(fmt.Sprintf(`{"annotations":{%q:null}}`, fleet.AgentRequestAnnotation))},
 		{"apply its own condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"True","reason":"Test"}]}`, testCondition))},
 		{"patch its own condition", statusSMP(fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":"Test"}]}}`, quietCondition))},
 		{"advertise its resource", statusApply(`{"capacity":{"example.com/fpga":"1"},"allocatable":{"example.com/fpga":"1"}}`)},
@@ -535,16 +545,19 @@ func testPolicyWithoutParameters(t *testing.T, cp *testcp.ControlPlane) {
 
 // TestKustomizeBuilds renders each kustomization with kustomize itself (as
 // `kubectl apply -k` would) and checks what comes out: every object of
-// deploy/ and deploy/virtual/ as the files hold them, and deploy/monitoring/
-// with its generated dashboard ConfigMap.
+// deploy/, deploy/virtual/ and deploy/drain-force/ as the files hold them,
+// and deploy/monitoring/ with its generated dashboard ConfigMap.
 func TestKustomizeBuilds(t *testing.T) {
 	for _, tt := range []struct {
 		dir  string
 		want []string // kind/name of objects the build must hold
 	}{
 		{".", []string{"ValidatingAdmissionPolicy/" + policyName, "ValidatingAdmissionPolicyBinding/" + policyName, "DaemonSet/selftaint", "ConfigMap/" + configMapName,
-			"Deployment/" + coordinatorSA, "PodDisruptionBudget/" + coordinatorSA, "ServiceAccount/" + coordinatorSA}},
+			"Deployment/" + coordinatorSA, "PodDisruptionBudget/" + coordinatorSA, "ServiceAccount/" + coordinatorSA,
+			"ValidatingAdmissionPolicy/" + coordinatorNodesPolicy, "ValidatingAdmissionPolicyBinding/" + coordinatorNodesPolicy,
+			"ValidatingAdmissionPolicy/" + coordinatorPodsPolicy, "ValidatingAdmissionPolicyBinding/" + coordinatorPodsPolicy}},
 		{"virtual", []string{"Deployment/selftaint-virtual", "ServiceAccount/" + virtualSA}},
+		{drainForceDir, []string{"ClusterRole/" + drainForceRole, "ClusterRoleBinding/" + drainForceRole}},
 		{"monitoring", []string{"PodMonitor/selftaint", "PodMonitor/selftaint-coordinator", "PrometheusRule/selftaint", "ConfigMap/selftaint-dashboard"}},
 	} {
 		opts := krusty.MakeDefaultOptions()
@@ -623,4 +636,37 @@ func testConditionCopies(t *testing.T, cp *testcp.ControlPlane) {
 	} {
 		at.check(t)
 	}
+}
+
+// testAgentNeverOwnsMaintenance adds the coordinator's SelftaintMaintenance
+// to the agents' policy parameters, as an operator's config naming it
+// would (and a marker condition, to know the API server took them): the
+// agent may then write the marker but still not SelftaintMaintenance,
+// which is never the agent's whatever the parameters say.
+func testAgentNeverOwnsMaintenance(t *testing.T, cp *testcp.ControlPlane) {
+	const node = "never-maintenance"
+	const marker corev1.NodeConditionType = "SelftaintDeployMarker"
+	cp.CreateNode(t, node, kubeletNode)
+	bound := coreClient(t, asServiceAccount(cp, agentSA, node))
+	// A new message each time: a write that changes nothing passes the
+	// policy whatever it owns.
+	applyCondition := func(c corev1.NodeConditionType) nodeWrite {
+		return statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"True","reason":"Test","message":"%d"}]}`, c, time.Now().UnixNano()))
+	}
+	markerAllowed := func(want bool) func() (bool, error) {
+		return func() (bool, error) {
+			err := applyCondition(marker).do(bound, node)(context.Background())
+			return (err == nil) == want, err
+		}
+	}
+	params := testParams(t)
+	params[paramConditions] += string(fleet.MaintenanceCondition) + "\n" + string(marker) + "\n"
+	setPolicyParams(t, cp, namespace, params, true)
+	t.Cleanup(func() {
+		setPolicyParams(t, cp, namespace, testParams(t), true)
+		poll(t, time.Minute, "the marker condition refused again", markerAllowed(false))
+	})
+	poll(t, time.Minute, "the parameters naming "+string(marker)+" in force", markerAllowed(true))
+	attack{"own node, with parameters naming it: apply " + string(fleet.MaintenanceCondition), applyCondition(fleet.MaintenanceCondition).do(bound, node),
+		policyName, "only its own conditions (owned-conditions), not " + string(fleet.MaintenanceCondition)}.check(t)
 }

@@ -152,6 +152,21 @@ func ParseOwned(s string) ([]TaintID, error) {
 	return IDs(r), nil
 }
 
+// CarriesNoExecute reports whether one of selftaint's NoExecute taints is
+// on n, by its ownership record: what the coordinator counts against the
+// NoExecute budget (fleet.Node.CarriesNoExecute). An unreadable record
+// cannot say, so any NoExecute taint counts (the safe side), and the error
+// says why.
+func CarriesNoExecute(n *corev1.Node) (bool, error) {
+	owned, err := ParseOwned(n.Annotations[OwnedTaintsAnnotation])
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoExecute && (err != nil || slices.Contains(owned, IDOf(t))) {
+			return true, err
+		}
+	}
+	return false, err
+}
+
 // FormatOwned writes the ownership annotation value, sorted so equal sets
 // format equally: from bare identities (the first format), or from record
 // entries, with their timeAdded.

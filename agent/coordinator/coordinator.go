@@ -204,6 +204,9 @@ func (o *Options) complete() error {
 	if o.Metrics == nil {
 		o.Metrics = nopMetrics{}
 	}
+	if o.NewDrainer == nil && o.Client != nil {
+		o.NewDrainer = evictingDrainers(o.Client, o.Logger.With("component", "drain"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}

@@ -87,26 +87,21 @@ func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Leas
 			continue
 		}
 		v.leases[node] = l
-		v.grants = append(v.grants, grantOf(node, l))
+		v.grants = append(v.grants, fleet.GrantOf(node, l))
 	}
 	slices.SortFunc(v.grants, func(a, b fleet.Grant) int { return strings.Compare(a.Node, b.Node) })
 	return v
 }
 
-// fleetNode is how Decide sees node n.
+// fleetNode is how Decide sees node n: fleet.NodeView (what explain sees
+// too), with what only the coordinator knows.
 func (c *controller) fleetNode(n *corev1.Node, now time.Time) fleet.Node {
-	req := c.request(n)
-	return fleet.Node{
-		Name:             n.Name,
-		Zone:             n.Labels[corev1.LabelTopologyZone],
-		Ready:            isReady(n),
-		Request:          req,
-		AliveSeen:        c.aliveSeen(n.Name, req, now),
-		Reporting:        reporting(n, c.opts.Config.Watched),
-		CarriesNoExecute: c.carriesNoExecute(n),
-		Unschedulable:    n.Spec.Unschedulable,
-		CordonedFor:      n.Annotations[fleet.CordonAnnotation],
-	}
+	fn, _ := fleet.NodeView(n, c.opts.Config.Watched)
+	// Read again to tell an unreadable request, once per value.
+	fn.Request = c.request(n)
+	fn.AliveSeen = c.aliveSeen(n.Name, fn.Request, now)
+	fn.CarriesNoExecute = c.carriesNoExecute(n)
+	return fn
 }
 
 // observeSlots adds the maintenance slot Leases to v: those of the fleet's
@@ -118,12 +113,12 @@ func (c *controller) observeSlots(v *view, leases []*coordinationv1.Lease) {
 		bySlotName[fleet.SlotName(name)] = name
 	}
 	for _, l := range leases {
-		node, ok := leaseNode(l, fleet.SlotPrefix, bySlotName)
+		node, ok := fleet.LeaseNode(l, fleet.SlotPrefix, bySlotName)
 		if !ok || (v.nodes[node] == nil && c.exists(node)) {
 			continue
 		}
 		v.slots[node] = l
-		v.slotList = append(v.slotList, slotOf(node, l))
+		v.slotList = append(v.slotList, fleet.SlotOf(node, l))
 	}
 	slices.SortFunc(v.slotList, func(a, b fleet.Slot) int { return strings.Compare(a.Node, b.Node) })
 }
@@ -133,18 +128,6 @@ func (c *controller) observeSlots(v *view, leases []*coordinationv1.Lease) {
 func (c *controller) exists(node string) bool {
 	_, err := c.nodes.Get(node)
 	return err == nil
-}
-
-// slotOf is how Decide sees node's slot Lease.
-func slotOf(node string, l *coordinationv1.Lease) fleet.Slot {
-	return fleet.Slot{
-		Node:      node,
-		Holder:    holder(l),
-		Zone:      l.Annotations[fleet.GrantZoneAnnotation],
-		RequestID: l.Annotations[fleet.SlotRequestAnnotation],
-		Phase:     l.Annotations[fleet.SlotPhaseAnnotation],
-		Acquired:  acquired(l),
-	}
 }
 
 // forgetGone drops what is remembered about nodes no longer in the fleet.
@@ -205,39 +188,15 @@ func (c *controller) aliveSeen(node string, req *fleet.Request, now time.Time) t
 	return prev.at
 }
 
-// isReady: the node's Ready condition is True.
-func isReady(n *corev1.Node) bool {
-	c := taints.FindCondition(n, corev1.NodeReady)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
-// reporting are the watched conditions n reports, in a status listed for
-// them.
-func reporting(n *corev1.Node, watched map[corev1.NodeConditionType][]corev1.ConditionStatus) []corev1.NodeConditionType {
-	var out []corev1.NodeConditionType
-	for _, cond := range n.Status.Conditions {
-		if slices.Contains(watched[cond.Type], cond.Status) && !slices.Contains(out, cond.Type) {
-			out = append(out, cond.Type)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // carriesNoExecute: a NoExecute taint on n is one of selftaint's, by its
 // ownership record. An unreadable record cannot say, so any NoExecute
 // taint counts (it then counts against the budget: the safe side).
 func (c *controller) carriesNoExecute(n *corev1.Node) bool {
-	owned, err := taints.ParseOwned(n.Annotations[taints.OwnedTaintsAnnotation])
+	carries, err := taints.CarriesNoExecute(n)
 	if err != nil {
 		c.log.Debug("unreadable taint ownership record; counting any NoExecute taint as selftaint's", "node", n.Name, "err", err)
 	}
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoExecute && (err != nil || slices.Contains(owned, taints.IDOf(t))) {
-			return true
-		}
-	}
-	return false
+	return carries
 }
 
 // grantNode is the node lease grants: the fleet node whose grant name it
@@ -245,43 +204,5 @@ func (c *controller) carriesNoExecute(n *corev1.Node) bool {
 // the prefix (a node gone from the fleet). ok is false for a lease whose
 // name is not a grant's.
 func grantNode(l *coordinationv1.Lease, byGrantName map[string]string) (string, bool) {
-	return leaseNode(l, fleet.GrantPrefix, byGrantName)
-}
-
-// leaseNode is the node a grant or slot Lease (names starting with prefix)
-// is about: see grantNode.
-func leaseNode(l *coordinationv1.Lease, prefix string, byName map[string]string) (string, bool) {
-	if node, ok := byName[l.Name]; ok {
-		return node, true
-	}
-	if h := l.Spec.HolderIdentity; h != nil && *h != "" && strings.HasPrefix(l.Name, prefix) && prefixedNameOf(prefix, *h) == l.Name {
-		return *h, true
-	}
-	if node, ok := strings.CutPrefix(l.Name, prefix); ok && node != "" {
-		return node, true
-	}
-	return "", false
-}
-
-// prefixedNameOf is the name of node's grant or slot Lease.
-func prefixedNameOf(prefix, node string) string {
-	if prefix == fleet.SlotPrefix {
-		return fleet.SlotName(node)
-	}
-	return fleet.GrantName(node)
-}
-
-// grantOf is how Decide sees node's grant Lease.
-func grantOf(node string, l *coordinationv1.Lease) fleet.Grant {
-	g := fleet.Grant{Node: node, Zone: l.Annotations[fleet.GrantZoneAnnotation]}
-	if h := l.Spec.HolderIdentity; h != nil {
-		g.Holder = *h
-	}
-	if t := l.Spec.AcquireTime; t != nil {
-		g.Acquired = t.Time
-	}
-	if t := l.Spec.RenewTime; t != nil {
-		g.Renewed = t.Time
-	}
-	return g
+	return fleet.LeaseNode(l, fleet.GrantPrefix, byGrantName)
 }

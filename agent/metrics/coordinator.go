@@ -21,18 +21,47 @@ var releaseReasons = []string{
 	fleet.ReleaseForeignHolder, fleet.ReleaseExpired, fleet.ReleaseAgentNotAlive,
 }
 
+// The label values of the maintenance metrics.
+const (
+	// MaintenanceWaiting and its siblings are selftaint_maintenance_nodes'
+	// states.
+	MaintenanceWaiting  = "waiting"
+	MaintenanceDraining = "draining"
+	MaintenanceDrained  = "drained"
+	MaintenanceBlocked  = "blocked"
+	// EvictionEvicted and its siblings are
+	// selftaint_maintenance_evictions_total's results: the Eviction API
+	// took it; refused it (429: a PodDisruptionBudget); failed otherwise;
+	// the pod was deleted instead (a forced drain past its deadline).
+	EvictionEvicted = "evicted"
+	EvictionRefused = "refused"
+	EvictionFailed  = "failed"
+	EvictionDeleted = "deleted"
+)
+
+// drainOutcomes are the ends of a drain (fleet's condition reasons); each
+// one's series of selftaint_maintenance_drain_duration_seconds starts at
+// zero.
+var drainOutcomes = []string{fleet.ReasonDrained, fleet.ReasonDrainBlocked, fleet.ReasonReleased}
+
+// evictionResults are selftaint_maintenance_evictions_total's results.
+var evictionResults = []string{EvictionEvicted, EvictionRefused, EvictionFailed, EvictionDeleted}
+
 // Coordinator holds the coordinator's collectors. Its methods are safe for
 // concurrent use.
 type Coordinator struct {
-	leader   prometheus.Gauge
-	budget   prometheus.Gauge
-	held     prometheus.Gauge
-	waiting  prometheus.Gauge
-	guard    *prometheus.GaugeVec
-	started  *prometheus.CounterVec
-	released *prometheus.CounterVec
-	decision prometheus.Histogram
-	api      apiMetrics
+	leader      prometheus.Gauge
+	budget      prometheus.Gauge
+	held        prometheus.Gauge
+	waiting     prometheus.Gauge
+	guard       *prometheus.GaugeVec
+	started     *prometheus.CounterVec
+	released    *prometheus.CounterVec
+	decision    prometheus.Histogram
+	maintenance *prometheus.GaugeVec
+	evictions   *prometheus.CounterVec
+	drains      *prometheus.HistogramVec
+	api         apiMetrics
 
 	mu     sync.Mutex // guards scopes
 	scopes map[[2]string]bool
@@ -78,12 +107,33 @@ func NewCoordinator(reg prometheus.Registerer, build BuildInfo) (*Coordinator, e
 			Help:    "How long one fleet decision (the policy alone, without the writes) took.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1},
 		}),
+		maintenance: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "maintenance_nodes",
+			Help: "Nodes in maintenance by state, at the last decision: waiting for a slot, draining, drained (cordoned, pods gone), blocked (given back DrainBlocked at its deadline while its request still stands).",
+		}, []string{"state"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "maintenance_evictions_total",
+			Help: "Pods a drain tried to move, by result: evicted (the Eviction API took it), refused (429: a PodDisruptionBudget), failed (any other error), deleted (a forced drain past its deadline).",
+		}, []string{"result"}),
+		drains: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "maintenance_drain_duration_seconds",
+			Help: "How long a drain took from its start (its slot taken) to its end, by outcome: Drained, DrainBlocked (given back at its deadline), Released (the request withdrawn, or the node uncordoned by someone else).",
+			// 5s to 4h: one pod's grace period to a long drain's deadline.
+			Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400},
+		}, []string{"outcome"}),
 		api:    newAPIMetrics(),
 		scopes: map[[2]string]bool{},
 	}
 	for _, r := range releaseReasons {
 		m.released.WithLabelValues(ReasonLabel(r))
 	}
+	for _, r := range evictionResults {
+		m.evictions.WithLabelValues(r)
+	}
+	for _, o := range drainOutcomes {
+		m.drains.WithLabelValues(o)
+	}
+	m.MaintenanceState(0, 0, 0, 0)
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "build_info",
 		Help:        "Always 1; the labels say which selftaint this is.",
@@ -92,6 +142,7 @@ func NewCoordinator(reg prometheus.Registerer, build BuildInfo) (*Coordinator, e
 	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{
 		buildInfo, m.leader, m.budget, m.held, m.waiting, m.guard, m.started, m.released, m.decision,
+		m.maintenance, m.evictions, m.drains,
 		m.api.requests, m.api.duration, m.api.conflicts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -160,4 +211,29 @@ func (m *Coordinator) GrantStarted(zone string) { m.started.WithLabelValues(zone
 // GrantReleased counts a grant released for reason (one of fleet's).
 func (m *Coordinator) GrantReleased(reason string) {
 	m.released.WithLabelValues(ReasonLabel(reason)).Inc()
+}
+
+// MaintenanceState sets selftaint_maintenance_nodes: how many nodes in
+// maintenance wait for a slot, are draining, are drained, and were given
+// back DrainBlocked while their request still stands.
+func (m *Coordinator) MaintenanceState(waiting, draining, drained, blocked int) {
+	for state, n := range map[string]int{
+		MaintenanceWaiting: waiting, MaintenanceDraining: draining, MaintenanceDrained: drained, MaintenanceBlocked: blocked,
+	} {
+		m.maintenance.WithLabelValues(state).Set(float64(n))
+	}
+}
+
+// Evicted counts n pods a drain tried to move with result (one of the
+// Eviction* values).
+func (m *Coordinator) Evicted(result string, n int) {
+	if n > 0 {
+		m.evictions.WithLabelValues(result).Add(float64(n))
+	}
+}
+
+// DrainFinished observes how long a drain took, by its outcome (one of
+// fleet.ReasonDrained, ReasonDrainBlocked, ReasonReleased).
+func (m *Coordinator) DrainFinished(outcome string, took time.Duration) {
+	m.drains.WithLabelValues(outcome).Observe(took.Seconds())
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 const explainNS = "explain"
@@ -403,4 +405,105 @@ func waitForTaintEviction(t *testing.T, cp *testcp.ControlPlane) {
 	}); err != nil {
 		t.Fatalf("the taint-eviction controller never evicted the canary pod: %v", err)
 	}
+}
+
+// TestExplainStanding: explain's NoExecute place in line and maintenance
+// standing come from fleet.Decide, asked as the coordinator asks, against
+// a real kube-apiserver. A NotReady node that asked first is not in the
+// NoExecute line (Decide grants no NotReady node), so the node that asked
+// after it is first; a sick-node drain request whose condition the node no
+// longer reports waits first in the maintenance line, saying so; a
+// draining node shows its request, its slot and its progress from the
+// Lease, and its condition. Requests are dated in 2000 so that the other
+// tests' nodes on the shared control plane queue behind them.
+func TestExplainStanding(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	c := cp.Client()
+	const ns = "explain-standing"
+	createNamespace(t, c, ns)
+	kubeconfig := "--kubeconfig=" + cp.KubeconfigPath
+	mem := corev1.NodeConditionType("SelftaintMemoryPressure")
+	// A NoExecute budget of 0: every node that asks waits.
+	cfg := writeFile(t, "coordinator:\n  maxNoExecute: 0\nrules:\n- condition: SelftaintMemoryPressure\n  status: \"True\"\n  taint: {key: selftaint.io/memory-pressure, effect: NoExecute}\n  fallback: NoSchedule\n")
+	day := func(d int) time.Time { return time.Date(2000, 1, d, 0, 0, 0, 0, time.UTC) }
+	node := func(name string, ready corev1.ConditionStatus, annotations map[string]string, conds ...corev1.NodeCondition) {
+		cp.CreateNode(t, name, func(n *corev1.Node) {
+			n.Annotations = annotations
+			n.Status.Conditions = append([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, LastTransitionTime: metav1.Now()}}, conds...)
+		})
+	}
+	asks := func(d int) map[string]string {
+		return map[string]string{fleet.RequestAnnotation: fleet.Request{Since: day(d), Conditions: []corev1.NodeConditionType{mem}}.Format()}
+	}
+	memTrue := corev1.NodeCondition{Type: mem, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}
+	node("standing-down", corev1.ConditionFalse, asks(2), memTrue)
+	node("standing-me", corev1.ConditionTrue, asks(3), memTrue)
+
+	sick := fleet.MaintenanceRequest{Version: fleet.MaintenanceVersion, Reason: "GPU lost", RequestedBy: "selftaint-agent", RequestedAt: day(2), Conditions: []corev1.NodeConditionType{"SelftaintGPULost"}}
+	node("standing-sick", corev1.ConditionTrue, map[string]string{fleet.AgentRequestAnnotation: sick.Format()})
+	op := fleet.MaintenanceRequest{Version: fleet.MaintenanceVersion, Reason: "kernel upgrade", RequestedBy: "alice", RequestedAt: day(1), Deadline: "2h"}
+	opID := fleet.Maintenance{Annotation: fleet.OperatorRequestAnnotation, Request: op}.ID()
+	cp.CreateNode(t, "standing-drain", func(n *corev1.Node) {
+		n.Annotations = map[string]string{fleet.OperatorRequestAnnotation: op.Format(), fleet.CordonAnnotation: opID}
+		n.Spec.Unschedulable = true
+		n.Status.Conditions = []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()},
+			{Type: fleet.MaintenanceCondition, Status: corev1.ConditionTrue, Reason: fleet.ReasonDraining, Message: "evicted 3 of 10 pods", LastTransitionTime: metav1.Now()},
+		}
+	})
+	holder, acquired := "standing-drain", metav1.NewMicroTime(time.Now().Add(-time.Minute))
+	slot := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: fleet.SlotName(holder), Namespace: ns, Labels: map[string]string{fleet.SlotLabel: "true"}, Annotations: map[string]string{
+			fleet.SlotRequestAnnotation: opID, fleet.SlotPhaseAnnotation: fleet.PhaseDraining, fleet.SlotProgressAnnotation: fleet.FormatProgress(fleet.Progress{Evicted: 3, Total: 10}),
+		}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &acquired},
+	}
+	if _, err := c.CoordinationV1().Leases(ns).Create(t.Context(), slot, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the slot Lease: %v", err)
+	}
+
+	explain := func(t *testing.T, name string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), []string{"explain", name, kubeconfig, "--config=" + cfg, "--namespace=" + ns}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+		}
+		return stdout.String()
+	}
+	check := func(t *testing.T, out string, want []string, not ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("explain does not say %q:\n%s", w, out)
+			}
+		}
+		for _, w := range not {
+			if strings.Contains(out, w) {
+				t.Errorf("explain says %q:\n%s", w, out)
+			}
+		}
+	}
+	t.Run("NoExecute: the place in line is Decide's", func(t *testing.T) {
+		// The old second copy of the order put the NotReady node first and
+		// this one 2nd.
+		check(t, explain(t, "standing-me"), []string{"no grant: 1st of "}, "Maintenance of")
+	})
+	t.Run("maintenance: waiting, its trigger cleared", func(t *testing.T) {
+		check(t, explain(t, "standing-sick"), []string{
+			"Maintenance of standing-sick: a drain takes a slot from the coordinator's maintenance pool (namespace explain-standing).",
+			"request: its agent's (selftaint.io/drain-request, id agent/2000-01-02T00:00:00Z)",
+			"slot: none",
+			"place: 1st of ", "waiting: its condition SelftaintGPULost has cleared: a sick-node drain starts only while the node reports it",
+			"condition SelftaintMaintenance: not set",
+		})
+	})
+	t.Run("maintenance: draining", func(t *testing.T) {
+		check(t, explain(t, "standing-drain"), []string{
+			"request: an operator's (maintenance.selftaint.io/request, id operator/2000-01-01T00:00:00Z): \"kernel upgrade\", by alice",
+			"deadline 2h from the drain's start, then release",
+			"slot: Draining since", "(request operator/2000-01-01T00:00:00Z), deadline", "evicted 3 of 10 pods",
+			"place: holds its slot", "pool: ", "standing-drain", "condition SelftaintMaintenance: True, Draining since",
+		}, "given back")
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -22,9 +21,11 @@ import (
 	"github.com/selftaint/selftaint/taints/fleet"
 )
 
-// standing is what the fleet's NoExecute budget says about one node, as
-// an operator command reads it: the node, its grant, the guard, and the
-// other nodes' grants and requests.
+// standing is what the coordinator's decision says about one node, as an
+// operator command reads it: the node, its grant and its maintenance slot,
+// the guard, and what fleet.Decide, asked about the fleet as it is now,
+// says of the NoExecute budget and the maintenance pool (the same function
+// the coordinator asks, on the same view: fleet.NodeView).
 type standing struct {
 	node *corev1.Node
 	// statuses are the node's conditions, with a fault's status in place
@@ -38,16 +39,20 @@ type standing struct {
 	guard    *fleet.GuardState
 	guardErr error
 	// staleAfter is the agents' guard staleness; budget the fleet's budget
-	// and of how many nodes; held the live grants; waiting the nodes that
-	// ask and hold none, in the order they asked.
+	// and of how many nodes; held the nodes counted against it; waiting
+	// the nodes that ask and hold none, in the order they are granted;
+	// granting: the node is granted at the coordinator's next decision.
 	staleAfter time.Duration
 	budget     int
 	max        intstr.IntOrString
 	nodes      int
 	held       int
 	waiting    []string
+	granting   bool
 	namespace  string
 	now        time.Time
+	// maintenance is the node's maintenance standing.
+	maintenance maintenanceStanding
 	// members are the Nodes the coordinator counts: the guard's record of
 	// its coordinator's, else the config's coordinator.fleet.
 	members fleet.Membership
@@ -155,6 +160,9 @@ func (s standing) grantLine(in taints.NoExecuteInput) string {
 	if i := slices.Index(s.waiting, name); i >= 0 {
 		return fmt.Sprintf("this node: %s; no grant: %s of %d waiting", since, ordinal(i+1), len(s.waiting))
 	}
+	if s.granting {
+		return fmt.Sprintf("this node: %s; no grant yet: the budget has room, and the coordinator grants it at its next decision", since)
+	}
 	return fmt.Sprintf("this node: %s; no grant", since)
 }
 
@@ -191,23 +199,29 @@ func ordinal(n int) string {
 	return fmt.Sprintf("%d%s", n, suffix)
 }
 
-// printStanding prints node's NoExecute standing (readStanding, describe),
-// after a blank line; nothing when the config has no NoExecute rule.
+// printStanding prints node's NoExecute standing (readStanding, describe;
+// nothing when the config has no NoExecute rule) and its maintenance
+// standing (nothing when it has no maintenance request, slot or
+// condition), each after a blank line.
 func printStanding(ctx context.Context, w io.Writer, core typedcorev1.CoreV1Interface, leases typedcoordv1.LeasesGetter, cfg *config.Config, namespace string, node *corev1.Node, overrides map[corev1.NodeConditionType]corev1.ConditionStatus, now time.Time) error {
 	st, err := readStanding(ctx, core, leases, cfg, namespace, node, overrides, now)
 	if err != nil {
 		return err
 	}
-	if lines := st.describe(); len(lines) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, strings.Join(lines, "\n"))
+	for _, lines := range [][]string{st.describe(), st.maintenance.describe(node, namespace, now)} {
+		if len(lines) > 0 {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, strings.Join(lines, "\n"))
+		}
 	}
 	return nil
 }
 
-// readStanding reads what describe needs: the Nodes, the grant Leases and
-// the guard, in the coordinator's namespace for cfg. overrides replace the
-// node's condition statuses (a fault just injected).
+// readStanding reads what describe needs: the Nodes, the grant and slot
+// Leases and the guard, in the coordinator's namespace for cfg, and asks
+// fleet.Decide about them as the coordinator would now. overrides replace
+// the node's condition statuses (a fault just injected) for its rules; the
+// fleet is seen as it is.
 func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases typedcoordv1.LeasesGetter, cfg *config.Config, namespace string, node *corev1.Node, overrides map[corev1.NodeConditionType]corev1.ConditionStatus, now time.Time) (standing, error) {
 	s := standing{
 		node: node, rules: cfg.TaintRules(), namespace: namespace, now: now,
@@ -224,42 +238,87 @@ func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases 
 	if err := s.readGuard(ctx, core, cfg); err != nil {
 		return s, err
 	}
+	in, err := s.readFleet(ctx, core, leases, cfg)
+	if err != nil {
+		return s, err
+	}
+	d := fleet.Decide(in)
+	s.budget, s.held, s.waiting = d.Budget, d.Held, d.Waiting
+	s.granting = slices.Contains(d.Grant, node.Name)
+	s.maintenance.decision = d.Maintenance
+	s.maintenance.maxParallel = in.Config.Maintenance.MaxParallel
+	return s, nil
+}
+
+// readFleet reads Decide's input as the coordinator builds it: the fleet's
+// Nodes (fleet.NodeView), the grant and slot Leases of its namespace, the
+// guard as it last wrote it. It keeps the node's own Leases and
+// maintenance request for describe.
+func (s *standing) readFleet(ctx context.Context, core typedcorev1.CoreV1Interface, leases typedcoordv1.LeasesGetter, cfg *config.Config) (fleet.Input, error) {
+	fc := cfg.Fleet()
+	fc.Members = s.members
+	in := fleet.Input{Config: fc, Now: s.now, Leader: "selftaint-explain", Memory: fleet.Memory{Since: s.now}}
+	if s.guard != nil {
+		in.Memory.Guard, in.Memory.Decided = *s.guard, true
+	}
 	all, err := core.Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return s, fmt.Errorf("listing nodes for the NoExecute budget: %w", err)
+		return in, fmt.Errorf("listing nodes for the NoExecute budget: %w", err)
 	}
-	var members []corev1.Node
-	for _, n := range all.Items {
-		if s.members.Includes(&n) {
-			members = append(members, n)
-		}
-	}
-	list, err := leases.Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.GrantLabel + "=true"})
-	if err != nil {
-		return s, fmt.Errorf("listing NoExecute grants in %s: %w", namespace, err)
-	}
-	s.nodes = len(members)
-	s.budget, err = intstr.GetScaledValueFromIntOrPercent(&s.max, s.nodes, true)
-	if err != nil {
-		return s, fmt.Errorf("coordinator.maxNoExecute: %w", err)
-	}
-	live := map[string]bool{}
-	for i := range list.Items {
-		l := &list.Items[i]
-		if l.Spec.HolderIdentity == nil {
+	grantNames, slotNames, outside := map[string]string{}, map[string]string{}, map[string]bool{}
+	for i := range all.Items {
+		n := &all.Items[i]
+		if !s.members.Includes(n) {
+			outside[fleet.GrantName(n.Name)], outside[fleet.SlotName(n.Name)] = true, true
 			continue
 		}
-		holder := *l.Spec.HolderIdentity
-		if ok, _ := fleet.Granted(l, holder, now, now); ok && l.Name == fleet.GrantName(holder) {
-			live[holder] = true
-			if holder == node.Name {
-				s.grant = l
-			}
+		fn, errs := fleet.NodeView(n, fc.Watched)
+		fn.CarriesNoExecute, _ = taints.CarriesNoExecute(n) // unreadable: counted, as the coordinator does
+		in.Nodes = append(in.Nodes, fn)
+		grantNames[fleet.GrantName(n.Name)], slotNames[fleet.SlotName(n.Name)] = n.Name, n.Name
+		if n.Name == s.node.Name {
+			s.maintenance.request, s.maintenance.requestErrs = fn.Maintenance, errs.Maintenance
 		}
 	}
-	s.held = len(live)
-	s.waiting = waitingOrder(members, live)
-	return s, nil
+	s.nodes = len(in.Nodes)
+	grants, err := s.readLeases(ctx, leases, fleet.GrantLabel, fleet.GrantPrefix, grantNames, outside)
+	if err != nil {
+		return in, fmt.Errorf("listing NoExecute grants in %s: %w", s.namespace, err)
+	}
+	for node, l := range grants {
+		in.Grants = append(in.Grants, fleet.GrantOf(node, l))
+	}
+	s.grant = grants[s.node.Name]
+	slots, err := s.readLeases(ctx, leases, fleet.SlotLabel, fleet.SlotPrefix, slotNames, outside)
+	if err != nil {
+		return in, fmt.Errorf("listing maintenance slots in %s: %w", s.namespace, err)
+	}
+	for node, l := range slots {
+		in.Slots = append(in.Slots, fleet.SlotOf(node, l))
+	}
+	s.maintenance.slot = slots[s.node.Name]
+	return in, nil
+}
+
+// readLeases lists the Leases labelled label=true in s's namespace, by the
+// node each is for (fleet.LeaseNode); those of Nodes outside the fleet
+// are left out, as the coordinator leaves them alone.
+func (s *standing) readLeases(ctx context.Context, leases typedcoordv1.LeasesGetter, label, prefix string, byName map[string]string, outside map[string]bool) (map[string]*coordinationv1.Lease, error) {
+	list, err := leases.Leases(s.namespace).List(ctx, metav1.ListOptions{LabelSelector: label + "=true"})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*coordinationv1.Lease{}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if outside[l.Name] {
+			continue
+		}
+		if node, ok := fleet.LeaseNode(l, prefix, byName); ok {
+			out[node] = l
+		}
+	}
+	return out, nil
 }
 
 // readGuard reads the guard in s's namespace, and the fleet its
@@ -284,29 +343,4 @@ func (s *standing) readGuard(ctx context.Context, core typedcorev1.CoreV1Interfa
 	}
 	s.guard = &g
 	return nil
-}
-
-// waitingOrder is the nodes that ask for a grant and hold none, in the
-// order the coordinator grants them: since when they asked, then name.
-func waitingOrder(nodes []corev1.Node, live map[string]bool) []string {
-	type asker struct {
-		name  string
-		since time.Time
-	}
-	var askers []asker
-	for _, n := range nodes {
-		r, err := fleet.ParseRequest(n.Annotations[fleet.RequestAnnotation])
-		if err != nil || live[n.Name] {
-			continue
-		}
-		askers = append(askers, asker{n.Name, r.Since})
-	}
-	slices.SortFunc(askers, func(a, b asker) int {
-		return cmp.Or(a.since.Compare(b.since), strings.Compare(a.name, b.name))
-	})
-	out := make([]string, len(askers))
-	for i, a := range askers {
-		out[i] = a.name
-	}
-	return out
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -91,27 +92,100 @@ func TestStandingDescribe(t *testing.T) {
 	}
 }
 
-func TestWaitingOrder(t *testing.T) {
-	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	asking := func(name string, since time.Duration) corev1.Node {
-		r := fleet.Request{Since: now.Add(since), Conditions: []corev1.NodeConditionType{"Mem"}}.Format()
-		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{fleet.RequestAnnotation: r}}}
-	}
-	nodes := []corev1.Node{
-		asking("b", -time.Minute), asking("a", -time.Minute), asking("c", -2*time.Minute), asking("held", -time.Hour),
-		{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "garbled", Annotations: map[string]string{fleet.RequestAnnotation: "{"}}},
-	}
-	got := strings.Join(waitingOrder(nodes, map[string]bool{"held": true}), " ")
-	if want := "c a b"; got != want {
-		t.Errorf("waitingOrder = %q, want %q (since, then name; holders, quiet and unreadable left out)", got, want)
-	}
-}
-
 func TestOrdinal(t *testing.T) {
 	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 111: "111th"} {
 		if got := ordinal(n); got != want {
 			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestMaintenanceDescribe(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	op := &fleet.Maintenance{Annotation: fleet.OperatorRequestAnnotation, Request: fleet.MaintenanceRequest{
+		Version: fleet.MaintenanceVersion, Reason: "kernel upgrade", RequestedBy: "alice", RequestedAt: now.Add(-time.Hour), Deadline: "30m", OnDeadline: fleet.OnDeadlineForce,
+	}}
+	sick := &fleet.Maintenance{Annotation: fleet.AgentRequestAnnotation, Request: fleet.MaintenanceRequest{
+		Version: fleet.MaintenanceVersion, Reason: "GPU lost", RequestedBy: "selftaint-agent", RequestedAt: now.Add(-time.Hour), Conditions: []corev1.NodeConditionType{"GPULost"},
+	}}
+	slot := func(holder, id, phase, progress string) *coordinationv1.Lease {
+		acquired := metav1.NewMicroTime(now.Add(-10 * time.Minute))
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: fleet.SlotName("n1"), Annotations: map[string]string{
+				fleet.SlotRequestAnnotation: id, fleet.SlotPhaseAnnotation: phase, fleet.SlotProgressAnnotation: progress,
+			}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &acquired},
+		}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	withCond := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+		Type: fleet.MaintenanceCondition, Status: corev1.ConditionFalse, Reason: fleet.ReasonReleased, Message: "the request was withdrawn",
+		LastTransitionTime: metav1.NewTime(now.Add(-time.Minute)),
+	}}}}
+	pool := fleet.MaintenanceDecision{Size: 2, Unavailable: []string{"n0", "n2"}}
+	with := func(f func(*fleet.MaintenanceDecision)) fleet.MaintenanceDecision {
+		d := pool
+		f(&d)
+		return d
+	}
+	tests := []struct {
+		name string
+		node *corev1.Node
+		m    maintenanceStanding
+		want []string
+	}{
+		{name: "waiting, a sick-node request", node: node, m: maintenanceStanding{request: sick, decision: with(func(d *fleet.MaintenanceDecision) {
+			d.Waiting = []fleet.Waiter{{Node: "n0", Why: "x"}, {Node: "n1", Why: "its condition GPULost has cleared"}}
+		})}, want: []string{
+			"Maintenance of n1: a drain takes a slot from the coordinator's maintenance pool (namespace ns)",
+			"request: its agent's (selftaint.io/drain-request, id agent/2026-11-23T09:00:00Z): \"GPU lost\", by selftaint-agent at", "deadline the default (maintenance.defaultDeadline) from the drain's start, then release",
+			"a sick-node drain for GPULost", "slot: none", "place: 2nd of 2 waiting: its condition GPULost has cleared",
+			"pool: 2 of 2 unavailable (n0, n2); maxParallel 0", "condition SelftaintMaintenance: not set",
+		}},
+		{name: "draining, with its deadline and progress", node: node, m: maintenanceStanding{
+			request: op, slot: slot("n1", op.ID(), fleet.PhaseDraining, `{"evicted":3,"total":10}`), maxParallel: intstr.FromInt32(2),
+			decision: with(func(d *fleet.MaintenanceDecision) {
+				d.Drain = map[string]fleet.DrainOrder{"n1": {Deadline: now.Add(20 * time.Minute)}}
+			}),
+		}, want: []string{
+			"request: an operator's (maintenance.selftaint.io/request, id operator/2026-11-23T09:00:00Z): \"kernel upgrade\", by alice", "deadline 30m from the drain's start, then force",
+			"slot: Draining since", "(request operator/2026-11-23T09:00:00Z), deadline", "(in 20m0s); evicted 3 of 10 pods", "place: holds its slot", "maxParallel 2",
+		}},
+		{name: "past a forced deadline", node: node, m: maintenanceStanding{
+			request: op, slot: slot("n1", op.ID(), fleet.PhaseDraining, ""),
+			decision: with(func(d *fleet.MaintenanceDecision) {
+				d.Drain = map[string]fleet.DrainOrder{"n1": {Deadline: now.Add(-time.Minute), Force: true}}
+			}),
+		}, want: []string{"(passed: forced, the pods the Eviction API refuses are deleted"}},
+		{name: "to be given back", node: node, m: maintenanceStanding{
+			request: op, slot: slot("n1", op.ID(), fleet.PhaseBlocked, ""),
+			decision: with(func(d *fleet.MaintenanceDecision) {
+				d.End = map[string]fleet.Outcome{"n1": {Reason: fleet.ReasonDrainBlocked, Message: "the drain could not finish"}}
+			}),
+		}, want: []string{"slot: DrainBlocked since", "given back at the coordinator's next decision, DrainBlocked: the drain could not finish"}},
+		{name: "given back: not served again", node: withCond, m: maintenanceStanding{request: op, slot: slot("", op.ID(), fleet.PhaseEnded, ""), decision: pool},
+			want: []string{"slot: given back (Ended) for request operator/2026-11-23T09:00:00Z: the record that it was served", "place: not in line: its request has been served",
+				"condition SelftaintMaintenance: False, Released since", ": the request was withdrawn"}},
+		{name: "withdrawn: the record of an earlier request", node: withCond, m: maintenanceStanding{slot: slot("", "operator/2026-01-01T00:00:00Z", fleet.PhaseEnded, ""), decision: pool},
+			want: []string{"request: none (neither maintenance.selftaint.io/request nor selftaint.io/drain-request", "given back for an earlier request operator/2026-01-01T00:00:00Z; its Lease is deleted", "place: not in line (no request)"}},
+		{name: "about to start", node: node, m: maintenanceStanding{request: op, decision: with(func(d *fleet.MaintenanceDecision) { d.Start = []string{"n1"} })},
+			want: []string{"place: first: the coordinator gives it a slot at its next decision"}},
+		{name: "unreadable", node: node, m: maintenanceStanding{requestErrs: []error{errors.New("maintenance.selftaint.io/request: reason: is required")}, decision: pool},
+			want: []string{"request: cannot be read, so none is served: maintenance.selftaint.io/request: reason: is required"}},
+		{name: "only the condition is left", node: withCond, m: maintenanceStanding{decision: pool},
+			want: []string{"request: none", "slot: none", "condition SelftaintMaintenance: False, Released"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := strings.Join(tt.m.describe(tt.node, "ns", now), "\n")
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("describe does not say %q:\n%s", w, got)
+				}
+			}
+		})
+	}
+	if got := (maintenanceStanding{decision: pool}).describe(node, "ns", now); got != nil {
+		t.Errorf("without a request, a slot or the condition, describe = %q, want nothing", got)
 	}
 }

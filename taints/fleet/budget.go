@@ -61,74 +61,14 @@ const (
 // seconds, so anything shorter would grant nothing an agent can see.
 const minTTL = time.Second
 
-// Decide is the coordinator's policy, a pure function of in (the nodes,
-// the grants, its memory and the time): the grants to make, renew, release
-// and delete, the disruption guard and whether to write it, the Events to
-// tell, the memory for the next decision and when that is due.
-//
-// The invariant everything rests on: no grant is made while as many nodes
-// count against the budget (Decision.Held) as the budget allows. What
-// counts, per node:
-//   - a live grant (held by the node, renewed less than a GrantTTL ago)
-//     that is not released now;
-//   - a NoExecute taint on a node whose grant was released (its Lease is
-//     there, holder cleared), for as long as the taint is on: its agent
-//     may be dead (it stopped refreshing its liveness stamp, or its node
-//     went NotReady), and nothing but its agent, a person or the Node's
-//     deletion lifts it. The released Lease is the record that the
-//     coordinator granted that taint, so it is kept while the taint is on
-//     (a new leader counts it too). Passing the slot on after a TTL would
-//     let budget + dead nodes carry NoExecute at once;
-//   - a NoExecute taint on the node without a live grant and without a
-//     released one (never granted by this coordinator: put on by hand, or
-//     left from before its Lease was deleted), until this leader has seen
-//     it so for a GrantTTL (Memory.Uncovered); then it is abandoned, and
-//     told once (Memory.Abandoned);
-//   - a released grant (now or before) of a node that still asks, until
-//     the grant's Renewed + GrantTTL: Granted lets an agent that has not
-//     seen the release apply NoExecute until then, and the coordinator may
-//     not see that taint before it gives the slot away. This goes beyond
-//     the uncovered rule, which counts only taints already seen.
-//
-// One race is left to the agents: a node whose grant was released because
-// it no longer asked, and that asks again before it sees the release, could
-// apply NoExecute under the old grant after its slot was given away. So an
-// agent honours only a grant it first saw while its current request stood
-// (agent/noexecute.go).
-//
-// A node may be released and granted again in one decision (in Release and
-// in Grant): the new grant replaces the released one. A released grant's
-// Lease is deleted once its start has left the RateWindow and, while its
-// node exists, its Renewed + GrantTTL has passed (so that the last rule
-// above still holds after this decision) and the node carries no NoExecute
-// taint (the second rule).
-//
-// Where the inputs are odd, Decide errs toward fewer NoExecute taints: an
-// invalid budget or a TTL under a second gives budget 0; a grant renewed in
-// the future (another leader's clock running ahead) is renewed on this
-// clock at once; a grant start in the future counts in the rate window; a
-// zero Memory.Since is taken as now (a new leader: every holder gets a full
-// TTL to show it is alive).
-func Decide(in Input) Decision {
-	d := newDecider(in)
-	d.decideBudget()
-	d.decideGuard()
-	d.judgeHolders()
-	d.countOccupancy()
-	d.grantWaiting()
-	d.deleteReleased()
-	d.finish()
-	return d.out
-}
-
-// decider is one decision in the making.
-type decider struct {
-	in    Input
-	now   time.Time
+// noExecute is the NoExecute decision in the making: the budget, the
+// rate and the grants, on the view and the guard it shares with the
+// maintenance decision.
+type noExecute struct {
+	*view
 	ttl   time.Duration
 	since time.Time // this leader's start (Memory.Since, or now when unset)
 
-	nodes  map[string]*Node
 	grants []Grant // in.Grants sorted by node
 
 	// live are the grants live after this decision (kept, renewed or new),
@@ -147,15 +87,16 @@ type decider struct {
 	// waiting.
 	blocked map[string]bool
 
-	mem  Memory
-	out  Decision
-	next time.Time
+	// mem is the memory for the next decision (but the guard's and the
+	// maintenance pool's, which Decide adds).
+	mem Memory
+	out NoExecuteDecision
 }
 
-func newDecider(in Input) *decider {
-	d := &decider{
-		in: in, now: in.Now, ttl: in.Config.GrantTTL, since: in.Memory.Since,
-		nodes:    make(map[string]*Node, len(in.Nodes)),
+func newNoExecute(v *view) *noExecute {
+	in := v.in
+	d := &noExecute{
+		view: v, ttl: in.Config.GrantTTL, since: in.Memory.Since,
 		grants:   slices.Clone(in.Grants),
 		live:     map[string]Grant{},
 		released: map[string]Grant{},
@@ -169,9 +110,6 @@ func newDecider(in Input) *decider {
 		// A leader that did not say when it started: it starts now, which
 		// gives every holder a full TTL to show it is alive.
 		d.since = d.now
-	}
-	for i := range in.Nodes {
-		d.nodes[in.Nodes[i].Name] = &in.Nodes[i]
 	}
 	slices.SortStableFunc(d.grants, func(a, b Grant) int { return cmp.Compare(a.Node, b.Node) })
 	for _, g := range d.grants {
@@ -198,20 +136,19 @@ func newDecider(in Input) *decider {
 	return d
 }
 
-// at makes t a candidate for Decision.Next, if it is still to come.
-func (d *decider) at(t time.Time) {
-	if t.After(d.now) && (d.next.IsZero() || t.Before(d.next)) {
-		d.next = t
-	}
-}
-
-func (d *decider) event(node string, warning bool, reason, format string, args ...any) {
-	d.out.Events = append(d.out.Events, Event{Node: node, Warning: warning, Reason: reason, Message: fmt.Sprintf(format, args...)})
+// decide makes the NoExecute decision; the budget (decideBudget) and the
+// guard are decided before it.
+func (d *noExecute) decide() {
+	d.judgeHolders()
+	d.countOccupancy()
+	d.grantWaiting()
+	d.deleteReleased()
+	d.finish()
 }
 
 // decideBudget scales MaxNoExecute over the nodes (by name: a node listed
 // twice counts once), rounding a percent up.
-func (d *decider) decideBudget() {
+func (d *noExecute) decideBudget() {
 	v := d.in.Config.MaxNoExecute
 	b, err := intstr.GetScaledValueFromIntOrPercent(&v, len(d.nodes), true)
 	switch {
@@ -230,7 +167,7 @@ func (d *decider) decideBudget() {
 }
 
 // judgeHolders releases or renews each held grant.
-func (d *decider) judgeHolders() {
+func (d *noExecute) judgeHolders() {
 	for _, g := range d.grants {
 		if g.Holder == "" {
 			continue
@@ -250,7 +187,7 @@ func (d *decider) judgeHolders() {
 
 // grantedAt is when this leader saw node's current grant start or adopted
 // it: a live grant without an entry is adopted at Memory.Since.
-func (d *decider) grantedAt(node string) time.Time {
+func (d *noExecute) grantedAt(node string) time.Time {
 	if t, ok := d.in.Memory.Granted[node]; ok {
 		return t
 	}
@@ -260,7 +197,7 @@ func (d *decider) grantedAt(node string) time.Time {
 // aliveSince is the latest sign of life of n's agent: its grant's start
 // or adoption (granted), the coordinator seeing its liveness stamp change,
 // or this leader's start.
-func (d *decider) aliveSince(n *Node, granted time.Time) time.Time {
+func (d *noExecute) aliveSince(n *Node, granted time.Time) time.Time {
 	return latest(granted, n.AliveSeen, d.since)
 }
 
@@ -276,7 +213,7 @@ func latest(ts ...time.Time) time.Time {
 
 // releaseReason says why held grant g must be released ("" if it must not)
 // and, for the Event, a sentence of detail.
-func (d *decider) releaseReason(g Grant) (string, string) {
+func (d *noExecute) releaseReason(g Grant) (string, string) {
 	n := d.nodes[g.Node]
 	switch {
 	case n == nil:
@@ -299,7 +236,7 @@ func (d *decider) releaseReason(g Grant) (string, string) {
 }
 
 // release frees g, telling why unless the node merely stopped asking.
-func (d *decider) release(g Grant, reason, why string) {
+func (d *noExecute) release(g Grant, reason, why string) {
 	if d.out.Release == nil {
 		d.out.Release = map[string]string{}
 	}
@@ -321,7 +258,7 @@ func (d *decider) release(g Grant, reason, why string) {
 
 // countOccupancy finds the nodes that count against the budget before any
 // new grant, and keeps the uncovered NoExecute taints' clocks.
-func (d *decider) countOccupancy() {
+func (d *noExecute) countOccupancy() {
 	for _, name := range slices.Sorted(maps.Keys(d.nodes)) {
 		n := d.nodes[name]
 		if _, ok := d.live[name]; ok {
@@ -343,7 +280,7 @@ func (d *decider) countOccupancy() {
 
 // grantedBefore reports whether node holds a released grant: released in
 // this decision or before (its Lease is there, holder cleared).
-func (d *decider) grantedBefore(node string) bool {
+func (d *noExecute) grantedBefore(node string) bool {
 	if _, ok := d.released[node]; ok {
 		return true
 	}
@@ -354,7 +291,7 @@ func (d *decider) grantedBefore(node string) bool {
 // uncovered judges a NoExecute taint on n without a live grant: it counts
 // for a GrantTTL from when this leader first saw it so, then it is
 // abandoned (told once).
-func (d *decider) uncovered(n *Node) {
+func (d *noExecute) uncovered(n *Node) {
 	since, ok := d.in.Memory.Uncovered[n.Name]
 	if !ok || since.IsZero() {
 		since = d.now
@@ -380,7 +317,7 @@ func (d *decider) uncovered(n *Node) {
 // believed by its agent: n still asks (so its agent would apply NoExecute
 // if it has not seen the release) and now < the grant's Renewed + GrantTTL,
 // the latest that Granted lets any agent hold it.
-func (d *decider) lingering(n *Node) {
+func (d *noExecute) lingering(n *Node) {
 	if n.Request == nil {
 		return
 	}
@@ -399,7 +336,7 @@ func (d *decider) lingering(n *Node) {
 
 // waiting are the nodes that ask, are Ready and hold no live grant, in the
 // order they asked (then by name; see asked).
-func (d *decider) waiting() []*Node {
+func (d *noExecute) waiting() []*Node {
 	var w []*Node
 	for _, n := range d.nodes {
 		if _, live := d.live[n.Name]; !live && n.Request != nil && n.Ready {
@@ -415,7 +352,7 @@ func (d *decider) waiting() []*Node {
 // asked is n's place in line: when it asked, or, after it lost a grant for
 // no sign of life, the end of its back-off (it joins the back of the line
 // then, so a dead agent's old request does not jump the nodes that waited).
-func (d *decider) asked(n *Node) time.Time {
+func (d *noExecute) asked(n *Node) time.Time {
 	if st, ok := d.mem.NotAlive[n.Name]; ok {
 		return latest(n.Request.Since, st.At.Add(d.backoff(st.Count)))
 	}
@@ -425,7 +362,7 @@ func (d *decider) asked(n *Node) time.Time {
 // grantWaiting grants waiting nodes in order while the budget has room,
 // skipping those the guard holds for every condition they ask for and
 // those their zone's rate keeps waiting.
-func (d *decider) grantWaiting() {
+func (d *noExecute) grantWaiting() {
 	for _, n := range d.waiting() {
 		// Occupancy only grows here: once full, nothing more is granted.
 		if len(d.occupied) >= d.out.Budget || !d.eligible(n) {
@@ -458,12 +395,12 @@ const maxBackoff = 16
 
 // backoff is how long a node that lost strikes grants for no sign of life
 // waits before it may be granted again: a TTL, doubling per strike.
-func (d *decider) backoff(strikes int) time.Duration {
+func (d *noExecute) backoff(strikes int) time.Duration {
 	return d.ttl * time.Duration(min(1<<max(strikes-1, 0), maxBackoff))
 }
 
 // exhausted tells, once per wait, that n waits because the budget is full.
-func (d *decider) exhausted(n *Node) {
+func (d *noExecute) exhausted(n *Node) {
 	d.mem.Exhausted[n.Name] = true
 	if d.in.Memory.Exhausted[n.Name] {
 		return
@@ -476,7 +413,7 @@ func (d *decider) exhausted(n *Node) {
 // eligible: n's agent has shown life since it last lost a grant for not
 // doing so, and one of the conditions n asks for is not held by the guard
 // in its zone.
-func (d *decider) eligible(n *Node) bool {
+func (d *noExecute) eligible(n *Node) bool {
 	if st, dead := d.mem.NotAlive[n.Name]; dead {
 		if end := st.At.Add(d.backoff(st.Count)); d.now.Before(end) {
 			d.at(end)
@@ -484,14 +421,14 @@ func (d *decider) eligible(n *Node) bool {
 		}
 	}
 	for _, c := range n.Request.Conditions {
-		if tripped, _ := d.out.Guard.Tripped(c, n.Zone); !tripped {
+		if tripped, _ := d.guard.Tripped(c, n.Zone); !tripped {
 			return true
 		}
 	}
 	return false
 }
 
-func (d *decider) grant(n *Node) {
+func (d *noExecute) grant(n *Node) {
 	d.out.Grant = append(d.out.Grant, n.Name)
 	d.granted[n.Name] = true
 	d.occupied[n.Name] = true
@@ -512,7 +449,7 @@ type slot struct {
 // rateSlot: fewer than RatePerMinute starts in (at-RateWindow, at], and at
 // least RateWindow/RatePerMinute after the zone's latest start. Starts in
 // the future count as in the window.
-func (d *decider) rateSlot(zone string) slot {
+func (d *noExecute) rateSlot(zone string) slot {
 	r := d.in.Config.RatePerMinute
 	if r <= 0 {
 		return slot{}
@@ -542,7 +479,7 @@ func (d *decider) rateSlot(zone string) slot {
 // fail-safe, while their node exists, no agent can believe them any more
 // (Renewed + GrantTTL has passed), so that a node that asks again within
 // that time still counts (see lingering) after this decision.
-func (d *decider) deleteReleased() {
+func (d *noExecute) deleteReleased() {
 	for _, g := range d.grants {
 		_, releasedNow := d.released[g.Node]
 		if d.granted[g.Node] || (g.Holder != "" && !releasedNow) {
@@ -570,8 +507,8 @@ func (d *decider) deleteReleased() {
 }
 
 // finish fills in what is known once the grants are made: the holders'
-// deadlines, the memory, the counts.
-func (d *decider) finish() {
+// deadlines, the count.
+func (d *noExecute) finish() {
 	for _, name := range slices.Sorted(maps.Keys(d.live)) {
 		g := d.live[name]
 		d.at(g.Renewed.Add(d.ttl / 3))
@@ -582,11 +519,7 @@ func (d *decider) finish() {
 			d.at(d.aliveSince(n, d.mem.Granted[name]).Add(d.ttl + time.Nanosecond))
 		}
 	}
-	d.at(d.out.Guard.RenewTime.Add(d.in.Config.Guard.RenewEvery))
 	d.out.Held = len(d.occupied)
-	d.mem.Guard = d.out.Guard
-	d.out.Memory = d.mem
-	d.out.Next = d.next
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

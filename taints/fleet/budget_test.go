@@ -933,7 +933,7 @@ func TestDeadAgentNotRegranted(t *testing.T) {
 }
 
 func TestNotAliveBackoffDoubles(t *testing.T) {
-	d := newDecider(Input{Config: Config{GrantTTL: time.Minute}, Now: t0})
+	d := newNoExecute(newView(Input{Config: Config{GrantTTL: time.Minute}, Now: t0}))
 	for strikes, want := range map[int]time.Duration{1: time.Minute, 2: 2 * time.Minute, 3: 4 * time.Minute, 5: 16 * time.Minute, 9: 16 * time.Minute} {
 		if got := d.backoff(strikes); got != want {
 			t.Errorf("backoff(%d) = %v, want %v", strikes, got, want)

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -148,9 +149,40 @@ type Input struct {
 	Memory Memory
 }
 
-// Decision is what the coordinator does now. Grants are named by their
-// node (the Lease is GrantName(node)).
+// Decision is what the coordinator does now: the disruption guard,
+// decided once, and two sibling decisions made on the same view of the
+// fleet and the same guard: the NoExecute budget (NoExecuteDecision,
+// embedded, so its fields read as d.Grant, d.Waiting, ...) and the
+// maintenance pool (Maintenance).
 type Decision struct {
+	NoExecuteDecision
+	// Maintenance is the maintenance pool's decision.
+	Maintenance MaintenanceDecision
+	// Guard is the guard now; WriteGuard says it changed or is due for
+	// renewal.
+	Guard      GuardState
+	WriteGuard bool
+	// Events are what to tell (guard trips and resets, grants released for
+	// any reason but the node no longer asking, abandoned NoExecute taints,
+	// an unusable budget or pool, maintenance waits, starts and ends), each
+	// with one of the Event* reasons.
+	Events []Event
+	// Memory is what to keep for the next decision.
+	Memory Memory
+	// Next is when a decision is due even if nothing changes: a renewal,
+	// an expiry, a liveness deadline, an abandonment, a rate slot for a
+	// waiting node while the budget has room, a guard cool-down, the
+	// guard's renewal, a released grant's deletion, a drain's deadline.
+	// Always after Now; zero when nothing is pending. A decision's own
+	// writes are expected to bring the next one (the coordinator watches
+	// its grants and slots), so what falls due by them is not repeated
+	// here.
+	Next time.Time
+}
+
+// NoExecuteDecision is what the coordinator does about NoExecute grants.
+// Grants are named by their node (the Lease is GrantName(node)).
+type NoExecuteDecision struct {
 	// Grant are the nodes to grant now, in the order they asked: a new
 	// Lease, or a released one taken again (NewGrant). A node may also be
 	// in Release (its grant expired, say): the new grant replaces it.
@@ -165,14 +197,6 @@ type Decision struct {
 	// Delete are released grants whose Lease is no longer needed (see
 	// Decide), by node name.
 	Delete []string
-	// Guard is the guard now; WriteGuard says it changed or is due for
-	// renewal.
-	Guard      GuardState
-	WriteGuard bool
-	// Events are what to tell (guard trips and resets, grants released for
-	// any reason but the node no longer asking, abandoned NoExecute taints,
-	// an unusable budget), each with one of the Event* reasons.
-	Events []Event
 	// Waiting are the nodes that ask, are Ready and hold no live grant,
 	// and were not granted now, in the order they asked (then by name);
 	// Held how many nodes count against the budget after this decision
@@ -182,19 +206,6 @@ type Decision struct {
 	Waiting []string
 	Held    int
 	Budget  int
-	// Maintenance is the maintenance pool's decision, the sibling of the
-	// NoExecute one above.
-	Maintenance MaintenanceDecision
-	// Memory is what to keep for the next decision.
-	Memory Memory
-	// Next is when a decision is due even if nothing changes: a renewal,
-	// an expiry, a liveness deadline, an abandonment, a rate slot for a
-	// waiting node while the budget has room, a guard cool-down, the
-	// guard's renewal, a released grant's deletion. Always after Now; zero
-	// when nothing is pending. A decision's own writes are expected to
-	// bring the next one (the coordinator watches its grants), so what
-	// falls due by them is not repeated here.
-	Next time.Time
 }
 
 // Strikes are a node's consecutive grants lost for no sign of life, and
@@ -211,4 +222,124 @@ type Event struct {
 	Warning bool
 	Reason  string
 	Message string
+}
+
+// Decide is the coordinator's policy, a pure function of in (the nodes,
+// the grants, the maintenance slots, its memory and the time): the
+// disruption guard and whether to write it, decided once; on the same view
+// and guard, two sibling decisions: the NoExecute grants to make, renew,
+// release and delete (NoExecuteDecision; the noExecute type, budget.go)
+// and the drains to start, run and end and the slot Leases to delete
+// (MaintenanceDecision; the maintenance type, pool.go, says what counts
+// against the pool and how its line is served); the Events to tell, the
+// memory for the next decision and when that is due.
+//
+// The maintenance decision's invariant: a drain starts for a node not
+// already unavailable only while fewer nodes count against the pool than
+// its size allows (and its zone's), and a slot given back (its node gone,
+// its request withdrawn, replaced or past its deadline) stops counting in
+// the same decision, so its room is given at once.
+//
+// The NoExecute decision's invariant, everything rests on: no grant is
+// made while as many nodes count against the budget (Decision.Held) as the
+// budget allows. What counts, per node:
+//   - a live grant (held by the node, renewed less than a GrantTTL ago)
+//     that is not released now;
+//   - a NoExecute taint on a node whose grant was released (its Lease is
+//     there, holder cleared), for as long as the taint is on: its agent
+//     may be dead (it stopped refreshing its liveness stamp, or its node
+//     went NotReady), and nothing but its agent, a person or the Node's
+//     deletion lifts it. The released Lease is the record that the
+//     coordinator granted that taint, so it is kept while the taint is on
+//     (a new leader counts it too). Passing the slot on after a TTL would
+//     let budget + dead nodes carry NoExecute at once;
+//   - a NoExecute taint on the node without a live grant and without a
+//     released one (never granted by this coordinator: put on by hand, or
+//     left from before its Lease was deleted), until this leader has seen
+//     it so for a GrantTTL (Memory.Uncovered); then it is abandoned, and
+//     told once (Memory.Abandoned);
+//   - a released grant (now or before) of a node that still asks, until
+//     the grant's Renewed + GrantTTL: Granted lets an agent that has not
+//     seen the release apply NoExecute until then, and the coordinator may
+//     not see that taint before it gives the slot away. This goes beyond
+//     the uncovered rule, which counts only taints already seen.
+//
+// One race is left to the agents: a node whose grant was released because
+// it no longer asked, and that asks again before it sees the release, could
+// apply NoExecute under the old grant after its slot was given away. So an
+// agent honours only a grant it first saw while its current request stood
+// (agent/noexecute.go).
+//
+// A node may be released and granted again in one decision (in Release and
+// in Grant): the new grant replaces the released one. A released grant's
+// Lease is deleted once its start has left the RateWindow and, while its
+// node exists, its Renewed + GrantTTL has passed (so that the last rule
+// above still holds after this decision) and the node carries no NoExecute
+// taint (the second rule).
+//
+// Where the inputs are odd, Decide errs toward fewer NoExecute taints: an
+// invalid budget or a TTL under a second gives budget 0; a grant renewed in
+// the future (another leader's clock running ahead) is renewed on this
+// clock at once; a grant start in the future counts in the rate window; a
+// zero Memory.Since is taken as now (a new leader: every holder gets a full
+// TTL to show it is alive).
+func Decide(in Input) Decision {
+	v := newView(in)
+	ne := newNoExecute(v)
+	mt := newMaintenance(v)
+	// The policies' sizes first (their Events before the guard's), then
+	// the guard once, for both decisions.
+	ne.decideBudget()
+	mt.decideSize()
+	v.decideGuard()
+	ne.decide()
+	mt.decide()
+	v.at(v.guard.RenewTime.Add(in.Config.Guard.RenewEvery))
+	mem := ne.mem
+	mem.Guard = v.guard
+	mem.Maintenance = mt.mem
+	return Decision{
+		NoExecuteDecision: ne.out,
+		Maintenance:       mt.out,
+		Guard:             v.guard,
+		WriteGuard:        v.writeGuard,
+		Events:            v.events,
+		Memory:            mem,
+		Next:              v.next,
+	}
+}
+
+// view is what the sibling decisions share: the input, the nodes by name,
+// the guard (decided once, for both), and the Events and the next decision
+// time they collect.
+type view struct {
+	in  Input
+	now time.Time
+	// nodes are the fleet's nodes by name (a node listed twice counts
+	// once: the last of them).
+	nodes map[string]*Node
+
+	guard      GuardState
+	writeGuard bool
+	events     []Event
+	next       time.Time
+}
+
+func newView(in Input) *view {
+	v := &view{in: in, now: in.Now, nodes: make(map[string]*Node, len(in.Nodes))}
+	for i := range in.Nodes {
+		v.nodes[in.Nodes[i].Name] = &in.Nodes[i]
+	}
+	return v
+}
+
+// at makes t a candidate for Decision.Next, if it is still to come.
+func (v *view) at(t time.Time) {
+	if t.After(v.now) && (v.next.IsZero() || t.Before(v.next)) {
+		v.next = t
+	}
+}
+
+func (v *view) event(node string, warning bool, reason, format string, args ...any) {
+	v.events = append(v.events, Event{Node: node, Warning: warning, Reason: reason, Message: fmt.Sprintf(format, args...)})
 }

@@ -9,10 +9,12 @@
 // grants under a budget (at most so many nodes at once, at most so many new
 // ones per minute per zone, in the order nodes asked) and a disruption
 // guard (when most of a zone or of the fleet reports the same condition, it
-// is a fleet problem, not a node problem: no new taints for it).
+// is a fleet problem, not a node problem: no new taints for it). A drain
+// (maintenance) likewise needs a slot from the maintenance pool, under the
+// same guard.
 //
-// The protocol, every piece readable by name so that nothing grows as nodes
-// x nodes:
+// The NoExecute protocol, every piece readable by name so that nothing
+// grows as nodes x nodes:
 //   - a node asks with the annotation RequestAnnotation on its own Node
 //     (Request: since when, for which conditions, and, while it holds a
 //     grant, a liveness stamp the agent refreshes);
@@ -22,6 +24,26 @@
 //   - the guard is one ConfigMap (GuardState under GuardDataKey) that every
 //     agent watches by name; Fresh says whether it may still be trusted.
 //
-// Decide is the coordinator's whole policy: nodes, grants and its memory
-// in, the grants to create, renew, release and delete and the guard out.
+// The maintenance protocol (maintenance.go):
+//   - a node is asked to drain by a MaintenanceRequest on its Node, in
+//     OperatorRequestAnnotation (an operator, `selftaint drain`) or
+//     AgentRequestAnnotation (its own agent, for a rule with action: drain;
+//     its Conditions say which); MaintenanceOf picks the one served;
+//   - a slot is a Lease named SlotName(node), labelled SlotLabel, holder =
+//     the node, acquireTime = when the drain started (its deadline runs
+//     from then), annotated with the request ID it serves, its phase and
+//     the drain's progress. Given back, it keeps its Lease with the holder
+//     cleared (PhaseEnded) as the record that that request was served, so
+//     a drain given back at its deadline or uncordoned by someone else is
+//     not started again while the same request stands;
+//   - the coordinator cordons the node recording CordonAnnotation, evicts
+//     its pods, and says how it goes in the condition MaintenanceCondition.
+//
+// Decide is the coordinator's whole policy: nodes, grants, slots and its
+// memory in; the disruption guard, decided once, and on it two sibling
+// decisions: the grants to create, renew, release and delete
+// (NoExecuteDecision, the budget) and the drains to start, run, end and
+// the slots to delete (MaintenanceDecision, the pool). NodeView and SlotOf
+// build its input from API objects, so that the coordinator and
+// `selftaint explain` see the same fleet and ask the same function.
 package fleet

@@ -31,19 +31,19 @@ func (t tally) above(pct int) bool { return 100*t.reporting > pct*t.nodes }
 // fleet, from the nodes as they are now, and decides the guard and whether
 // to write it. A condition no longer watched is judged like a scope no
 // longer judged: what is tripped resets after its cool-down, never at once.
-func (d *decider) decideGuard() {
-	prev := d.in.Memory.Guard
-	g := GuardState{RenewTime: prev.RenewTime, Leader: d.in.Leader}
+func (v *view) decideGuard() {
+	prev := v.in.Memory.Guard
+	g := GuardState{RenewTime: prev.RenewTime, Leader: v.in.Leader}
 	changed := false
-	conds := slices.Collect(maps.Keys(d.in.Config.Watched))
+	conds := slices.Collect(maps.Keys(v.in.Config.Watched))
 	for c := range prev.Conditions {
-		if _, ok := d.in.Config.Watched[c]; !ok {
+		if _, ok := v.in.Config.Watched[c]; !ok {
 			conds = append(conds, c)
 		}
 	}
 	slices.Sort(conds)
 	for _, c := range conds {
-		scopes, ch := d.judgeCondition(c, prev.Conditions[c])
+		scopes, ch := v.judgeCondition(c, prev.Conditions[c])
 		changed = changed || ch
 		if len(scopes) > 0 {
 			if g.Conditions == nil {
@@ -52,19 +52,19 @@ func (d *decider) decideGuard() {
 			g.Conditions[c] = scopes
 		}
 	}
-	renewAt := prev.RenewTime.Add(d.in.Config.Guard.RenewEvery)
-	d.out.WriteGuard = changed || prev.RenewTime.IsZero() || !d.now.Before(renewAt)
-	if d.out.WriteGuard {
-		g.RenewTime = d.now
+	renewAt := prev.RenewTime.Add(v.in.Config.Guard.RenewEvery)
+	v.writeGuard = changed || prev.RenewTime.IsZero() || !v.now.Before(renewAt)
+	if v.writeGuard {
+		g.RenewTime = v.now
 	}
-	d.out.Guard = g
+	v.guard = g
 }
 
 // tallies counts condition c's reporting nodes in every zone and in the
 // fleet (FleetScope).
-func (d *decider) tallies(c corev1.NodeConditionType) map[string]tally {
+func (v *view) tallies(c corev1.NodeConditionType) map[string]tally {
 	ts := map[string]tally{}
-	for _, n := range d.nodes {
+	for _, n := range v.nodes {
 		r := 0
 		if slices.Contains(n.Reporting, c) {
 			r = 1
@@ -82,10 +82,10 @@ func (d *decider) tallies(c corev1.NodeConditionType) map[string]tally {
 // judgeCondition judges c in every scope that is judged now or was
 // tripped, and returns the scopes to keep (tripped, or with nodes
 // reporting) and whether one tripped or reset.
-func (d *decider) judgeCondition(c corev1.NodeConditionType, prev map[string]Scope) (map[string]Scope, bool) {
-	ts := d.tallies(c)
-	_, watched := d.in.Config.Watched[c]
-	minNodes := max(d.in.Config.Guard.MinNodes, 1)
+func (v *view) judgeCondition(c corev1.NodeConditionType, prev map[string]Scope) (map[string]Scope, bool) {
+	ts := v.tallies(c)
+	_, watched := v.in.Config.Watched[c]
+	minNodes := max(v.in.Config.Guard.MinNodes, 1)
 	judged := map[string]bool{}
 	if watched {
 		for s, t := range ts {
@@ -105,7 +105,7 @@ func (d *decider) judgeCondition(c corev1.NodeConditionType, prev map[string]Sco
 		if !names[s] {
 			continue
 		}
-		sc, keep, ch := d.judgeScope(c, s, prev[s], ts[s], judged[s])
+		sc, keep, ch := v.judgeScope(c, s, prev[s], ts[s], judged[s])
 		changed = changed || ch
 		if keep {
 			out[s] = sc
@@ -119,11 +119,11 @@ func (d *decider) judgeCondition(c corev1.NodeConditionType, prev map[string]Sco
 // stayed at or below Threshold - ResetMargin (or the scope has not been
 // judged) for CoolDown. It returns the new scope, whether to keep it in the
 // state, and whether it tripped or reset.
-func (d *decider) judgeScope(c corev1.NodeConditionType, name string, prev Scope, t tally, judged bool) (Scope, bool, bool) {
-	cfg := d.in.Config.Guard
+func (v *view) judgeScope(c corev1.NodeConditionType, name string, prev Scope, t tally, judged bool) (Scope, bool, bool) {
+	cfg := v.in.Config.Guard
 	s := prev
 	s.Unhealthy, s.Nodes = t.reporting, t.nodes
-	if !d.in.Memory.Decided {
+	if !v.in.Memory.Decided {
 		// A new leader: a cool-down counts only what it has seen itself.
 		s.BelowSince = nil
 	}
@@ -132,8 +132,8 @@ func (d *decider) judgeScope(c corev1.NodeConditionType, name string, prev Scope
 		if !judged || !t.above(cfg.Threshold) {
 			return s, t.reporting > 0, false
 		}
-		s.Tripped, s.Since = true, d.now
-		d.event("", true, EventGuardTripped,
+		s.Tripped, s.Since = true, v.now
+		v.event("", true, EventGuardTripped,
 			"the disruption guard for %s tripped %s: %d of %d nodes (%s) report it, more than the threshold %d%%; no new NoExecute grants and no new taints for %s will be made there until it resets (after the share stays at or below %d%% for %s)",
 			c, where(name), t.reporting, t.nodes, t.share(), cfg.Threshold, c, cfg.Threshold-cfg.ResetMargin, cfg.CoolDown)
 		return s, true, true
@@ -143,17 +143,17 @@ func (d *decider) judgeScope(c corev1.NodeConditionType, name string, prev Scope
 		return s, true, false
 	}
 	if s.BelowSince == nil {
-		now := d.now
+		now := v.now
 		s.BelowSince = &now
 	}
 	resetAt := s.BelowSince.Add(cfg.CoolDown)
-	if d.now.Before(resetAt) {
-		d.at(resetAt)
+	if v.now.Before(resetAt) {
+		v.at(resetAt)
 		return s, true, false
 	}
 	below := *s.BelowSince
-	s.Tripped, s.Since, s.BelowSince = false, d.now, nil
-	d.event("", false, EventGuardReset,
+	s.Tripped, s.Since, s.BelowSince = false, v.now, nil
+	v.event("", false, EventGuardReset,
 		"the disruption guard for %s reset %s: %d of %d nodes (%s) report it, at or below %d%% since %s%s (the cool-down is %s); new grants and taints for %s may be made there again",
 		c, where(name), t.reporting, t.nodes, t.share(), cfg.Threshold-cfg.ResetMargin, stamp(below), unjudged(judged, cfg.MinNodes), cfg.CoolDown, c)
 	return s, judged && t.reporting > 0, true

@@ -29,7 +29,18 @@ import (
 //   - no zone starts more than RatePerMinute grants in any minute;
 //   - a grant goes only to a waiting node (asking, Ready, no live grant),
 //     and is made only while the budget has room;
-//   - Decide is deterministic.
+//   - Decide is deterministic;
+//   - the maintenance pool (simulated beside, with a random source of its
+//     own so that the NoExecute scenarios stay as they were: operators'
+//     and agents' drain requests made, withdrawn and replaced, nodes
+//     cordoned and uncordoned by someone else, drains that finish or, past
+//     a forced deadline, end blocked) never makes more nodes unavailable
+//     than its size: after a decision, the nodes it counts exceed its size
+//     only where every one of them was unavailable before it (NotReady,
+//     cordoned, or draining); what it counts is what the world shows; a
+//     drain starts only for a node that asks, holds no slot, has not been
+//     served for that request, and, for a sick-node request, reports one
+//     of its conditions that the guard does not hold.
 //
 // The agents follow two rules the budget depends on: NoExecute only while
 // Granted says so, and only under a grant first seen while the current
@@ -57,6 +68,12 @@ type simNode struct {
 	seen      *coordinationv1.Lease
 	seenAt    time.Time
 	firstSeen time.Time
+
+	// Maintenance: its request, spec.unschedulable and the cordon
+	// annotation (the request ID it was cordoned for, "" for none).
+	maint         *Maintenance
+	unschedulable bool
+	cordonedFor   string
 }
 
 type sim struct {
@@ -80,6 +97,17 @@ type sim struct {
 	// The harness's own records.
 	starts map[string][]time.Time // grant starts by zone
 	grants int
+
+	// The maintenance pool: its own random source, the slot Leases by
+	// node, the pool's size as the harness works it out, the request IDs
+	// each node was served for while its current request stands, the
+	// drains ordered forced, and how many drains started.
+	mrng     *rand.Rand
+	slots    map[string]*Slot
+	poolSize int
+	served   map[string]map[string]bool
+	forced   map[string]bool
+	drains   int
 }
 
 func newSim(t *testing.T, seed uint64) *sim {
@@ -107,7 +135,29 @@ func newSim(t *testing.T, seed uint64) *sim {
 		sm.budget = (pct*n + 99) / 100
 	}
 	sm.mem = Memory{Since: t0}
+	sm.newPool(seed, n, zones)
 	return sm
+}
+
+// newPool sets the maintenance pool up: a count or a percent of the
+// nodes, sometimes a bound per zone.
+func (sm *sim) newPool(seed uint64, n, zones int) {
+	sm.mrng = rand.New(rand.NewPCG(seed, 0xd2a1))
+	sm.slots, sm.served, sm.forced = map[string]*Slot{}, map[string]map[string]bool{}, map[string]bool{}
+	mc := MaintenanceConfig{DefaultDeadline: time.Duration(1+sm.mrng.IntN(3)) * time.Minute}
+	if sm.mrng.IntN(2) == 0 {
+		sm.poolSize = 1 + sm.mrng.IntN(3)
+		mc.MaxParallel = intstr.FromInt(sm.poolSize)
+	} else {
+		pct := 10 + sm.mrng.IntN(31)
+		mc.MaxParallel = intstr.FromString(fmt.Sprintf("%d%%", pct))
+		sm.poolSize = (pct*n + 99) / 100
+	}
+	if zones > 1 && sm.mrng.IntN(2) == 0 {
+		one := intstr.FromInt(1)
+		mc.MaxParallelPerZone = &one
+	}
+	sm.cfg.Maintenance = mc
 }
 
 func (sm *sim) run(steps int) {
@@ -124,12 +174,16 @@ func (sm *sim) run(steps int) {
 		sm.agentsAct(first, false)
 		sm.agentsSee()
 		sm.checkBudget()
+		sm.drainsProgress()
 		if sm.t.Failed() {
 			sm.t.Fatalf("step %d at %v: %s", i, sm.now.Sub(t0), sm.describe())
 		}
 	}
 	if sm.grants == 0 && sm.budget > 0 {
 		sm.t.Errorf("no grant in %d steps: the simulation tests nothing", steps)
+	}
+	if sm.drains == 0 && sm.poolSize > 0 {
+		sm.t.Errorf("no drain started in %d steps: the simulation tests nothing of the pool", steps)
 	}
 }
 
@@ -169,6 +223,7 @@ func (sm *sim) world() {
 	}
 	for _, n := range sm.nodes {
 		sm.nodeChanges(n)
+		sm.maintenanceChanges(n)
 	}
 	if sm.chance(0.01) {
 		sm.nodes[sm.rng.IntN(len(sm.nodes))].dead = true
@@ -231,7 +286,18 @@ func (sm *sim) input() Input {
 			sm.watchAlive(n.name, r.Alive)
 		}
 		node.AliveSeen = sm.aliveSeen[n.name]
+		node.Unschedulable, node.CordonedFor = n.unschedulable, n.cordonedFor
+		if n.maint != nil {
+			r, err := ParseMaintenanceRequest(n.maint.Annotation, n.maint.Request.Format())
+			if err != nil {
+				sm.t.Fatalf("maintenance request of %s: %v", n.name, err)
+			}
+			node.Maintenance = &Maintenance{Annotation: n.maint.Annotation, Request: r}
+		}
 		in.Nodes = append(in.Nodes, node)
+	}
+	for _, name := range slices.Sorted(maps.Keys(sm.slots)) {
+		in.Slots = append(in.Slots, *sm.slots[name])
 	}
 	for _, name := range slices.Sorted(maps.Keys(sm.leases)) {
 		l := sm.leases[name]
@@ -281,6 +347,7 @@ func (sm *sim) decideWith(in Input, d Decision) {
 		sm.grants++
 		sm.checkRate(zone)
 	}
+	sm.applyMaintenance(in, d)
 	if d.WriteGuard {
 		g, err := DecodeGuard(EncodeGuard(d.Guard))
 		if err != nil {
@@ -388,4 +455,171 @@ func (sm *sim) describe() string {
 		s += "\n"
 	}
 	return s
+}
+
+// maintenanceChanges: an operator or the node's agent asks for a drain,
+// withdraws or replaces the request; someone else cordons or uncordons
+// the node (kubectl leaves the cordon annotation as it is).
+func (sm *sim) maintenanceChanges(n *simNode) {
+	r := sm.mrng
+	switch {
+	case n.maint == nil && r.Float64() < 0.04:
+		n.maint = sm.newRequest()
+		delete(sm.served, n.name)
+	case n.maint != nil && r.Float64() < 0.03:
+		n.maint = nil
+		delete(sm.served, n.name)
+	case n.maint != nil && r.Float64() < 0.01:
+		n.maint = sm.newRequest()
+		delete(sm.served, n.name)
+	}
+	switch {
+	case !n.unschedulable && r.Float64() < 0.01:
+		n.unschedulable = true
+	case n.unschedulable && r.Float64() < 0.02:
+		n.unschedulable = false
+	}
+}
+
+func (sm *sim) newRequest() *Maintenance {
+	r := sm.mrng
+	req := MaintenanceRequest{Version: MaintenanceVersion, Reason: "r", RequestedBy: "sim", RequestedAt: sm.now}
+	if r.IntN(2) == 0 {
+		req.Conditions = []corev1.NodeConditionType{[]corev1.NodeConditionType{condA, condB}[r.IntN(2)]}
+		return &Maintenance{Annotation: AgentRequestAnnotation, Request: req}
+	}
+	req.Deadline = []string{"", "30s", "2m"}[r.IntN(3)]
+	if r.IntN(2) == 0 {
+		req.OnDeadline = OnDeadlineForce
+	}
+	return &Maintenance{Annotation: OperatorRequestAnnotation, Request: req}
+}
+
+// drainsProgress: a draining node's drain finishes now and then; a forced
+// one past its deadline may end with only what its request leaves.
+func (sm *sim) drainsProgress() {
+	for _, name := range slices.Sorted(maps.Keys(sm.slots)) {
+		sl := sm.slots[name]
+		if sl.Holder == "" || sl.Phase != PhaseDraining {
+			continue
+		}
+		switch p := sm.mrng.Float64(); {
+		case sm.forced[name] && p < 0.3:
+			sl.Phase = PhaseBlocked
+		case p < 0.15:
+			sl.Phase = PhaseDrained
+		}
+	}
+}
+
+// unavailable are the nodes the pool counts in the world now (the
+// harness's own reading of the rules), sorted; inFact those unavailable
+// in fact: NotReady, cordoned, or draining.
+func (sm *sim) unavailable() (counted []string, inFact map[string]bool) {
+	inFact = map[string]bool{}
+	for _, n := range sm.nodes {
+		sl := sm.slots[n.name]
+		held := sl != nil && sl.Holder == n.name
+		draining := held && sl.Phase != PhaseDrained
+		if !n.ready || n.unschedulable || draining {
+			inFact[n.name] = true
+		}
+		if draining || (!held && (!n.ready || (n.unschedulable && n.cordonedFor == ""))) {
+			counted = append(counted, n.name)
+		}
+	}
+	slices.Sort(counted)
+	return counted, inFact
+}
+
+// applyMaintenance writes the maintenance decision as the coordinator
+// would (end: uncordon what it cordoned, clear the holder; delete; start:
+// take the slot, cordon a schedulable node recording the request), and
+// checks it.
+func (sm *sim) applyMaintenance(in Input, d Decision) {
+	m := d.Maintenance
+	_, before := sm.unavailable()
+	sm.checkStarts(in, d)
+	for _, name := range slices.Sorted(maps.Keys(m.End)) {
+		sl, n := sm.slots[name], sm.node(name)
+		if sl == nil || sl.Holder == "" {
+			sm.t.Errorf("ended %s, which holds no slot", name)
+			continue
+		}
+		if sm.served[name] == nil {
+			sm.served[name] = map[string]bool{}
+		}
+		sm.served[name][sl.RequestID] = true
+		sl.Holder, sl.Phase = "", PhaseEnded
+		if n.cordonedFor != "" {
+			n.unschedulable, n.cordonedFor = false, ""
+		}
+	}
+	for _, name := range m.Delete {
+		delete(sm.slots, name)
+	}
+	for _, name := range m.Start {
+		n := sm.node(name)
+		id := n.maint.ID()
+		sm.slots[name] = &Slot{Node: name, Holder: name, Zone: n.zone, RequestID: id, Phase: PhaseDraining, Acquired: sm.now}
+		if !n.unschedulable {
+			n.unschedulable, n.cordonedFor = true, id
+		}
+		sm.drains++
+	}
+	for name, o := range m.Drain {
+		sm.forced[name] = o.Force
+	}
+	after, _ := sm.unavailable()
+	if m.Size != sm.poolSize {
+		sm.t.Errorf("pool size: got %d, want %d", m.Size, sm.poolSize)
+	}
+	if !slices.Equal(m.Unavailable, after) {
+		sm.t.Errorf("the decision counts %v unavailable, the world shows %v", m.Unavailable, after)
+	}
+	var newly []string
+	for _, name := range after {
+		if !before[name] {
+			newly = append(newly, name)
+		}
+	}
+	if len(newly) > 0 && len(after) > m.Size {
+		sm.t.Errorf("made %v unavailable, leaving %d unavailable %v over the pool of %d", newly, len(after), after, m.Size)
+	}
+}
+
+// checkStarts: a drain starts only for a node that asks, holds no slot,
+// was not served for that request, and, asking for its conditions,
+// reports one the guard does not hold.
+func (sm *sim) checkStarts(in Input, d Decision) {
+	for _, name := range d.Maintenance.Start {
+		var n Node
+		for _, x := range in.Nodes {
+			if x.Name == name {
+				n = x
+			}
+		}
+		if n.Maintenance == nil {
+			sm.t.Errorf("started %s, which does not ask", name)
+			continue
+		}
+		if sl := sm.slots[name]; sl != nil && sl.Holder != "" {
+			sm.t.Errorf("started %s, which holds a slot", name)
+		}
+		if sm.served[name][n.Maintenance.ID()] {
+			sm.t.Errorf("started %s again for request %s, which was served", name, n.Maintenance.ID())
+		}
+		conds := n.Maintenance.Request.Conditions
+		if len(conds) == 0 {
+			continue
+		}
+		reported, free := false, false
+		for _, c := range conds {
+			tripped, _ := d.Guard.Tripped(c, n.Zone)
+			reported, free = reported || slices.Contains(n.Reporting, c), free || !tripped
+		}
+		if !reported || !free {
+			sm.t.Errorf("started %s for %v, reporting %v, guard %+v: none reported, or the guard holds them all", name, conds, n.Reporting, d.Guard.Conditions)
+		}
+	}
 }

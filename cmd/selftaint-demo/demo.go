@@ -281,37 +281,33 @@ func (d *demo) selftaint(ctx context.Context, args ...string) ([]byte, []string,
 
 // followCommand runs a selftaint command that takes a while, sending its
 // output, stdout and stderr as they come, to output line by line, and
-// closes output once the command has exited. It returns the timeline's
-// line that tells how it exited, and its exit code; an error only where
-// it could not run.
-func (d *demo) followCommand(ctx context.Context, output chan<- string, args ...string) ([]string, int, error) {
+// closes output once the command has exited. It returns its exit code;
+// an error only where it could not run.
+func (d *demo) followCommand(ctx context.Context, output chan<- string, args ...string) (int, error) {
 	defer close(output)
-	shown := strings.Join(shownArgs(args), " ")
 	cmd := exec.CommandContext(ctx, d.opts.selftaint, append(args, "--kubeconfig="+d.cp.KubeconfigPath)...)
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	defer r.Close()
 	cmd.Stdout, cmd.Stderr = w, w
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
-		return nil, 0, fmt.Errorf("selftaint %s: %w", shown, err)
+		return 0, fmt.Errorf("selftaint %s: %w", strings.Join(args, " "), err)
 	}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		output <- sc.Text()
 	}
-	err = cmd.Wait()
 	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return []string{d.log.line("selftaint %s exited 0", shown)}, 0, nil
-	case errors.As(err, &exit):
-		return []string{d.log.line("selftaint %s exited with status %d", shown, exit.ExitCode())}, exit.ExitCode(), nil
+	if err := cmd.Wait(); errors.As(err, &exit) {
+		return exit.ExitCode(), nil
+	} else if err != nil {
+		return 0, fmt.Errorf("selftaint %s: %w", strings.Join(args, " "), err)
 	}
-	return nil, 0, fmt.Errorf("selftaint %s: %w", shown, err)
+	return 0, nil
 }
 
 // shownArgs is how the timeline shows a command's arguments: the config by

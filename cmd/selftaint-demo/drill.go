@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -110,6 +111,15 @@ func (d *demo) drill(ctx context.Context, v *view) error {
 	})
 }
 
+// player is where play is in a script: the next cue, the one running,
+// and a followed command's output, line by line.
+type player struct {
+	next    int
+	current cue
+	running chan acted
+	output  chan string
+}
+
 // play runs s's script, showing every 100ms what changed on the nodes and
 // pods, until every cue has run and s is over.
 func (d *demo) play(ctx context.Context, v *view, s stage) error {
@@ -119,57 +129,69 @@ func (d *demo) play(ctx context.Context, v *view, s stage) error {
 			d.log.release(nil)
 		}
 	}()
-	next := 0
-	var current cue
-	var running chan acted
-	var output chan string // a followed command's output, line by line
+	var p player
 	deadline := time.Now().Add(s.timeout)
-	for next < len(s.cues) || running != nil || !s.over(v) {
+	for p.next < len(s.cues) || p.running != nil || !s.over(v) {
 		if time.Now().After(deadline) {
-			what := "a command still running"
-			if next < len(s.cues) {
-				what = "waiting for " + s.cues[next].waitsFor
-			} else if running == nil {
-				what = s.stalled(v)
-			}
-			return fmt.Errorf("the drill did not finish in time: %s", what)
+			return fmt.Errorf("the drill did not finish in time: %s", p.waitsFor(v, s))
 		}
-		if running == nil && next < len(s.cues) && s.cues[next].ready(v) {
-			current = s.cues[next]
-			running, output = d.start(ctx, v, current)
-			next++
+		if p.running == nil && p.next < len(s.cues) && s.cues[p.next].ready(v) {
+			p.current = s.cues[p.next]
+			p.running, p.output = d.start(ctx, v, p.current)
+			p.next++
 		}
 		if err := d.observe(ctx, v); err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case l, ok := <-output:
-			if !ok {
-				output = nil
-				continue
-			}
-			v.followedLine(d.log, l)
-		case r := <-running:
-			if output != nil {
-				// A followed command has exited: its last lines are in
-				// the pipe.
-				for l := range output {
-					v.followedLine(d.log, l)
-				}
-				output = nil
-			}
-			d.log.release(r.lines)
-			if r.err != nil {
-				return r.err
-			}
-			if current.follow != nil {
-				v.followed(r.code)
-			}
-			running = nil
-		case <-time.After(100 * time.Millisecond):
+		if err := d.await(ctx, v, &p); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// waitsFor says what a script that takes too long still waits for.
+func (p *player) waitsFor(v *view, s stage) string {
+	switch {
+	case p.next < len(s.cues):
+		return "waiting for " + s.cues[p.next].waitsFor
+	case p.running != nil:
+		return "a command still running"
+	}
+	return s.stalled(v)
+}
+
+// await waits up to 100ms for a line of the running command's output or
+// for its end, and shows it.
+func (d *demo) await(ctx context.Context, v *view, p *player) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case l, ok := <-p.output:
+		if !ok {
+			p.output = nil
+			return nil
+		}
+		v.followedLine(d.log, l)
+	case r := <-p.running:
+		if p.output != nil {
+			// A followed command has exited: its last lines are in the
+			// pipe.
+			for l := range p.output {
+				v.followedLine(d.log, l)
+			}
+			p.output = nil
+		}
+		d.log.release(r.lines)
+		p.running = nil
+		if r.err != nil {
+			return r.err
+		}
+		if f := p.current.follow; f != nil {
+			d.log.say("selftaint %s exited with status %d", strings.Join(shownArgs(f), " "), r.code)
+			v.followed(r.code)
+		}
+	case <-time.After(100 * time.Millisecond):
 	}
 	return nil
 }
@@ -187,10 +209,11 @@ func (d *demo) start(ctx context.Context, v *view, c cue) (chan acted, chan stri
 	}
 	done := make(chan acted, 1)
 	if c.follow != nil {
+		d.log.say("$ selftaint %s", strings.Join(shownArgs(c.follow), " "))
 		output := make(chan string, 64)
 		go func() {
-			lines, code, err := d.followCommand(ctx, output, c.follow...)
-			done <- acted{lines, code, err}
+			code, err := d.followCommand(ctx, output, c.follow...)
+			done <- acted{code: code, err: err}
 		}()
 		return done, output
 	}

@@ -31,7 +31,7 @@ const (
 	// sickFault is how long the GPU fault on the first node lasts: long
 	// enough for its drain to finish; when it ends, endWhenHealthy gives
 	// the node back.
-	sickFault = 40 * time.Second
+	sickFault = 30 * time.Second
 	// secondFault is how long the second node's GPU fault lasts: past the
 	// blocked drain's deadline and its own drain.
 	secondFault = 2 * time.Minute
@@ -331,9 +331,10 @@ func (d *demo) maintPart(ctx context.Context, v *view) error {
 	for _, p := range pods {
 		d.log.plain(fmt.Sprintf("%spod %s/%s on %s (%s)", indent, namespace, p.Name, p.Spec.NodeName, ownerText(&p)))
 	}
-	if err := v.startMaint(ctx, d, pods); err != nil {
+	if err := v.startMaint(ctx, d, pods, time.Now()); err != nil {
 		return err
 	}
+	defer v.maint.stop()
 	m := d.cast.maint
 	return d.play(ctx, v, stage{
 		cues:    d.maintScript(),
@@ -341,6 +342,13 @@ func (d *demo) maintPart(ctx context.Context, v *view) error {
 		stalled: maintStalled(m),
 		timeout: m.sick.lasts + m.deadline + 2*time.Minute,
 	})
+}
+
+// withoutRequest is a SelftaintMaintenance message without the request
+// it ends with (" (request ID: reason by who)"), for a table.
+func withoutRequest(msg string) string {
+	s, _, _ := strings.Cut(msg, " (request ")
+	return s
 }
 
 // ownerText names p's controller kind and workload ("Deployment web").
@@ -375,9 +383,13 @@ func (d *demo) nodesTable(ctx context.Context) ([]string, error) {
 		}
 		maint := ""
 		if c := maintenanceCondition(n); c != nil {
-			maint = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+			maint = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, withoutRequest(c.Message))
 		}
 		rows = append(rows, []string{n.Name, status, maint})
 	}
-	return tableLines(rows), nil
+	lines := tableLines(rows)
+	for i, l := range lines {
+		lines[i] = indent + l
+	}
+	return lines, nil
 }

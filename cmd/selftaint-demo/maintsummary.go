@@ -103,6 +103,9 @@ func partPodTable(mv *maintView) []string {
 			}
 			return 1
 		}
+		if c := a.seen.Compare(b.seen); c != 0 && !a.original {
+			return c
+		}
 		return strings.Compare(a.name, b.name)
 	})
 	rows := [][]string{{"POD", "OF", "NODE", "EVICTED"}}
@@ -199,23 +202,32 @@ func poolClaim(mostSlots int, second string, w maintSeen, blocked string, b main
 		return fmt.Sprintf("NOT SHOWN: %s got the slot before %s gave it back.", second, blocked)
 	}
 	return fmt.Sprintf("One drain at a time (maxParallel: 1, at most %d slot held at once): %s waited %s (%q) while %s held the slot, and got it %s after %s's was given back.",
-		mostSlots, second, since(w.waiting, w.draining), w.waitMsg, blocked, since(b.ended, w.draining), blocked)
+		mostSlots, second, since(w.waiting, w.draining), withoutRequest(w.waitMsg), blocked, since(b.ended, w.draining), blocked)
 }
 
-// blockedClaim checks that the blocked drain named its PDB, ended
-// DrainBlocked at its deadline, uncordoned, and that `drain --wait`
-// failed naming the PDB.
+// blockedClaim checks that the blocked drain named its PDB while it ran,
+// ended DrainBlocked at its deadline still naming it, uncordoned, and
+// that `drain --wait` (done, exit code, output out) failed with an error
+// naming the PDB.
 func blockedClaim(node string, st maintSeen, pdb string, deadline time.Duration, done bool, code int, out []string) string {
-	named := slices.ContainsFunc(out, func(l string) bool { return strings.Contains(l, "PodDisruptionBudget") && strings.Contains(l, pdb) })
+	names := func(s string) bool { return strings.Contains(s, "PodDisruptionBudget") && strings.Contains(s, pdb) }
+	closing := ""
+	if len(out) > 0 {
+		closing = out[len(out)-1]
+	}
 	switch {
-	case !strings.Contains(st.refusal, pdb):
+	case !names(st.refusal):
 		return fmt.Sprintf("NOT SHOWN: %s's condition never named PodDisruptionBudget %s.", node, pdb)
 	case st.ended.IsZero() || st.endReason != fleet.ReasonDrainBlocked:
 		return fmt.Sprintf("NOT SHOWN: %s's drain did not end DrainBlocked (ended: %q).", node, st.endReason)
 	case st.uncordoned.IsZero():
 		return fmt.Sprintf("NOT SHOWN: %s was not uncordoned when its drain was given back.", node)
-	case !done || code == 0 || !named:
-		return fmt.Sprintf("NOT SHOWN: selftaint drain --wait %s did not fail naming PodDisruptionBudget %s (exit code %d).", node, pdb, code)
+	case !names(st.endMsg):
+		return fmt.Sprintf("NOT SHOWN: %s was given back DrainBlocked, but its condition then no longer named what blocked it (PodDisruptionBudget %s): %q.", node, pdb, st.endMsg)
+	case !done || code == 0:
+		return fmt.Sprintf("NOT SHOWN: selftaint drain --wait %s did not fail (exit code %d).", node, code)
+	case !names(closing):
+		return fmt.Sprintf("NOT SHOWN: selftaint drain --wait %s exited %d, but its error did not name PodDisruptionBudget %s: %q.", node, code, pdb, closing)
 	}
 	return fmt.Sprintf("A drain that cannot finish says why, and ends: %s's was refused by PodDisruptionBudget %s; %s after it started (deadline %s) it was given back DrainBlocked and uncordoned, and selftaint drain --wait exited %d naming the PDB.",
 		node, pdb, since(st.draining, st.ended), deadline, code)

@@ -40,6 +40,8 @@ type maintView struct {
 	followOut  []string
 	followCode int
 	followDone bool
+	// stop ends the watch behind avail.
+	stop context.CancelFunc
 }
 
 // maintSeen is what the live view last showed of one node of the drain
@@ -64,13 +66,13 @@ type maintSeen struct {
 // it.
 type partPod struct {
 	name, owner, node string
-	original          bool // running when the part began
-	evicted           time.Time
+	original          bool      // running when the part began
+	seen, evicted     time.Time // first seen on its node; evicted
 }
 
 // startMaint starts the drain part's view: its nodes, the pods running
-// now, and the watch on the PDB-guarded workload's pods.
-func (v *view) startMaint(ctx context.Context, d *demo, pods []corev1.Pod) error {
+// now, and the watch on the PDB-guarded workload's pods (mv.stop ends it).
+func (v *view) startMaint(ctx context.Context, d *demo, pods []corev1.Pod, now time.Time) error {
 	m := d.cast.maint
 	mv := &maintView{nodes: map[string]*maintSeen{}, pods: map[types.UID]*partPod{}}
 	mv.nodes[m.sick.node] = &maintSeen{fault: &m.sick}
@@ -78,11 +80,13 @@ func (v *view) startMaint(ctx context.Context, d *demo, pods []corev1.Pod) error
 	mv.nodes[m.blocked] = &maintSeen{}
 	for i := range pods {
 		p := &pods[i]
-		mv.pods[p.UID] = &partPod{name: p.Name, owner: ownerText(p), node: p.Spec.NodeName, original: true}
+		mv.pods[p.UID] = &partPod{name: p.Name, owner: ownerText(p), node: p.Spec.NodeName, original: true, seen: now}
 	}
 	g := m.guarded()
+	ctx, mv.stop = context.WithCancel(ctx)
 	a, err := watchAvailability(ctx, d.client, g.name, int(g.replicas))
 	if err != nil {
+		mv.stop()
 		return err
 	}
 	mv.avail = a
@@ -161,7 +165,8 @@ func ptrValue(s *string) string {
 // SelftaintMaintenance condition; and tells the part's moments.
 func (d *demo) showMaintNode(mv *maintView, name string, st *maintSeen, n *corev1.Node, now time.Time) {
 	if c := taints.FindCondition(n, gpuCondition); c != nil {
-		if s := fmt.Sprintf("%s=%s (%s)", gpuCondition, c.Status, c.Reason); s != st.gpu {
+		// A healthy GPU is not news until it was seen failing.
+		if s := fmt.Sprintf("%s=%s (%s)", gpuCondition, c.Status, c.Reason); s != st.gpu && (st.gpu != "" || c.Status != corev1.ConditionFalse) {
 			d.log.say("%s  condition %s: %s", name, s, c.Message)
 			st.gpu = s
 		}
@@ -330,7 +335,7 @@ func (d *demo) showPartPods(ctx context.Context, mv *maintView, now time.Time) e
 		seen := mv.pods[p.UID]
 		switch {
 		case seen == nil && p.Spec.NodeName != "":
-			seen = &partPod{name: p.Name, owner: ownerText(p), node: p.Spec.NodeName}
+			seen = &partPod{name: p.Name, owner: ownerText(p), node: p.Spec.NodeName, seen: now}
 			mv.pods[p.UID] = seen
 			d.log.say("pod %s (%s) new: made by its controller, put on %s by kube-scheduler", p.Name, seen.owner, seen.node)
 		case seen != nil && p.DeletionTimestamp != nil && seen.evicted.IsZero():

@@ -207,8 +207,9 @@ func claimView() (maintSeen, maintSeen, maintSeen, map[types.UID]*partPod) {
 	pods := map[types.UID]*partPod{
 		"1": {name: "web-a", owner: "Deployment web", node: "vnode-4", original: true, evicted: sec(0.5)},
 		"2": {name: "db-0", owner: "StatefulSet db", node: "vnode-4", original: true, evicted: sec(0.5)},
-		"3": {name: "web-b", owner: "Deployment web", node: "vnode-2"},
-		"4": {name: "db-0", owner: "StatefulSet db", node: "vnode-3"},
+		"3": {name: "web-b", owner: "Deployment web", node: "vnode-2", seen: sec(0.6)},
+		"4": {name: "db-0", owner: "StatefulSet db", node: "vnode-3", seen: sec(1)},
+		"6": {name: "db-0", owner: "StatefulSet db", node: "vnode-1", seen: sec(29)}, // moved by the second node's drain
 		"5": {name: "ledger-x", owner: "Deployment ledger", node: "vnode-6", original: true},
 	}
 	return sick, second, blocked, pods
@@ -222,7 +223,7 @@ func TestMaintClaims(t *testing.T) {
 	good := []struct {
 		name, got, want string
 	}{
-		{"drained", drainedClaim("vnode-4", sick, pods), "evicted its 2 pods through the Eviction API: Drained 6.7s after it asked. Their controllers made them again and kube-scheduler put them on vnode-2, vnode-3."},
+		{"drained", drainedClaim("vnode-4", sick, pods, sec(28)), "evicted its 2 pods through the Eviction API: Drained 6.7s after it asked. Their controllers made them again and kube-scheduler put them on vnode-2, vnode-3."},
 		{"pdb", pdbClaim(db, 1, nil), "StatefulSet db never had more than 1 of its 2 pods unavailable"},
 		{"pool", poolClaim(1, "vnode-5", second, "vnode-6", blocked), `vnode-5 waited 19.9s ("1st in line of 1 for a maintenance slot") while vnode-6 held the slot, and got it 0.4s after`},
 		{"blocked", blockedClaim("vnode-6", blocked, "ledger", 20*time.Second, true, 1, out), "refused by PodDisruptionBudget ledger; 20.0s after it started (deadline 20s) it was given back DrainBlocked and uncordoned, and selftaint drain --wait exited 1"},
@@ -253,9 +254,9 @@ func TestMaintClaims(t *testing.T) {
 	bad := []struct {
 		name, got, want string
 	}{
-		{"pod left on the drained node", drainedClaim("vnode-4", sick, notEvicted), "NOT SHOWN: vnode-4 was Drained, yet its pod web-a was never evicted"},
-		{"pod not made again", drainedClaim("vnode-4", sick, notRemade), "NOT SHOWN: 1 pod(s) of Deployment web"},
-		{"never cordoned by us", drainedClaim("vnode-4", neverCordoned, pods), "NOT SHOWN: vnode-4 was drained but never seen cordoned"},
+		{"pod left on the drained node", drainedClaim("vnode-4", sick, notEvicted, time.Time{}), "NOT SHOWN: vnode-4 was Drained, yet its pod web-a was never evicted"},
+		{"pod not made again", drainedClaim("vnode-4", sick, notRemade, time.Time{}), "NOT SHOWN: 1 pod(s) of Deployment web"},
+		{"never cordoned by us", drainedClaim("vnode-4", neverCordoned, pods, sec(28)), "NOT SHOWN: vnode-4 was drained but never seen cordoned"},
 		{"two unavailable", pdbClaim(db, 2, nil), "PDB VIOLATED: StatefulSet db had 2 of 2 pods unavailable"},
 		{"never moved", pdbClaim(db, 0, nil), "NOT SHOWN: no pod of StatefulSet db"},
 		{"two slots", poolClaim(2, "vnode-5", second, "vnode-6", blocked), "POOL EXCEEDED"},

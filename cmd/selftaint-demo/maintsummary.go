@@ -126,7 +126,7 @@ func maintClosing(mv *maintView, m maintCast) []string {
 	g := m.guarded()
 	_, most := mv.avail.now()
 	return []string{
-		drainedClaim(m.sick.node, *sick, mv.pods),
+		drainedClaim(m.sick.node, *sick, mv.pods, second.draining),
 		pdbClaim(g, most, mv.avail.failed()),
 		poolClaim(mv.mostSlots, m.second.node, *second, m.blocked, *blocked),
 		blockedClaim(m.blocked, *blocked, m.refusing().name, m.deadline, mv.followDone, mv.followCode, mv.followOut),
@@ -135,8 +135,9 @@ func maintClosing(mv *maintView, m maintCast) []string {
 }
 
 // drainedClaim checks that the sick node was drained, cordoned by us, and
-// that its pods were evicted and replaced elsewhere.
-func drainedClaim(node string, st maintSeen, pods map[types.UID]*partPod) string {
+// that its pods were evicted and made again elsewhere: new pods seen before
+// until, when the next drain that moved pods began (zero: no such drain).
+func drainedClaim(node string, st maintSeen, pods map[types.UID]*partPod, until time.Time) string {
 	switch {
 	case st.asked.IsZero():
 		return fmt.Sprintf("NOT SHOWN: %s's agent never asked for a drain.", node)
@@ -154,7 +155,7 @@ func drainedClaim(node string, st maintSeen, pods map[types.UID]*partPod) string
 			replaced[p.owner]--
 		case p.original && p.node == node:
 			return fmt.Sprintf("NOT SHOWN: %s was Drained, yet its pod %s was never evicted.", node, p.name)
-		case !p.original && p.node != node:
+		case !p.original && p.node != node && (until.IsZero() || p.seen.Before(until)):
 			replaced[p.owner]++
 			if !slices.Contains(elsewhere, p.node) {
 				elsewhere = append(elsewhere, p.node)

@@ -78,6 +78,7 @@ var reservedConditions = map[corev1.NodeConditionType]string{
 	corev1.NodeDiskPressure:       "the kubelet",
 	corev1.NodePIDPressure:        "the kubelet",
 	corev1.NodeNetworkUnavailable: "the network plugin / cloud route controller",
+	fleet.MaintenanceCondition:    "selftaint's coordinator (it says how the node's maintenance drain goes)",
 }
 
 // Config is the whole configuration file.

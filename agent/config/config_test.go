@@ -157,6 +157,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad init mode", "initialization:\n  mode: sometimes\n", []string{"initialization.mode", "sometimes"}},
 		{"reserved init taint", "initialization:\n  taint: {key: node.kubernetes.io/not-ready, effect: NoSchedule}\n", []string{"initialization.taint.key", "node lifecycle"}},
 		{"unknown required condition", "initialization:\n  requiredConditions: [Nope]\n", []string{"initialization.requiredConditions[0]", "no probe or check feeds"}},
+		{"check on the coordinator's condition", "checks:\n  custom:\n  - {name: x, condition: SelftaintMaintenance, path: /bin/true}\n", []string{"checks.custom[0].condition", "coordinator"}},
 		{"check on kubelet condition", "checks:\n  custom:\n  - {name: x, condition: Ready, path: /bin/true}\n", []string{"checks.custom[0].condition", "kubelet"}},
 		{"check without path", "checks:\n  custom:\n  - {name: x, condition: XProblem}\n", []string{"checks.custom[0].path: Invalid value: must not be empty"}},
 		{"check timeout above interval", "checks:\n  custom:\n  - {name: x, condition: XProblem, path: /bin/true, interval: 5s, timeout: 10s}\n",

@@ -91,7 +91,7 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 		}
 	}
 	for i, w := range md.Waiting {
-		msg := fmt.Sprintf("%s in line of %d for a maintenance slot: %s", ordinal(i+1), len(md.Waiting), w.Why)
+		msg := fmt.Sprintf("%s in line of %d for a maintenance slot: %s", fleet.Ordinal(i+1), len(md.Waiting), w.Why)
 		step(c.setCondition(ctx, v, w.Node, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting, msg+c.requestSuffix(v, w.Node), now))
 	}
 	c.reportMaintenance(v, md)
@@ -514,19 +514,4 @@ func (c *controller) tellBadMaintenance(n *corev1.Node, errs []error) {
 	c.log.Warn("ignoring an unreadable maintenance request", "node", n.Name, "err", msg)
 	c.recorder.Eventf(n, corev1.EventTypeWarning, EventInvalidMaintenanceReq,
 		"ignoring the maintenance request (nothing of it is acted on while it is unreadable): %s", taints.Truncate(msg, 900))
-}
-
-// ordinal is 1st, 2nd, 3rd, 4th...
-func ordinal(n int) string {
-	suffix := "th"
-	switch {
-	case n%100 >= 11 && n%100 <= 13:
-	case n%10 == 1:
-		suffix = "st"
-	case n%10 == 2:
-		suffix = "nd"
-	case n%10 == 3:
-		suffix = "rd"
-	}
-	return fmt.Sprintf("%d%s", n, suffix)
 }

@@ -108,7 +108,7 @@ func (m maintenanceStanding) slotLine(node string, now time.Time) string {
 
 func (m maintenanceStanding) placeLine(node string) string {
 	if i := slices.IndexFunc(m.decision.Waiting, func(w fleet.Waiter) bool { return w.Node == node }); i >= 0 {
-		return fmt.Sprintf("place: %s of %d waiting: %s", ordinal(i+1), len(m.decision.Waiting), m.decision.Waiting[i].Why)
+		return fmt.Sprintf("place: %s of %d waiting: %s", fleet.Ordinal(i+1), len(m.decision.Waiting), m.decision.Waiting[i].Why)
 	}
 	switch {
 	case slices.Contains(m.decision.Start, node):

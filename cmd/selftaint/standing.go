@@ -158,7 +158,7 @@ func (s standing) grantLine(in taints.NoExecuteInput) string {
 		return fmt.Sprintf("this node: %s; holds a grant until %s", since, in.GrantUntil.Local().Format(time.TimeOnly))
 	}
 	if i := slices.Index(s.waiting, name); i >= 0 {
-		return fmt.Sprintf("this node: %s; no grant: %s of %d waiting", since, ordinal(i+1), len(s.waiting))
+		return fmt.Sprintf("this node: %s; no grant: %s of %d waiting", since, fleet.Ordinal(i+1), len(s.waiting))
 	}
 	if s.granting {
 		return fmt.Sprintf("this node: %s; no grant yet: the budget has room, and the coordinator grants it at its next decision", since)
@@ -183,20 +183,6 @@ func ruleLine(r taints.Rule, statuses map[corev1.NodeConditionType]corev1.Condit
 	default:
 		return fmt.Sprintf("%s is %s: %s applies; %s falls back to it (%s: %s)", r.Condition, st, fb, ne, g.Reason, g.Message)
 	}
-}
-
-func ordinal(n int) string {
-	suffix := "th"
-	switch {
-	case n%100 >= 11 && n%100 <= 13:
-	case n%10 == 1:
-		suffix = "st"
-	case n%10 == 2:
-		suffix = "nd"
-	case n%10 == 3:
-		suffix = "rd"
-	}
-	return fmt.Sprintf("%d%s", n, suffix)
 }
 
 // printStanding prints node's NoExecute standing (readStanding, describe;

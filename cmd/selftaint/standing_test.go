@@ -92,14 +92,6 @@ func TestStandingDescribe(t *testing.T) {
 	}
 }
 
-func TestOrdinal(t *testing.T) {
-	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 22: "22nd", 111: "111th"} {
-		if got := ordinal(n); got != want {
-			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestMaintenanceDescribe(t *testing.T) {
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	op := &fleet.Maintenance{Annotation: fleet.OperatorRequestAnnotation, Request: fleet.MaintenanceRequest{

@@ -550,7 +550,7 @@ func (m *maintenance) wait(n *Node, why, kind string) {
 	}
 	req := n.Maintenance
 	m.event(n.Name, false, EventMaintenanceWaiting, "node %q (zone %q) waits for a maintenance slot, %s in line, for request %s (%q, by %s): %s",
-		n.Name, n.Zone, ordinal(len(m.out.Waiting)), req.ID(), req.Request.Reason, req.Request.RequestedBy, why)
+		n.Name, n.Zone, Ordinal(len(m.out.Waiting)), req.ID(), req.Request.Reason, req.Request.RequestedBy, why)
 }
 
 // finish fills in the counts and the Leases to delete.
@@ -560,8 +560,8 @@ func (m *maintenance) finish() {
 	m.out.Size = m.size
 }
 
-// ordinal is 1st, 2nd, 3rd, 4th, ...
-func ordinal(n int) string {
+// Ordinal is 1st, 2nd, 3rd, 4th, ...: a place in line as people say it.
+func Ordinal(n int) string {
 	suffix := "th"
 	switch {
 	case n%100 >= 11 && n%100 <= 13:

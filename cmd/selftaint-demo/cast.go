@@ -27,20 +27,25 @@ const (
 
 // demoConfig is the agents' and the coordinator's config: memory pressure
 // is a NoExecute rule, at NoSchedule until the node holds a grant, and one
-// node at a time may hold one.
-const demoConfig = `# selftaint config for the demo: memory pressure evicts, one node at a time.
+// node at a time may hold one; a failed GPU drains its node, through the
+// maintenance pool, one node at a time.
+const demoConfig = `# selftaint config for the demo: memory pressure evicts, one node at a time;
+# a failed GPU drains its node (the Eviction API, PodDisruptionBudgets honoured), one node at a time.
 rules:
 - condition: SelftaintMemoryPressure
   taint: {key: selftaint.io/memory-pressure, effect: NoExecute}
   fallback: NoSchedule      # goes on at once; NoExecute joins it only with a grant
+- condition: SelftaintGPUFailure
+  taint: {key: selftaint.io/gpu-failure, effect: NoSchedule}
+  action: drain             # and ask the coordinator to drain the node
+  drain: {deadline: 5m, endWhenHealthy: true}   # give the node back once the GPU is healthy again
 coordinator:
-  namespace: selftaint      # where the grant Leases and the guard live
+  namespace: selftaint      # where the grant and maintenance Leases and the guard live
   maxNoExecute: 1           # the budget: one node may carry NoExecute at a time
   fleet: virtual            # count the virtual nodes (selftaint virtual --coordinator always does)
-  # Three nodes are a tiny fleet: with two of them faulty (67%) the disruption
-  # guard would rightly call it a fleet problem and hold every new taint for the
-  # condition. The demo judges fleets from 4 nodes on, so that it shows the budget.
-  guard: {minNodes: 4}
+  maintenance:
+    maxParallel: 1          # the pool: one node drained at a time
+    defaultDeadline: 10m    # how long a drain may take where its request gives no deadline
 `
 
 // fault is one fault the drill injects.
@@ -49,7 +54,18 @@ type fault struct {
 	lasts time.Duration
 	// why is what the fault is for in the drill, for the timeline.
 	why string
+	// target is the fault's condition, as `selftaint fault inject
+	// --condition` takes it (a probe name), and message its message.
+	target, message string
 }
+
+// The faults' conditions.
+const (
+	memoryFault   = "memory"
+	memoryMessage = "demo: the node ran out of memory"
+	gpuFault      = "gpu"
+	gpuMessage    = "demo: GPU 0 fell off the bus"
+)
 
 // demoPod is one pod of the drill.
 type demoPod struct {
@@ -58,19 +74,20 @@ type demoPod struct {
 }
 
 // cast is who plays in the drill: the nodes and their faults, in the order
-// they are injected, and the pods.
+// they are injected, and the pods; and in the drain part.
 type cast struct {
 	faults []fault
 	pods   []demoPod
+	maint  maintCast
 }
 
 func newCast(o options) cast {
 	secs := int64(o.tolerateFor / time.Second)
 	return cast{
 		faults: []fault{
-			{"vnode-1", o.faultFor, "act 1: a node runs out of memory"},
-			{"vnode-2", o.faultFor + longerBy, "act 2: a second node, while vnode-1 holds the only grant"},
-			{"vnode-3", shortFault, "act 2: a third node, briefly: its fault ends while it waits"},
+			{"vnode-1", o.faultFor, "act 1: a node runs out of memory", memoryFault, memoryMessage},
+			{"vnode-2", o.faultFor + longerBy, "act 2: a second node, while vnode-1 holds the only grant", memoryFault, memoryMessage},
+			{"vnode-3", shortFault, "act 2: a third node, briefly: its fault ends while it waits", memoryFault, memoryMessage},
 		},
 		pods: []demoPod{
 			{"web", "vnode-1", "no toleration", nil},
@@ -79,6 +96,7 @@ func newCast(o options) cast {
 			{"web-2", "vnode-2", "no toleration", nil},
 			{"web-3", "vnode-3", "no toleration", nil},
 		},
+		maint: newMaintCast(),
 	}
 }
 
@@ -89,6 +107,12 @@ func (c cast) nodes() []string {
 		out[i] = f.node
 	}
 	return out
+}
+
+// allNodes are every virtual node's name: the drill's, then the drain
+// part's.
+func (c cast) allNodes() []string {
+	return append(c.nodes(), c.maint.nodes()...)
 }
 
 // podsOn are the names of the pods on node.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,7 +40,7 @@ type demo struct {
 }
 
 func (d *demo) run(ctx context.Context) (err error) {
-	d.log.plain("selftaint demo: NoExecute faults on virtual nodes under a fleet budget, on a real local control plane")
+	d.log.plain("selftaint demo: NoExecute faults on virtual nodes under a fleet budget, then maintenance drains, on a real local control plane")
 	d.log.plain("")
 	var stopVirtual func()
 	defer func() {
@@ -66,14 +68,23 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err := d.createPods(ctx); err != nil {
 		return err
 	}
+	if err := d.createWorkloads(ctx); err != nil {
+		return err
+	}
 	if err := d.explainFirst(ctx); err != nil {
 		return err
 	}
-	r, err := d.drill(ctx)
-	if err != nil {
+	d.log.plain("")
+	d.log.plain("Part 1: NoExecute under the fleet budget (coordinator.maxNoExecute: 1).")
+	v := newView(d.cast)
+	if err := d.drill(ctx, v); err != nil {
 		return err
 	}
-	d.summary(r)
+	d.summary(v)
+	if err := d.maintPart(ctx, v); err != nil {
+		return err
+	}
+	d.maintSummary(v)
 	if d.opts.keep {
 		d.log.say("--keep: everything stays up until Ctrl-C (KUBECONFIG=%s)", d.cp.KubeconfigPath)
 		<-ctx.Done()
@@ -104,7 +115,7 @@ func (d *demo) startControlPlane(ctx context.Context) error {
 // startVirtual runs `selftaint virtual` for the drill's nodes, with a
 // coordinator in the same process, and returns how to stop it.
 func (d *demo) startVirtual() (func(), error) {
-	args := []string{"virtual", fmt.Sprintf("--nodes=%d", len(d.cast.faults)), "--name-prefix=vnode-", "--coordinator", "--config=" + d.config,
+	args := []string{"virtual", fmt.Sprintf("--nodes=%d", len(d.cast.allNodes())), "--name-prefix=vnode-", "--coordinator", "--config=" + d.config,
 		"--kubeconfig=" + d.cp.KubeconfigPath, "--log-level=warn", "--stats-interval=0"}
 	d.log.say("$ selftaint %s", strings.Join(shownArgs(args[:5]), " "))
 	logPath := filepath.Join(d.cp.Dir, "selftaint-virtual.log")
@@ -137,7 +148,7 @@ func (d *demo) startVirtual() (func(), error) {
 // coordinator to have written the guard: before that, no node could get a
 // grant.
 func (d *demo) waitReady(ctx context.Context) error {
-	names := d.cast.nodes()
+	names := d.cast.allNodes()
 	err := poll(ctx, 2*time.Minute, func() (bool, error) {
 		for _, name := range names {
 			n, err := d.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -182,7 +193,7 @@ func (d *demo) createPods(ctx context.Context) error {
 		d.log.say("pod %s/%s on %s: %s", namespace, p.name, p.node, p.about)
 	}
 	err := poll(ctx, time.Minute, func() (bool, error) {
-		list, err := d.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		list, err := d.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "!" + partLabel})
 		if err != nil {
 			return false, err
 		}
@@ -198,6 +209,7 @@ func (d *demo) createPods(ctx context.Context) error {
 		return fmt.Errorf("waiting for the pods to run: %w", err)
 	}
 	d.log.say("all pods scheduled by kube-scheduler and Running on their virtual nodes")
+	d.log.say("and for part 2, the drains:")
 	return nil
 }
 
@@ -265,6 +277,37 @@ func (d *demo) selftaint(ctx context.Context, args ...string) ([]byte, []string,
 		lines = append(lines, indent+l)
 	}
 	return stdout.Bytes(), lines, nil
+}
+
+// followCommand runs a selftaint command that takes a while, sending its
+// output, stdout and stderr as they come, to output line by line, and
+// closes output once the command has exited. It returns its exit code;
+// an error only where it could not run.
+func (d *demo) followCommand(ctx context.Context, output chan<- string, args ...string) (int, error) {
+	defer close(output)
+	cmd := exec.CommandContext(ctx, d.opts.selftaint, append(args, "--kubeconfig="+d.cp.KubeconfigPath)...)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		return 0, fmt.Errorf("selftaint %s: %w", strings.Join(args, " "), err)
+	}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		output <- sc.Text()
+	}
+	var exit *exec.ExitError
+	if err := cmd.Wait(); errors.As(err, &exit) {
+		return exit.ExitCode(), nil
+	} else if err != nil {
+		return 0, fmt.Errorf("selftaint %s: %w", strings.Join(args, " "), err)
+	}
+	return 0, nil
 }
 
 // shownArgs is how the timeline shows a command's arguments: the config by

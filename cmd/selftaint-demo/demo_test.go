@@ -222,6 +222,9 @@ func TestCast(t *testing.T) {
 	if got := c.podsOn("vnode-1"); !slices.Equal(got, []string{"web", "batch", "monitor"}) {
 		t.Errorf("pods on vnode-1: got %q", got)
 	}
+	if got, want := c.allNodes(), []string{"vnode-1", "vnode-2", "vnode-3", "vnode-4", "vnode-5", "vnode-6"}; !slices.Equal(got, want) {
+		t.Errorf("allNodes: got %q, want %q", got, want)
+	}
 	if got := c.longest(); got != second {
 		t.Errorf("longest: got %s, want %s", got, second)
 	}

@@ -1,22 +1,37 @@
 // Command selftaint-demo is `make demo`: it shows a newcomer, in one run on
 // their own machine, what selftaint does and why they can trust it with
-// NoExecute. It starts a real control plane on loopback (etcd,
-// kube-apiserver, kube-controller-manager, kube-scheduler), three virtual
-// nodes run by `selftaint virtual --coordinator` with a NoExecute budget of
-// one node, and pods with different tolerations; asks `selftaint explain`
-// what a NoExecute taint would do; and runs a drill in two acts, printing
-// live every node's condition, taints and request for a grant, the agents'
-// Events and each eviction next to what explain predicted.
+// NoExecute and with drains. It starts a real control plane on loopback
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), six
+// virtual nodes run by `selftaint virtual --coordinator` with a NoExecute
+// budget of one node and a maintenance pool of one node, pods with
+// different tolerations, and for the drains two Deployments and a
+// StatefulSet behind PodDisruptionBudgets; asks `selftaint explain` what a
+// NoExecute taint would do; and runs two parts, printing live every node's
+// condition, taints, requests, grant, maintenance condition and cordon,
+// the agents' Events and each eviction.
 //
-// Act 1 injects a fault on vnode-1 with `selftaint fault inject`: the
-// fallback NoSchedule taint lands at once, NoExecute joins it with the
-// coordinator's grant, and the pods go as explain said. Act 2 injects the
-// same fault on vnode-2 and, briefly, on vnode-3 while vnode-1 holds the only
-// grant: both get only the fallback and wait in line; when vnode-1's fault
-// expires its grant passes to vnode-2, and vnode-3's fault ends while it
-// waits, so its pod is never evicted. Every fault expires by itself; the demo
-// then prints what each node and pod went through against explain's
-// predictions, and cleans everything up.
+// Part 1, a NoExecute drill in two acts. Act 1 injects a fault on vnode-1
+// with `selftaint fault inject`: the fallback NoSchedule taint lands at
+// once, NoExecute joins it with the coordinator's grant, and the pods go as
+// explain said. Act 2 injects the same fault on vnode-2 and, briefly, on
+// vnode-3 while vnode-1 holds the only grant: both get only the fallback and
+// wait in line; when vnode-1's fault expires its grant passes to vnode-2,
+// and vnode-3's fault ends while it waits, so its pod is never evicted.
+//
+// Part 2, maintenance drains. Act 3 fails a GPU on vnode-4, whose rule says
+// action: drain: the coordinator cordons it and evicts its Deployment's and
+// StatefulSet's pods through the Eviction API, one StatefulSet pod at a
+// time as its PodDisruptionBudget allows, while their controllers and
+// kube-scheduler put them elsewhere; vnode-4 ends Drained. Act 4 has an
+// operator drain vnode-6 with a 20s deadline, whose only pod's
+// PodDisruptionBudget allows no disruption, and fails a GPU on vnode-5
+// while vnode-6 holds the pool's only slot: vnode-5 waits in line;
+// `selftaint drain --wait` follows vnode-6 to its deadline, where it is
+// given back DrainBlocked naming the PDB, and vnode-5 gets the slot.
+//
+// Every fault expires by itself; after each part the demo prints what each
+// node and pod went through, checks its claims against what it saw, and
+// at the end cleans everything up.
 package main
 
 import (

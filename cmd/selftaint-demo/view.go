@@ -26,6 +26,8 @@ type view struct {
 	// mostGranted and mostNoExecute are the most nodes seen holding a
 	// grant, and carrying NoExecute, at once.
 	mostGranted, mostNoExecute int
+	// maint is the drain part's view, once it has begun.
+	maint *maintView
 }
 
 // nodeSeen is what the live view last showed of one node, and when its
@@ -64,10 +66,19 @@ func (v *view) rel(t time.Time) string {
 
 // injected records that f was written now.
 func (v *view) injected(f fault, now time.Time) {
-	if v.t0.IsZero() {
-		v.t0 = now
+	if st := v.nodes[f.node]; st != nil {
+		if v.t0.IsZero() {
+			v.t0 = now
+		}
+		st.injected = now
+		return
 	}
-	v.nodes[f.node].injected = now
+	if mv := v.maint; mv != nil && mv.nodes[f.node] != nil {
+		if mv.t0.IsZero() {
+			mv.t0 = now
+		}
+		mv.nodes[f.node].injected = now
+	}
 }
 
 // observe reads the nodes, their grants, the pods and the Events once and
@@ -100,6 +111,11 @@ func (d *demo) observe(ctx context.Context, v *view) error {
 	v.mostGranted, v.mostNoExecute = max(v.mostGranted, granted), max(v.mostNoExecute, carrying)
 	if err := d.showPods(ctx, v, now); err != nil {
 		return err
+	}
+	if v.maint != nil {
+		if err := d.observeMaint(ctx, v, nodes.Items, now); err != nil {
+			return err
+		}
 	}
 	return d.showEvents(ctx, v)
 }
@@ -311,7 +327,7 @@ func shownReason(reason string) bool {
 	switch reason {
 	case taints.ReasonNoExecuteWaiting, taints.ReasonNoExecuteSuspended,
 		fleet.EventGrantReleased, fleet.EventTaintAbandoned, fleet.EventGuardTripped, fleet.EventGuardReset,
-		"TaintHeldByGuard", "ConditionFlapping", "ConditionStable":
+		"TaintHeldByGuard", "ConditionFlapping", "ConditionStable", "InvalidMaintenanceRequest":
 		return true
 	}
 	return false

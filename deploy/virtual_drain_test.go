@@ -247,28 +247,80 @@ func testVirtualDrain(t *testing.T, cp *testcp.ControlPlane, bin string, dep *ap
 	runPods(t, admin, podNS, node, map[string][]corev1.Toleration{pod: nil})
 
 	req := fleet.MaintenanceRequest{Reason: "deploy test: a drain drill", RequestedBy: "deploy-test", RequestedAt: time.Now(), EvictUnreplicated: true}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, fleet.OperatorRequestAnnotation, req.Format())
-	if _, err := admin.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("asking for the maintenance of %s: %v", node, err)
+	setMaintenanceRequest(t, admin, node, &req)
+	waitMaintenance(t, admin, node, 2*time.Minute, "DrainBlocked: no permission to evict "+podNS+"/"+pod,
+		maintenanceIs(corev1.ConditionTrue, fleet.ReasonDrainBlocked, podNS+"/"+pod, "no permission to evict pods", "pods/eviction create", virtualDrainsDir))
+	checkDrainStarted(t, admin, ns, node, podNS, pod)
+
+	createManifests(t, admin, readManifests(t, virtualDrainsDir))
+	poll(t, 3*time.Minute, "pod "+podNS+"/"+pod+" evicted and gone", func() (bool, error) {
+		_, err := admin.CoreV1().Pods(podNS).Get(ctx, pod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	waitMaintenance(t, admin, node, time.Minute, "Drained", maintenanceIs(corev1.ConditionTrue, fleet.ReasonDrained))
+	poll(t, time.Minute, "the slot Lease in phase Drained", func() (bool, error) {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, fleet.SlotName(node), metav1.GetOptions{})
+		return err == nil && l.Annotations[fleet.SlotPhaseAnnotation] == fleet.PhaseDrained, err
+	})
+
+	setMaintenanceRequest(t, admin, node, nil)
+	released := maintenanceIs(corev1.ConditionFalse, fleet.ReasonReleased)
+	waitMaintenance(t, admin, node, time.Minute, "Released and uncordoned", func(n *corev1.Node) bool {
+		_, marked := n.Annotations[fleet.CordonAnnotation]
+		return !n.Spec.Unschedulable && !marked && released(n)
+	})
+	poll(t, time.Minute, "the slot Lease deleted", func() (bool, error) {
+		_, err := admin.CoordinationV1().Leases(ns).Get(ctx, fleet.SlotName(node), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	checkVirtualEvictionReach(t, admin, sa, podNS+"-reach")
+	proc.check(t) // SIGTERM: it exits 0
+	checkOnlyEvictionsRefused(t, logs)
+}
+
+// setMaintenanceRequest writes, as an operator (admin), req as node's
+// maintenance request, or withdraws it when req is nil.
+func setMaintenanceRequest(t *testing.T, admin kubernetes.Interface, node string, req *fleet.MaintenanceRequest) {
+	t.Helper()
+	value := "null"
+	if req != nil {
+		value = fmt.Sprintf("%q", req.Format())
 	}
-	maintenance := func(status corev1.ConditionStatus, reason string, in ...string) func(*corev1.Node) bool {
-		return func(n *corev1.Node) bool {
-			c := taints.FindCondition(n, fleet.MaintenanceCondition)
-			return c != nil && c.Status == status && c.Reason == reason && containsAll(c.Message, in)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%s}}}`, fleet.OperatorRequestAnnotation, value)
+	if _, err := admin.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("writing the maintenance request of %s: %v", node, err)
+	}
+}
+
+// maintenanceIs holds for a Node whose SelftaintMaintenance condition has
+// status and reason, and a message holding each of in.
+func maintenanceIs(status corev1.ConditionStatus, reason string, in ...string) func(*corev1.Node) bool {
+	return func(n *corev1.Node) bool {
+		c := taints.FindCondition(n, fleet.MaintenanceCondition)
+		return c != nil && c.Status == status && c.Reason == reason && containsAll(c.Message, in)
+	}
+}
+
+// waitMaintenance is waitNode saying, if it fails, how the node's cordon
+// and maintenance condition last looked.
+func waitMaintenance(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) {
+	t.Helper()
+	testkit.WaitNode(t, c, name, timeout, what, func(n *corev1.Node) string {
+		if n == nil {
+			return "none"
 		}
-	}
-	waitNode := func(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, ok func(*corev1.Node) bool) {
-		t.Helper()
-		testkit.WaitNode(t, c, name, timeout, what, func(n *corev1.Node) string {
-			if n == nil {
-				return "none"
-			}
-			return fmt.Sprintf("unschedulable %v, annotation %s %q, condition %+v", n.Spec.Unschedulable, fleet.CordonAnnotation,
-				n.Annotations[fleet.CordonAnnotation], taints.FindCondition(n, fleet.MaintenanceCondition))
-		}, ok)
-	}
-	waitNode(t, admin, node, 2*time.Minute, "DrainBlocked: no permission to evict "+podNS+"/"+pod,
-		maintenance(corev1.ConditionTrue, fleet.ReasonDrainBlocked, podNS+"/"+pod, "no permission to evict pods", "pods/eviction create", virtualDrainsDir))
+		return fmt.Sprintf("unschedulable %v, annotation %s %q, condition %+v", n.Spec.Unschedulable, fleet.CordonAnnotation,
+			n.Annotations[fleet.CordonAnnotation], taints.FindCondition(n, fleet.MaintenanceCondition))
+	}, ok)
+}
+
+// checkDrainStarted checks node's drain started though its pod podNS/pod
+// could not be evicted: node cordoned by selftaint, its slot Lease in ns
+// labelled and held by it, the pod still there.
+func checkDrainStarted(t *testing.T, admin kubernetes.Interface, ns, node, podNS, pod string) {
+	t.Helper()
+	ctx := t.Context()
 	n := getNode(t, admin, node)
 	if !n.Spec.Unschedulable || n.Annotations[fleet.CordonAnnotation] == "" {
 		t.Errorf("node %s while draining: unschedulable %v, annotation %s %q; want it cordoned by selftaint", node, n.Spec.Unschedulable, fleet.CordonAnnotation, n.Annotations[fleet.CordonAnnotation])
@@ -283,57 +335,37 @@ func testVirtualDrain(t *testing.T, cp *testcp.ControlPlane, bin string, dep *ap
 	if p, err := admin.CoreV1().Pods(podNS).Get(ctx, pod, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("pod %s/%s before drains/: %v (deleting: %v), want it running", podNS, pod, err, p != nil && p.DeletionTimestamp != nil)
 	}
+}
 
-	createManifests(t, admin, readManifests(t, virtualDrainsDir))
-	poll(t, 3*time.Minute, "pod "+podNS+"/"+pod+" evicted and gone", func() (bool, error) {
-		_, err := admin.CoreV1().Pods(podNS).Get(ctx, pod, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	waitNode(t, admin, node, time.Minute, "Drained", maintenance(corev1.ConditionTrue, fleet.ReasonDrained))
-	poll(t, time.Minute, "the slot Lease in phase Drained", func() (bool, error) {
-		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, fleet.SlotName(node), metav1.GetOptions{})
-		return err == nil && l.Annotations[fleet.SlotPhaseAnnotation] == fleet.PhaseDrained, err
-	})
-
-	patch = fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}}}`, fleet.OperatorRequestAnnotation)
-	if _, err := admin.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("withdrawing the request: %v", err)
-	}
-	waitNode(t, admin, node, time.Minute, "Released and uncordoned", func(n *corev1.Node) bool {
-		_, marked := n.Annotations[fleet.CordonAnnotation]
-		return !n.Spec.Unschedulable && !marked && maintenance(corev1.ConditionFalse, fleet.ReasonReleased)(n)
-	})
-	poll(t, time.Minute, "the slot Lease deleted", func() (bool, error) {
-		_, err := admin.CoordinationV1().Leases(ns).Get(ctx, fleet.SlotName(node), metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-
-	// What drains/ lets the token do beyond its nodes, and what not.
-	createNamespace(t, admin, podNS+"-reach")
-	createPod(t, admin, podNS+"-reach", "on-a-real-node", "real-node", nil)
+// checkVirtualEvictionReach checks, with drains/ applied, what the virtual
+// token sa may evict beyond its nodes (README's Security section): a pod
+// on a real node, in a new namespace ns, but not with a grace period of
+// its own.
+func checkVirtualEvictionReach(t *testing.T, admin kubernetes.Interface, sa *rest.Config, ns string) {
+	t.Helper()
+	const pod = "on-a-real-node"
+	createNamespace(t, admin, ns)
+	createPod(t, admin, ns, pod, "real-node", nil)
 	c, err := kubernetes.NewForConfig(sa)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The policy was loaded long ago: a dry run makes sure, without
-	// harm if it were not.
+	// The policy was loaded long ago: a dry run makes sure, without harm
+	// if it were not.
 	poll(t, time.Minute, "policy "+virtualEvictionsPolicy+" in force", func() (bool, error) {
-		err := c.CoreV1().Pods(podNS+"-reach").EvictV1(ctx, &policyv1.Eviction{
-			ObjectMeta:    metav1.ObjectMeta{Namespace: podNS + "-reach", Name: "on-a-real-node"},
+		err := c.CoreV1().Pods(ns).EvictV1(t.Context(), &policyv1.Eviction{
+			ObjectMeta:    metav1.ObjectMeta{Namespace: ns, Name: pod},
 			DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0), DryRun: []string{metav1.DryRunAll}},
 		})
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+virtualEvictionsPolicy+"'"), err
 	})
 	for _, a := range []attack{
-		{"evict with a grace period of 0", evict(c, podNS+"-reach", "on-a-real-node", ptrTo[int64](0)), virtualEvictionsPolicy,
-			"may evict a pod only with its own grace period (no deleteOptions.gracePeriodSeconds), not pod " + podNS + "-reach/on-a-real-node with 0s"},
-		{"evict a pod on a real node (drains/ reaches every pod)", evict(c, podNS+"-reach", "on-a-real-node", nil), "", ""},
+		{"evict with a grace period of 0", evict(c, ns, pod, ptrTo[int64](0)), virtualEvictionsPolicy,
+			"may evict a pod only with its own grace period (no deleteOptions.gracePeriodSeconds), not pod " + ns + "/" + pod + " with 0s"},
+		{"evict a pod on a real node (drains/ reaches every pod)", evict(c, ns, pod, nil), "", ""},
 	} {
 		a.check(t)
 	}
-
-	proc.check(t) // SIGTERM: it exits 0
-	checkOnlyEvictionsRefused(t, logs)
 }
 
 // checkOnlyEvictionsRefused fails t if the logs show a request refused,

@@ -1152,8 +1152,8 @@ func testVirtualPrefixMissing(t *testing.T) {
 // the service account there (with its own token) may register a virtual
 // node and is still refused a real one; it may create and renew a virtual
 // node's Lease in kube-node-lease (with a Role in kube-node-lease, moved
-// by the overlay, it could not) and its coordinator's Leases and guard in
-// the new namespace (its own, from its user name), and is refused a Lease
+// by the overlay, it could not) and its coordinator's Leases (a slot too)
+// and guard in the new namespace (its own, from its user name), and is refused a Lease
 // elsewhere, one with a real node's name, and other names in its
 // namespace.
 func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
@@ -1220,6 +1220,12 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 			"may write in its own namespace " + ns + " only the Leases of its coordinator"},
 		{"create the virtual Node's grant in " + ns, createLeaseIn(leases, ns, grant), "", ""},
 		{"create its leader Lease in " + ns, createLeaseIn(leases, ns, fleet.DefaultLeaderLease), "", ""},
+		{"take the virtual Node's maintenance slot in " + ns, func(ctx context.Context) error {
+			l := leaseIn(ns, fleet.SlotName(vnode.Name))
+			l.Labels = map[string]string{fleet.SlotLabel: "true"}
+			_, err := leases.Leases(ns).Create(ctx, l, metav1.CreateOptions{})
+			return err
+		}, "", ""},
 		{"create the virtual Node's grant in " + virtualNamespace, createLeaseIn(leases, virtualNamespace, grant), virtualLeasesPolicy,
 			"may write Leases only in kube-node-lease and in its own namespace " + ns + ", not " + grant + " in namespace " + virtualNamespace},
 		{"create a real Node's Lease", createLeaseIn(leases, corev1.NamespaceNodeLease, real), virtualLeasesPolicy,

@@ -49,8 +49,9 @@ const (
 var manifestDirs = []string{".", "virtual"}
 
 // allManifestDirs adds the opt-in kustomizations, which tests install
-// themselves (drain-force/: testDrainForce).
-var allManifestDirs = append(slices.Clone(manifestDirs), drainForceDir)
+// themselves (drain-force/: testDrainForce; virtual/drains/:
+// testVirtualDrain).
+var allManifestDirs = append(slices.Clone(manifestDirs), drainForceDir, virtualDrainsDir)
 
 // kinds are the objects the manifests may hold, decoded into their typed
 // API structs so an unknown or misspelt field fails the test.

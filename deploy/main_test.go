@@ -118,7 +118,7 @@ func installAll(t *testing.T, cp *testcp.ControlPlane) {
 	setPolicyParams(t, cp, namespace, testParams(t), true)
 	// The type check first: a policy whose CEL does not check may never
 	// come into force.
-	checkPolicyTypes(t, cp.Client(), append(slices.Clone(virtualPolicies), virtualConfigMapsPolicy)...)
+	checkPolicyTypes(t, cp.Client(), append(slices.Clone(virtualPolicies), virtualConfigMapsPolicy, virtualEvictionsPolicy)...)
 	waitVirtualPolicies(t, cp, tokenConfig(t, cp, virtualNamespace, virtualSA), virtualNamespace)
 }
 

@@ -545,8 +545,9 @@ func testPolicyWithoutParameters(t *testing.T, cp *testcp.ControlPlane) {
 
 // TestKustomizeBuilds renders each kustomization with kustomize itself (as
 // `kubectl apply -k` would) and checks what comes out: every object of
-// deploy/, deploy/virtual/ and deploy/drain-force/ as the files hold them,
-// and deploy/monitoring/ with its generated dashboard ConfigMap.
+// deploy/, deploy/virtual/, deploy/drain-force/ and deploy/virtual/drains/
+// as the files hold them, and deploy/monitoring/ with its generated
+// dashboard ConfigMap.
 func TestKustomizeBuilds(t *testing.T) {
 	for _, tt := range []struct {
 		dir  string
@@ -556,8 +557,10 @@ func TestKustomizeBuilds(t *testing.T) {
 			"Deployment/" + coordinatorSA, "PodDisruptionBudget/" + coordinatorSA, "ServiceAccount/" + coordinatorSA,
 			"ValidatingAdmissionPolicy/" + coordinatorNodesPolicy, "ValidatingAdmissionPolicyBinding/" + coordinatorNodesPolicy,
 			"ValidatingAdmissionPolicy/" + coordinatorPodsPolicy, "ValidatingAdmissionPolicyBinding/" + coordinatorPodsPolicy}},
-		{"virtual", []string{"Deployment/selftaint-virtual", "ServiceAccount/" + virtualSA}},
+		{"virtual", []string{"Deployment/selftaint-virtual", "ServiceAccount/" + virtualSA,
+			"ValidatingAdmissionPolicy/" + virtualEvictionsPolicy, "ValidatingAdmissionPolicyBinding/" + virtualEvictionsPolicy}},
 		{drainForceDir, []string{"ClusterRole/" + drainForceRole, "ClusterRoleBinding/" + drainForceRole}},
+		{virtualDrainsDir, []string{"ClusterRole/" + virtualDrainsRole, "ClusterRoleBinding/" + virtualDrainsRole}},
 		{"monitoring", []string{"PodMonitor/selftaint", "PodMonitor/selftaint-coordinator", "PrometheusRule/selftaint", "ConfigMap/selftaint-dashboard"}},
 	} {
 		opts := krusty.MakeDefaultOptions()

@@ -67,9 +67,13 @@ func TestVirtualInCluster(t *testing.T) {
 		t.Parallel()
 		testVirtualCannotCapture(t, cp, sa)
 	})
-	t.Run("NoExecuteEviction", func(t *testing.T) {
+	// The virtual fleet's coordinator of one run at a time: two would
+	// contend for its leader Lease.
+	t.Run("Fleet", func(t *testing.T) {
 		t.Parallel()
-		testVirtualNoExecuteEviction(t, cp, bin, find[*appsv1.Deployment](t, ms, "selftaint-virtual"), ns)
+		dep := find[*appsv1.Deployment](t, ms, "selftaint-virtual")
+		t.Run("Drain", func(t *testing.T) { testVirtualDrain(t, cp, bin, dep, ns) })
+		t.Run("NoExecuteEviction", func(t *testing.T) { testVirtualNoExecuteEviction(t, cp, bin, dep, ns) })
 	})
 }
 

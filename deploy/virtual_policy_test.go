@@ -49,9 +49,21 @@ const (
 // each is its own parameter object.
 var virtualPolicies = []string{virtualNodesPolicy, virtualPodsPolicy, virtualLeasesPolicy}
 
-// virtualConfigMapsPolicy confines ConfigMap writes to the guard; it has
-// no parameter.
-const virtualConfigMapsPolicy = "selftaint-virtual-configmaps"
+// virtualConfigMapsPolicy confines ConfigMap writes to the guard, and
+// virtualEvictionsPolicy evictions to the pods' own grace period; they
+// have no parameter.
+const (
+	virtualConfigMapsPolicy = "selftaint-virtual-configmaps"
+	virtualEvictionsPolicy  = "selftaint-virtual-evictions"
+)
+
+// The opt-in kustomization that lets the virtual fleet's coordinator
+// evict (drains of virtual nodes), relative to deploy/: not installed
+// with deploy/virtual, and its ClusterRole.
+const (
+	virtualDrainsDir  = "virtual/drains"
+	virtualDrainsRole = "selftaint-virtual-drains"
+)
 
 // virtualMatch is every virtual policy's match condition: the service
 // account by name, in any namespace.
@@ -213,7 +225,11 @@ func celOf(vap *admissionregistrationv1.ValidatingAdmissionPolicy) string {
 // grants' prefix and the guard.
 func checkCoordinatorNames(t *testing.T, ms []manifest, leases, cms *admissionregistrationv1.ValidatingAdmissionPolicy) {
 	t.Helper()
-	for _, want := range []string{"variables.name == '" + fleet.DefaultLeaderLease + "'", "variables.name.startsWith('" + fleet.GrantPrefix + "' + variables.prefix)"} {
+	for _, want := range []string{
+		"variables.name == '" + fleet.DefaultLeaderLease + "'", "variables.name.startsWith('" + fleet.GrantPrefix + "' + variables.prefix)",
+		"variables.name.startsWith('" + fleet.SlotPrefix + "' + variables.prefix)", "object.metadata.?labels[?'" + fleet.SlotLabel + "'].orValue('') == 'true'",
+		"oldObject.metadata.?labels[?'" + fleet.SlotLabel + "'].orValue('') == 'true'",
+	} {
 		if !strings.Contains(celOf(leases), want) {
 			t.Errorf("%s does not allow %s", virtualLeasesPolicy, want)
 		}
@@ -256,9 +272,11 @@ func TestVirtualPolicyNamePrefixOverlay(t *testing.T) {
 		find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, prefix+name)
 		checkVirtualBinding(t, find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, prefix+name), prefix+name)
 	}
-	find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, prefix+virtualConfigMapsPolicy)
-	if b := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, prefix+virtualConfigMapsPolicy); b.Spec.PolicyName != prefix+virtualConfigMapsPolicy {
-		t.Errorf("binding %s: policy %q, want %s", b.Name, b.Spec.PolicyName, prefix+virtualConfigMapsPolicy)
+	for _, name := range []string{virtualConfigMapsPolicy, virtualEvictionsPolicy} {
+		find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, prefix+name)
+		if b := find[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, ms, prefix+name); b.Spec.PolicyName != prefix+name {
+			t.Errorf("binding %s: policy %q, want %s", b.Name, b.Spec.PolicyName, prefix+name)
+		}
 	}
 }
 
@@ -305,6 +323,7 @@ func TestVirtualPolicyOnControlPlane(t *testing.T) {
 		{"RefusesRealNode", func(t *testing.T) { testVirtualRefusesRealNode(t, cp, sa) }},
 		{"StopsWhenUnlabelled", func(t *testing.T) { testVirtualStopsWhenUnlabelled(t, cp) }},
 		{"RBACIsTight", func(t *testing.T) { testVirtualRBACIsTight(t, cp) }},
+		{"DrainWrites", func(t *testing.T) { testVirtualDrainWrites(t, cp, sa) }},
 	} {
 		t.Run(sub.name, func(t *testing.T) {
 			t.Parallel()
@@ -573,9 +592,6 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 	nsMsg := func(name, ns string) string {
 		return "may write Leases only in kube-node-lease and in its own namespace " + own + ", not " + name + " in namespace " + ns
 	}
-	ownMsg := func(name string) string {
-		return "may write in its own namespace " + own + " only the Leases of its coordinator, selftaint-coordinator and selftaint-grant-" + virtualPrefix + "..., not " + name
-	}
 	cmMsg := func(name string) string {
 		return "may write only its guard ConfigMap, selftaint-guard, in its own namespace " + own + ", not " + name + " in namespace " + own
 	}
@@ -656,9 +672,9 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 		{"create a virtual Node's grant", createLeaseIn(leases, own, fleet.GrantName(vnode)), "", ""},
 		{"renew a virtual Node's grant", renewLeaseIn(leases, own, fleet.GrantName(vnode)), "", ""},
 		{"delete a virtual Node's grant", deleteLeaseIn(own, fleet.GrantName(vnode)), "", ""},
-		{"create a real Node's grant in its namespace", createLeaseIn(leases, own, fleet.GrantName(real)), virtualLeasesPolicy, ownMsg(fleet.GrantName(real))},
-		{"create a Lease named kube-scheduler in its namespace", createLeaseIn(leases, own, "kube-scheduler"), virtualLeasesPolicy, ownMsg("kube-scheduler")},
-		{"create a virtual Node's heartbeat in its namespace", createLeaseIn(leases, own, vnode), virtualLeasesPolicy, ownMsg(vnode)},
+		{"create a real Node's grant in its namespace", createLeaseIn(leases, own, fleet.GrantName(real)), virtualLeasesPolicy, virtualOwnLeaseMsg(own, "CREATE", fleet.GrantName(real))},
+		{"create a Lease named kube-scheduler in its namespace", createLeaseIn(leases, own, "kube-scheduler"), virtualLeasesPolicy, virtualOwnLeaseMsg(own, "CREATE", "kube-scheduler")},
+		{"create a virtual Node's heartbeat in its namespace", createLeaseIn(leases, own, vnode), virtualLeasesPolicy, virtualOwnLeaseMsg(own, "CREATE", vnode)},
 		// ConfigMaps: its guard only.
 		{"create its guard", writeConfigMap(own, fleet.DefaultGuardName, false), "", ""},
 		{"update its guard", writeConfigMap(own, fleet.DefaultGuardName, true), "", ""},
@@ -1136,8 +1152,8 @@ func testVirtualPrefixMissing(t *testing.T) {
 // the service account there (with its own token) may register a virtual
 // node and is still refused a real one; it may create and renew a virtual
 // node's Lease in kube-node-lease (with a Role in kube-node-lease, moved
-// by the overlay, it could not) and its coordinator's Leases and guard in
-// the new namespace (its own, from its user name), and is refused a Lease
+// by the overlay, it could not) and its coordinator's Leases (a slot too)
+// and guard in the new namespace (its own, from its user name), and is refused a Lease
 // elsewhere, one with a real node's name, and other names in its
 // namespace.
 func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
@@ -1204,6 +1220,12 @@ func TestVirtualPolicyNamespaceOverlay(t *testing.T) {
 			"may write in its own namespace " + ns + " only the Leases of its coordinator"},
 		{"create the virtual Node's grant in " + ns, createLeaseIn(leases, ns, grant), "", ""},
 		{"create its leader Lease in " + ns, createLeaseIn(leases, ns, fleet.DefaultLeaderLease), "", ""},
+		{"take the virtual Node's maintenance slot in " + ns, func(ctx context.Context) error {
+			l := leaseIn(ns, fleet.SlotName(vnode.Name))
+			l.Labels = map[string]string{fleet.SlotLabel: "true"}
+			_, err := leases.Leases(ns).Create(ctx, l, metav1.CreateOptions{})
+			return err
+		}, "", ""},
 		{"create the virtual Node's grant in " + virtualNamespace, createLeaseIn(leases, virtualNamespace, grant), virtualLeasesPolicy,
 			"may write Leases only in kube-node-lease and in its own namespace " + ns + ", not " + grant + " in namespace " + virtualNamespace},
 		{"create a real Node's Lease", createLeaseIn(leases, corev1.NamespaceNodeLease, real), virtualLeasesPolicy,

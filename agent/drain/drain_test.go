@@ -295,7 +295,7 @@ func TestDrainRefusedBacksOffThenForce(t *testing.T) {
 	// Forced, without pods delete: a blocker says so.
 	r = pass(t, d, true)
 	if r.Results["failed"] != 1 || len(r.Blockers) != 1 || r.Blockers[0].Kind != taintsdrain.KindError ||
-		!strings.HasPrefix(r.Blockers[0].Message, "no permission to delete pods (force needs pods delete)") {
+		!strings.HasPrefix(r.Blockers[0].Message, "no permission to delete pods (a forced drain needs RBAC pods delete") {
 		t.Errorf("forced, no pods delete: %+v, want a failed DELETE and a blocker saying why", r)
 	}
 	if n := reqs.evictions(webName); n != 2 {

@@ -16,11 +16,18 @@ import (
 // subresource, pkg/registry/core/pod/storage/eviction.go), and what we
 // say when a forced DELETE may not be made.
 const (
-	budgetPrefix     = "The disruption budget "
-	multiplePDBs     = "more than one PodDisruptionBudget"
-	pdbResource      = "poddisruptionbudget"
-	noDeletePermit   = "no permission to delete pods (force needs pods delete)"
-	noEvictPermit    = "no permission to evict pods (the drain needs pods/eviction create)"
+	budgetPrefix = "The disruption budget "
+	multiplePDBs = "more than one PodDisruptionBudget"
+	pdbResource  = "poddisruptionbudget"
+	// The RBAC a drain lacks, and where selftaint's opt-in manifests
+	// grant it: the virtual fleet's coordinator's evictions in
+	// deploy/virtual/drains/ (the coordinator's are in deploy/), forced
+	// deletions in deploy/drain-force/. Each fits whole in a Summary's
+	// quote of a failure (maxDetail).
+	noDeletePermit = "no permission to delete pods (a forced drain needs RBAC pods delete: deploy/drain-force/)"
+	noEvictPermit  = "no permission to evict pods (RBAC pods/eviction create; for selftaint virtual: deploy/virtual/drains/)"
+	// What an admission policy's or webhook's refusal says (403 too).
+	admissionRefusal = "refused by admission control"
 	maxMessageLength = 256
 )
 
@@ -36,7 +43,9 @@ const (
 //   - The pod is covered by more than one PodDisruptionBudget (500), or
 //     its budget is broken (403 on the poddisruptionbudget): refused,
 //     as no later eviction gets past it either.
-//   - 403 otherwise: no permission (RBAC); anything else: failed.
+//   - 403 from an admission policy or webhook: failed, saying so; 403
+//     otherwise: no permission (RBAC), naming the permission missing;
+//     anything else: failed.
 func ClassifyError(op Op, pod string, err error) (Outcome, *Blocker) {
 	if err == nil {
 		if op == OpDelete {
@@ -58,7 +67,10 @@ func ClassifyError(op Op, pod string, err error) (Outcome, *Blocker) {
 	msg := status.Message
 	if status.Code == http.StatusForbidden {
 		what := noEvictPermit
-		if op == OpDelete {
+		switch {
+		case byAdmission(msg):
+			what = admissionRefusal
+		case op == OpDelete:
 			what = noDeletePermit
 		}
 		msg = what + ": " + msg
@@ -67,6 +79,12 @@ func ClassifyError(op Op, pod string, err error) (Outcome, *Blocker) {
 		msg = err.Error()
 	}
 	return Failed, &Blocker{Pod: pod, Kind: KindError, Message: bounded(msg)}
+}
+
+// byAdmission reports whether msg, a 403's, is an admission policy's or
+// webhook's refusal (kube-apiserver's wording) rather than RBAC's.
+func byAdmission(msg string) bool {
+	return strings.Contains(msg, "ValidatingAdmissionPolicy '") || strings.Contains(msg, "admission webhook \"")
 }
 
 // refusal is the Blocker of a refusal by a PodDisruptionBudget, nil if

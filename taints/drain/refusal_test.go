@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/selftaint/selftaint/taints/drain"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // budgetRefusal is the 429 the eviction subresource answers when a budget
@@ -60,6 +61,8 @@ func TestClassifyError(t *testing.T) {
 		Message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}}
 	negative := apierrors.NewForbidden(schema.GroupResource{Group: "policy", Resource: "poddisruptionbudget"}, "web-pdb", errors.New("pdb disruptions allowed is negative"))
 	rbac := apierrors.NewForbidden(podGR, "p", errors.New(`User "x" cannot delete resource "pods"`))
+	policy := apierrors.NewForbidden(podGR, "p", errors.New(`ValidatingAdmissionPolicy 'no-evictions' with binding 'no-evictions' denied request: not today`))
+	webhook := apierrors.NewForbidden(podGR, "p", errors.New(`admission webhook "guard.example.com" denied the request: not today`))
 	tests := []struct {
 		name string
 		op   drain.Op
@@ -83,9 +86,13 @@ func TestClassifyError(t *testing.T) {
 		{name: "budget broken", op: drain.OpEvict, err: negative, want: drain.Refused,
 			b: &drain.Blocker{Pod: pod, Kind: drain.KindPDB, PDB: "ns/web-pdb", Message: negative.Error()}},
 		{name: "no permission to delete", op: drain.OpDelete, err: rbac, want: drain.Failed,
-			b: &drain.Blocker{Pod: pod, Kind: drain.KindError, Message: "no permission to delete pods (force needs pods delete): " + rbac.Error()}},
+			b: &drain.Blocker{Pod: pod, Kind: drain.KindError, Message: "no permission to delete pods (a forced drain needs RBAC pods delete: deploy/drain-force/): " + rbac.Error()}},
 		{name: "no permission to evict", op: drain.OpEvict, err: rbac, want: drain.Failed,
-			b: &drain.Blocker{Pod: pod, Kind: drain.KindError, Message: "no permission to evict pods (the drain needs pods/eviction create): " + rbac.Error()}},
+			b: &drain.Blocker{Pod: pod, Kind: drain.KindError, Message: "no permission to evict pods (RBAC pods/eviction create; for selftaint virtual: deploy/virtual/drains/): " + rbac.Error()}},
+		{name: "eviction refused by an admission policy", op: drain.OpEvict, err: policy, want: drain.Failed,
+			b: &drain.Blocker{Pod: pod, Kind: drain.KindError, Message: "refused by admission control: " + policy.Error()}},
+		{name: "deletion refused by an admission webhook", op: drain.OpDelete, err: webhook, want: drain.Failed,
+			b: &drain.Blocker{Pod: pod, Kind: drain.KindError, Message: "refused by admission control: " + webhook.Error()}},
 		{name: "server error", op: drain.OpEvict, err: apierrors.NewInternalError(errors.New("etcd is sad")), want: drain.Failed,
 			b: &drain.Blocker{Pod: pod, Kind: drain.KindError, Message: "Internal error occurred: etcd is sad"}},
 		{name: "not an API error", op: drain.OpEvict, err: errors.New("connection refused"), want: drain.Failed,
@@ -100,5 +107,33 @@ func TestClassifyError(t *testing.T) {
 				t.Errorf("got %v, %+v; want %v, %+v", got, b, tt.want, tt.b)
 			}
 		})
+	}
+}
+
+// TestPermissionHintInSummary: what a refused eviction or deletion says is
+// missing, and where to get it, survives whole into the Summary the
+// node's condition shows (which cuts a failure's message short), after
+// the API server's long 403.
+func TestPermissionHintInSummary(t *testing.T) {
+	const pod = "ns/p"
+	forbidden := func(verb, resource string) error {
+		return apierrors.NewForbidden(corev1.Resource("pods"), "p", fmt.Errorf(
+			`User "system:serviceaccount:selftaint-virtual:selftaint-virtual" cannot %s resource %q in API group "" in the namespace "ns"`, verb, resource))
+	}
+	for _, tt := range []struct {
+		op   drain.Op
+		err  error
+		want string
+	}{
+		{drain.OpEvict, forbidden("create", "pods/eviction"), "no permission to evict pods (RBAC pods/eviction create; for selftaint virtual: deploy/virtual/drains/)"},
+		{drain.OpDelete, forbidden("delete", "pods"), "no permission to delete pods (a forced drain needs RBAC pods delete: deploy/drain-force/)"},
+	} {
+		_, b := drain.ClassifyError(tt.op, pod, tt.err)
+		if b == nil {
+			t.Fatalf("%v: no blocker for %v", tt.op, tt.err)
+		}
+		if got := drain.Summary(fleet.Progress{Total: 1}, []string{pod}, []drain.Blocker{*b}); !strings.Contains(got, tt.want) {
+			t.Errorf("%v: Summary %q, want it to hold %q", tt.op, got, tt.want)
+		}
 	}
 }

@@ -18,7 +18,7 @@ func TestSummary(t *testing.T) {
 	multi := drain.Blocker{Pod: "ns/m", Kind: drain.KindPDB, Message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}
 	bare := drain.Blocker{Pod: "ns/d", Kind: drain.KindNoController}
 	scratch := drain.Blocker{Pod: "ns/e", Kind: drain.KindEmptyDir}
-	failed := drain.Blocker{Pod: "ns/f", Kind: drain.KindError, Message: "no permission to delete pods (force needs pods delete): forbidden"}
+	failed := drain.Blocker{Pod: "ns/f", Kind: drain.KindError, Message: "no permission to delete pods (a forced drain needs RBAC pods delete: deploy/drain-force/): forbidden"}
 	names := func(prefix string, n int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -49,7 +49,7 @@ func TestSummary(t *testing.T) {
 			progress:  fleet.Progress{Evicted: 2, Total: 5},
 			remaining: []string{"ns/d", "ns/e", "ns/f"},
 			blockers:  []drain.Blocker{scratch, failed, bare},
-			want:      "evicted 2 of 5 pods; left: ns/d has no controller (evictUnreplicated not set), ns/e has emptyDir data (deleteEmptyDirData not set); failed: ns/f: no permission to delete pods (force needs pods delete): forbidden"},
+			want:      "evicted 2 of 5 pods; left: ns/d has no controller (evictUnreplicated not set), ns/e has emptyDir data (deleteEmptyDirData not set); failed: ns/f: no permission to delete pods (a forced drain needs RBAC pods delete: deploy/drain-force/): forbidden"},
 		{name: "a pod with two reasons is named for each",
 			progress:  fleet.Progress{Total: 1},
 			remaining: []string{"ns/d"},

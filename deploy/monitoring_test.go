@@ -348,7 +348,7 @@ func coordinatorRegistry(t *testing.T) *prometheus.Registry {
 	m.SetLeader(true)
 	m.Decided(fleet.Decision{
 		NoExecuteDecision: fleet.NoExecuteDecision{Budget: 1, Held: 1, Waiting: []string{"n2"}},
-		Guard: fleet.GuardState{Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{"C": {fleet.FleetScope: {Tripped: true}}}},
+		Guard:             fleet.GuardState{Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{"C": {fleet.FleetScope: {Tripped: true}}}},
 	}, time.Millisecond)
 	m.GrantStarted("z")
 	m.GrantReleased(fleet.ReleaseNoLongerAsks)

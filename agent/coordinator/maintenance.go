@@ -247,6 +247,13 @@ func (c *controller) patchNode(ctx context.Context, node string, patch map[strin
 // uncordoned, its drain stopped, the slot released (or deleted, when its
 // request is gone) and the condition set False.
 func (c *controller) endSlot(ctx context.Context, v *view, node string, outcome fleet.Outcome, del bool, now time.Time) error {
+	if outcome.Reason == fleet.ReasonDrainBlocked {
+		// Given back at the deadline: say what blocked it (the pods, the
+		// budgets and what they allow), which the decision cannot know.
+		if s := c.lastSummary(v, node); s != "" {
+			outcome.Message += "; what blocked it: " + s
+		}
+	}
 	c.stopDrain(node)
 	if err := c.uncordon(ctx, v, node); err != nil {
 		return err
@@ -272,6 +279,36 @@ func (c *controller) endSlot(ctx context.Context, v *view, node string, outcome 
 		return nil
 	}
 	return c.setCondition(ctx, v, node, corev1.ConditionFalse, outcome.Reason, outcome.Message, now)
+}
+
+// lastSummary is what node's drain last found (evicted N of M, what
+// remains, what refuses and why): its running drain's last pass, or, where
+// this leader has run none yet (it took over at the deadline), the summary
+// in the node's condition; "" when neither says.
+func (c *controller) lastSummary(v *view, node string) string {
+	c.drains.mu.Lock()
+	run := c.drains.runs[node]
+	summary := ""
+	if run != nil && run.reported && run.report.err == nil {
+		summary = run.report.summary
+	}
+	c.drains.mu.Unlock()
+	if summary != "" {
+		return summary
+	}
+	n := v.nodes[node]
+	if n == nil {
+		return ""
+	}
+	cond := taints.FindCondition(n, fleet.MaintenanceCondition)
+	if cond == nil || cond.Status != corev1.ConditionTrue || (cond.Reason != fleet.ReasonDraining && cond.Reason != fleet.ReasonDrainBlocked) {
+		return ""
+	}
+	summary, _, _ = strings.Cut(cond.Message, "; deadline ")
+	if !strings.HasPrefix(summary, "evicted ") {
+		return ""
+	}
+	return summary
 }
 
 // deleteSlot deletes node's slot Lease, provided it is still the version

@@ -268,9 +268,14 @@ func testPoolInOrderCordonOnlyOurs(t *testing.T, e *env) {
 	if !nc.Spec.Unschedulable || nc.Annotations[fleet.CordonAnnotation] == "" {
 		t.Errorf("node %s draining: unschedulable %t, cordon record %q; want cordoned with selftaint's record", c, nc.Spec.Unschedulable, nc.Annotations[fleet.CordonAnnotation])
 	}
-	cond, _ = e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
-	if !strings.HasPrefix(cond.Message, "1st in line of 1") {
-		t.Errorf("waiting node %s: message %q, want 1st in line of 1 once %s started", a, cond.Message, c)
+	// a's condition moves up a place in the decision after c's start:
+	// wait for it (it still says 2nd of 2 when c's Draining is read).
+	if err := testcp.Poll(t.Context(), waitTimeout, testcp.PollInterval, func() (bool, error) {
+		var err error
+		cond, _, err = e.maintenanceOf(a)
+		return err == nil && cond != nil && cond.Reason == fleet.ReasonMaintenanceWaiting && strings.HasPrefix(cond.Message, "1st in line of 1"), err
+	}); err != nil {
+		t.Errorf("waiting node %s: %v; message %+v, want Waiting, 1st in line of 1 once %s started", a, err, cond, c)
 	}
 	drains.set(c, true, false)
 	e.waitMaintenance(c, corev1.ConditionTrue, fleet.ReasonDrained)
@@ -362,7 +367,10 @@ func testDeadlineReleases(t *testing.T, e *env) {
 	e.waitEvent("default", blocked, coordinator.EventDrainRefused)
 
 	e.clock.Step(10*time.Minute + time.Second)
-	_, node := e.waitMaintenance(blocked, corev1.ConditionFalse, fleet.ReasonDrainBlocked)
+	cond, node := e.waitMaintenance(blocked, corev1.ConditionFalse, fleet.ReasonDrainBlocked)
+	if !strings.Contains(cond.Message, "what blocked it: refused: ns/web-0 by PodDisruptionBudget ns/web (disruptionsAllowed 0)") {
+		t.Errorf("node %s given back at its deadline says %q, not what blocked it", blocked, cond.Message)
+	}
 	if node.Spec.Unschedulable {
 		t.Errorf("node %s given back at its deadline is still cordoned", blocked)
 	}

@@ -94,8 +94,39 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 		msg := fmt.Sprintf("%s in line of %d for a maintenance slot: %s", ordinal(i+1), len(md.Waiting), w.Why)
 		step(c.setCondition(ctx, v, w.Node, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting, msg+c.requestSuffix(v, w.Node), now))
 	}
+	for _, node := range withdrawnUnstarted(v, md) {
+		step(c.setCondition(ctx, v, node, corev1.ConditionFalse, fleet.ReasonReleased, withdrawnMessage(v.nodes[node]), now))
+	}
 	c.reportMaintenance(v, md)
 	return errors.Join(errs...)
+}
+
+// withdrawnUnstarted are the nodes whose condition still says they are in
+// maintenance (True: waiting for a slot) though no request stands and they
+// hold no slot: a request withdrawn before its drain started (a sick node
+// healed while it waited, `selftaint drain --done` on a waiting node). A
+// held slot is ended by the decision (md.End), which says so itself.
+func withdrawnUnstarted(v *view, md fleet.MaintenanceDecision) []string {
+	var out []string
+	for name, n := range v.nodes {
+		_, ending := md.End[name]
+		cond := taints.FindCondition(n, fleet.MaintenanceCondition)
+		if v.maintenance[name] == nil && !ending && holder(v.slots[name]) != name && cond != nil && cond.Status == corev1.ConditionTrue {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// withdrawnMessage says why n, which waited, is no longer in maintenance.
+func withdrawnMessage(n *corev1.Node) string {
+	for _, a := range []string{fleet.OperatorRequestAnnotation, fleet.AgentRequestAnnotation} {
+		if _, ok := n.Annotations[a]; ok {
+			return "its maintenance request cannot be read (" + a + "; see its InvalidMaintenanceRequest Event): nothing of it is acted on; the drain did not start"
+		}
+	}
+	return "the request was withdrawn before the drain started"
 }
 
 // requestSuffix names the request a node's condition is about.

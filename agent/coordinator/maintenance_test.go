@@ -35,6 +35,7 @@ func TestMaintenance(t *testing.T) {
 	}{
 		{"PoolInOrderCordonOnlyOurs", testPoolInOrderCordonOnlyOurs},
 		{"UncordonedBySomeoneElse", testUncordonedBySomeoneElse},
+		{"WithdrawnWhileWaiting", testWithdrawnWhileWaiting},
 		{"DeadlineReleases", testDeadlineReleases},
 		{"MalformedRequest", testMalformedRequest},
 		{"LeaderChangeResumes", testMaintenanceLeaderChange},
@@ -336,6 +337,32 @@ func testUncordonedBySomeoneElse(t *testing.T, e *env) {
 	}
 	e.requestDrain(n, e.clock.Now().Add(time.Second), nil)
 	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDraining)
+}
+
+// testWithdrawnWhileWaiting: a request withdrawn while it waits for a
+// slot ends its node's maintenance condition (False, Released), which
+// otherwise said Waiting for ever; the node was never cordoned.
+func testWithdrawnWhileWaiting(t *testing.T, e *env) {
+	first, waiting := e.name("first"), e.name("waiting")
+	for _, n := range []string{first, waiting} {
+		e.node(n, "z", time.Time{})
+	}
+	drains := newFakeDrains()
+	opts := e.options("solo", maintenanceConfig(1))
+	opts.NewDrainer = drains.new
+	e.requestDrain(first, e.clock.Now().Add(-time.Minute), nil)
+	e.requestDrain(waiting, e.clock.Now(), nil)
+	e.start(opts, false)
+	e.waitMaintenance(first, corev1.ConditionTrue, fleet.ReasonDraining)
+	e.waitMaintenance(waiting, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
+	e.setAnnotation(waiting, fleet.OperatorRequestAnnotation, "")
+	cond, node := e.waitMaintenance(waiting, corev1.ConditionFalse, fleet.ReasonReleased)
+	if !strings.Contains(cond.Message, "withdrawn before the drain started") {
+		t.Errorf("node %s withdrawn while waiting says %q", waiting, cond.Message)
+	}
+	if node.Spec.Unschedulable || e.slot(waiting) != nil {
+		t.Errorf("node %s withdrawn while waiting: unschedulable %t, slot %+v", waiting, node.Spec.Unschedulable, e.slot(waiting))
+	}
 }
 
 // testDeadlineReleases: a blocked drain holds its slot until its deadline,

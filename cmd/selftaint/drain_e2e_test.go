@@ -329,9 +329,11 @@ func checkForced(t *testing.T, w *drainWatch, pod corev1.Pod, grace int64, start
 // testPoolOfTen: 10 nodes, one cordoned by someone else and one NotReady
 // (its process killed: the node lifecycle controller marks it), rolled out
 // by `selftaint drain --selector --max-parallel 2 --wait` with a pool of
-// 2: a watch never sees more than 2 unavailable through maintenance,
-// counting those two; the two already unavailable start first (they add
-// nothing), the rest in the order asked; all end Drained.
+// 2, then, after --done, again with the requests written on the Nodes
+// (the pool alone holding them back): a watch never sees more than 2
+// unavailable through maintenance, counting those two; the two already
+// unavailable start first (they add nothing), the rest in the order asked;
+// all end Drained.
 func testPoolOfTen(t *testing.T, e *drainEnv) {
 	const g = "e2e-pool"
 	const roll = "e2e.selftaint.io/roll=yes"
@@ -356,34 +358,71 @@ func testPoolOfTen(t *testing.T, e *drainEnv) {
 		t.Fatalf("selftaint drain --selector %s --max-parallel 2: exit %d, want 0; stdout:\n%s\nstderr: %s", roll, code, out, errs)
 	}
 	ten := append(slices.Clone(main), notReady)
-	for _, n := range ten {
-		w.waitSeen(t, n, e2eWait, "Drained", func(s nodeSeen) bool { return s.is(corev1.ConditionTrue, fleet.ReasonDrained) })
-	}
-	var order []string
-	for _, s := range w.startsOf("") {
-		order = append(order, s.node)
-	}
-	var rest []string
+	var rest []string // in name order: the order the rollout asked
 	for _, n := range ten {
 		if n != theirs && n != notReady {
 			rest = append(rest, n)
 		}
 	}
 	slices.Sort(rest)
-	switch {
-	case len(order) != len(ten):
-		t.Errorf("slots started %v, want one for each of the 10", order)
-	case !slices.Contains(order[:2], theirs) || !slices.Contains(order[:2], notReady):
-		t.Errorf("slots started in the order %v, want %s and %s (already unavailable) first", order, theirs, notReady)
-	case !slices.Equal(order[2:], rest):
-		t.Errorf("slots started in the order %v, want the rest in the order asked %v", order, rest)
+	drained := func(since time.Time) {
+		for _, n := range ten {
+			w.waitSeen(t, n, e2eWait, "Drained", func(s nodeSeen) bool { return s.at.After(since) && s.is(corev1.ConditionTrue, fleet.ReasonDrained) })
+		}
 	}
-	t.Logf("slots started in the order %v", order)
+	drained(time.Time{})
+	checkStartOrder(t, w.startsOf(""), []string{theirs, notReady}, rest)
+
+	// Again with the requests written as GitOps would, the rest asked in
+	// the reverse order and before the two already unavailable: the pool,
+	// full of those two, holds the rest back (Waiting) until they have
+	// drained, then serves them in the order asked.
+	if code, out, errs := runCLI(t, "drain", "--done", "--selector", roll, e.kc); code != 0 {
+		t.Fatalf("selftaint drain --done --selector %s: exit %d; stdout %q; stderr %q", roll, code, out, errs)
+	}
+	for _, n := range ten {
+		w.waitNode(t, n, e2eWait, "Released", func(s nodeSeen) bool { return s.is(corev1.ConditionFalse, fleet.ReasonReleased) })
+	}
+	before, again := len(w.startsOf("")), time.Now()
+	slices.Reverse(rest)
+	asked := time.Now().Add(-time.Minute)
+	for i, n := range append(slices.Clone(rest), theirs, notReady) {
+		r := fleet.MaintenanceRequest{Version: fleet.MaintenanceVersion, Reason: "e2e-gitops", RequestedBy: "e2e", RequestedAt: asked.Add(time.Duration(i) * time.Second)}
+		patchAnnotations(t, e.c, n, map[string]string{fleet.OperatorRequestAnnotation: r.Format()})
+		if i == len(rest)-1 {
+			w.waitNode(t, n, e2eWait, "Waiting for the full pool", func(s nodeSeen) bool {
+				return s.request != "" && s.is(corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting) && strings.Contains(s.cond.Message, "the maintenance pool is full")
+			})
+		}
+	}
+	drained(again)
+	checkStartOrder(t, w.startsOf("")[before:], []string{theirs, notReady}, rest)
 	w.check(t)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.worst) != drainPool {
 		t.Errorf("at most %d nodes unavailable through maintenance at once, want the pool (%d) used", len(w.worst), drainPool)
+	}
+}
+
+// checkStartOrder checks that the slots started once for each node: those
+// of first (already unavailable) before the others, the others in order.
+func checkStartOrder(t *testing.T, starts []slotEvent, first, order []string) {
+	t.Helper()
+	var got []string
+	for _, s := range starts {
+		got = append(got, s.node)
+	}
+	n := len(first)
+	switch {
+	case len(got) != n+len(order):
+		t.Errorf("slots started %v, want one for each of the %d", got, n+len(order))
+	case !slices.Equal(slices.Sorted(slices.Values(got[:n])), slices.Sorted(slices.Values(first))):
+		t.Errorf("slots started in the order %v, want %v (already unavailable) first", got, first)
+	case !slices.Equal(got[n:], order):
+		t.Errorf("slots started in the order %v, want the rest in the order asked %v", got, order)
+	default:
+		t.Logf("slots started in the order %v", got)
 	}
 }
 

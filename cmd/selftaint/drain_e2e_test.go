@@ -235,40 +235,22 @@ func testPDBAllowsNone(t *testing.T, e *drainEnv) {
 	if len(starts) != 1 {
 		t.Fatalf("%s's slot started %d times, want 1", rel, len(starts))
 	}
-	names := ns + "/stuck-rel-"
-	pdb := "by PodDisruptionBudget " + ns + "/stuck-rel-pdb (disruptionsAllowed 0: needs 1 healthy, has 1)"
-	namesBlockers := func(s nodeSeen) bool {
-		return strings.Contains(s.cond.Message, names) && strings.Contains(s.cond.Message, pdb)
-	}
-	told := w.waitSeen(t, rel, e2eWait, "naming the pod and its budget", namesBlockers)
-	switch {
-	case told.at.Sub(starts[0].acquired) > 10*time.Second:
-		t.Errorf("%s's condition named the budget %s after its slot was taken, want within 10s: %s", rel, told.at.Sub(starts[0].acquired), told)
-	default:
-		t.Logf("%s's condition named the blocking budget %s after its slot was taken: %s", rel, told.at.Sub(starts[0].acquired).Round(time.Millisecond), told.cond.Message)
+	pdb := ns + "/stuck-rel-pdb"
+	told := w.waitSeen(t, rel, e2eWait, "naming the pod and its budget", func(s nodeSeen) bool {
+		return strings.Contains(s.cond.Message, "refused: "+ns+"/stuck-rel-") &&
+			strings.Contains(s.cond.Message, "by PodDisruptionBudget "+pdb+" (disruptionsAllowed 0: needs 1 healthy, has 1)")
+	})
+	if d := told.at.Sub(starts[0].acquired); d > 10*time.Second {
+		t.Errorf("%s's condition named the budget %s after its slot was taken, want within 10s: %s", rel, d, told)
+	} else {
+		t.Logf("%s's condition named the blocking budget %s after its slot was taken: %s", rel, d.Round(time.Millisecond), told.cond.Message)
 	}
 
 	// The deadline with release: given back, uncordoned, exit 1 naming the budget.
-	if code := waitExit(t, relDone); code != 1 || !strings.Contains(relErr.String(), "DrainBlocked") || !strings.Contains(relErr.String(), ns+"/stuck-rel-pdb") {
+	if code := waitExit(t, relDone); code != 1 || !strings.Contains(relErr.String(), "DrainBlocked") || !strings.Contains(relErr.String(), pdb) {
 		t.Errorf("selftaint drain --wait %s: exit %d, want 1 naming DrainBlocked and the budget; stdout:\n%s\nstderr: %s", rel, code, relOut, relErr)
 	}
-	given := w.waitNode(t, rel, e2eWait, "DrainBlocked (False), uncordoned", func(s nodeSeen) bool {
-		return s.is(corev1.ConditionFalse, fleet.ReasonDrainBlocked) && !s.unschedulable && s.cordonedFor == ""
-	})
-	if !strings.Contains(given.cond.Message, "stuck-rel-pdb") {
-		t.Errorf("%s given back DrainBlocked without naming the budget: %s", rel, given)
-	}
-	var ends []slotEvent
-	if err := testcp.Poll(t.Context(), e2eWait, 50*time.Millisecond, func() (bool, error) {
-		ends = w.endsOf(rel)
-		l := w.slot(rel)
-		return len(ends) > 0 && l != nil && leaseHolder(l) == "" && l.Annotations[fleet.SlotPhaseAnnotation] == fleet.PhaseEnded, nil
-	}); err != nil || len(ends) != 1 {
-		t.Fatalf("%s's slot after the deadline: given back %d times, want 1, Lease %+v, want its holder cleared and phase %s: %v", rel, len(ends), w.slot(rel), fleet.PhaseEnded, err)
-	}
-	if d := ends[0].at.Sub(starts[0].acquired); d < 15*time.Second {
-		t.Errorf("%s was given back %s after its slot was taken, before its deadline of 15s", rel, d)
-	}
+	end := checkGivenBack(t, w, rel, pdb, starts[0].acquired.Add(15*time.Second))
 
 	// The waiting node starts once the slot is free, while the forced
 	// drain still waits for its deadline.
@@ -280,12 +262,12 @@ func testPDBAllowsNone(t *testing.T, e *drainEnv) {
 	switch {
 	case len(behindStarts) != 1:
 		t.Errorf("%s's slot started %d times, want 1", behind, len(behindStarts))
-	case behindStarts[0].at.Before(ends[0].at):
-		t.Errorf("%s started at %s, before %s's slot was given back at %s", behind, behindStarts[0].at.Format(time.StampMilli), rel, ends[0].at.Format(time.StampMilli))
+	case behindStarts[0].at.Before(end.at):
+		t.Errorf("%s started at %s, before %s's slot was given back at %s", behind, behindStarts[0].at.Format(time.StampMilli), rel, end.at.Format(time.StampMilli))
 	case !frcDrained.at.IsZero() && frcDrained.at.Before(behindStarts[0].at):
 		t.Errorf("%s started only after %s was Drained, not when %s's slot was given back", behind, frc, rel)
 	default:
-		t.Logf("%s started %s after %s's slot was given back", behind, behindStarts[0].at.Sub(ends[0].at).Round(time.Millisecond), rel)
+		t.Logf("%s started %s after %s's slot was given back", behind, behindStarts[0].at.Sub(end.at).Round(time.Millisecond), rel)
 	}
 
 	// The deadline with force: the refused pod deleted with its grace period.
@@ -294,6 +276,32 @@ func testPDBAllowsNone(t *testing.T, e *drainEnv) {
 	}
 	checkForced(t, w, forced, forceGrace, w.startsOf(frc))
 	w.check(t)
+}
+
+// checkGivenBack checks what the watch saw of node at its deadline with
+// release: its condition False DrainBlocked naming pdb, uncordoned, its
+// slot given back once (holder cleared, phase Ended), not before deadline;
+// it returns the slot's end.
+func checkGivenBack(t *testing.T, w *drainWatch, node, pdb string, deadline time.Time) slotEvent {
+	t.Helper()
+	given := w.waitNode(t, node, e2eWait, "DrainBlocked (False), uncordoned", func(s nodeSeen) bool {
+		return s.is(corev1.ConditionFalse, fleet.ReasonDrainBlocked) && !s.unschedulable && s.cordonedFor == ""
+	})
+	if !strings.Contains(given.cond.Message, pdb) {
+		t.Errorf("%s given back DrainBlocked without naming the budget: %s", node, given)
+	}
+	var ends []slotEvent
+	if err := testcp.Poll(t.Context(), e2eWait, 50*time.Millisecond, func() (bool, error) {
+		ends = w.endsOf(node)
+		l := w.slot(node)
+		return len(ends) > 0 && l != nil && leaseHolder(l) == "" && l.Annotations[fleet.SlotPhaseAnnotation] == fleet.PhaseEnded, nil
+	}); err != nil || len(ends) != 1 {
+		t.Fatalf("%s's slot after the deadline: given back %d times, want 1, Lease %+v, want its holder cleared and phase %s: %v", node, len(ends), w.slot(node), fleet.PhaseEnded, err)
+	}
+	if ends[0].at.Before(deadline) {
+		t.Errorf("%s was given back at %s, before its deadline %s", node, ends[0].at.Format(time.StampMilli), deadline.Format(time.StampMilli))
+	}
+	return ends[0]
 }
 
 // checkForced checks what the watch saw of pod: deleted (not evicted) with

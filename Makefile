@@ -143,11 +143,13 @@ fmt-check:
 		echo "these files need gofmt:" >&2; echo "$$files" >&2; exit 1; \
 	fi
 
-# The fleet storms (hundreds of virtual nodes, coordinators killed) are the
-# heaviest tests and mostly wait on the API server: they run as a second
-# `go test` beside the rest, so the suite takes about as long as the longer
-# of the two rather than their sum. Their output follows the rest's.
-FLEET_E2E = ^(TestNoCoordinator|TestStorm.*|TestHolderGoneFreesGrant|TestStalledAgentGrantedAgain|TestRandomStorms)$$
+# The fleet storms (hundreds of virtual nodes, coordinators killed) and the
+# drain e2e tests (virtual nodes drained by the coordinator and `selftaint
+# drain`, under the real controllers and scheduler) are the heaviest tests
+# and mostly wait on the API server: they run as a second `go test` beside
+# the rest, so the suite takes about as long as the longer of the two rather
+# than their sum. Their output follows the rest's.
+FLEET_E2E = ^(TestNoCoordinator|TestStorm.*|TestHolderGoneFreesGrant|TestStalledAgentGrantedAgain|TestRandomStorms|TestDrainE2E)$$
 # -parallel 4: the integration tests mostly wait on the API server and on
 # damping windows, so four at a time on two cores keeps both busy (agent
 # 422 s one at a time -> about 90 s, deploy 79 -> 27 s).

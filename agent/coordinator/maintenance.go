@@ -94,8 +94,39 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 		msg := fmt.Sprintf("%s in line of %d for a maintenance slot: %s", fleet.Ordinal(i+1), len(md.Waiting), w.Why)
 		step(c.setCondition(ctx, v, w.Node, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting, msg+c.requestSuffix(v, w.Node), now))
 	}
+	for _, node := range withdrawnUnstarted(v, md) {
+		step(c.setCondition(ctx, v, node, corev1.ConditionFalse, fleet.ReasonReleased, withdrawnMessage(v.nodes[node]), now))
+	}
 	c.reportMaintenance(v, md)
 	return errors.Join(errs...)
+}
+
+// withdrawnUnstarted are the nodes whose condition still says they are in
+// maintenance (True: waiting for a slot) though no request stands and they
+// hold no slot: a request withdrawn before its drain started (a sick node
+// healed while it waited, `selftaint drain --done` on a waiting node). A
+// held slot is ended by the decision (md.End), which says so itself.
+func withdrawnUnstarted(v *view, md fleet.MaintenanceDecision) []string {
+	var out []string
+	for name, n := range v.nodes {
+		_, ending := md.End[name]
+		cond := taints.FindCondition(n, fleet.MaintenanceCondition)
+		if v.maintenance[name] == nil && !ending && holder(v.slots[name]) != name && cond != nil && cond.Status == corev1.ConditionTrue {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// withdrawnMessage says why n, which waited, is no longer in maintenance.
+func withdrawnMessage(n *corev1.Node) string {
+	for _, a := range []string{fleet.OperatorRequestAnnotation, fleet.AgentRequestAnnotation} {
+		if _, ok := n.Annotations[a]; ok {
+			return "its maintenance request cannot be read (" + a + "; see its InvalidMaintenanceRequest Event): nothing of it is acted on; the drain did not start"
+		}
+	}
+	return "the request was withdrawn before the drain started"
 }
 
 // requestSuffix names the request a node's condition is about.
@@ -248,8 +279,10 @@ func (c *controller) patchNode(ctx context.Context, node string, patch map[strin
 // request is gone) and the condition set False.
 func (c *controller) endSlot(ctx context.Context, v *view, node string, outcome fleet.Outcome, del bool, now time.Time) error {
 	if outcome.Reason == fleet.ReasonDrainBlocked {
-		if last := c.lastWords(v, node); last != "" {
-			outcome.Message += "; what blocked it: " + last
+		// Given back at the deadline: say what blocked it (the pods, the
+		// budgets and what they allow), which the decision cannot know.
+		if s := c.lastSummary(v, node); s != "" {
+			outcome.Message += "; what blocked it: " + s
 		}
 	}
 	c.stopDrain(node)
@@ -279,23 +312,34 @@ func (c *controller) endSlot(ctx context.Context, v *view, node string, outcome 
 	return c.setCondition(ctx, v, node, corev1.ConditionFalse, outcome.Reason, outcome.Message, now)
 }
 
-// lastWords is what node's drain last said (what it evicted and what
-// blocked it): its last pass, or, after a leader change before any pass,
-// the condition it left.
-func (c *controller) lastWords(v *view, node string) string {
+// lastSummary is what node's drain last found (evicted N of M, what
+// remains, what refuses and why): its running drain's last pass, or, where
+// this leader has run none yet (it took over at the deadline), the summary
+// in the node's condition; "" when neither says.
+func (c *controller) lastSummary(v *view, node string) string {
 	c.drains.mu.Lock()
 	run := c.drains.runs[node]
-	if run != nil && run.reported && run.report.err == nil && run.report.summary != "" {
-		defer c.drains.mu.Unlock()
-		return run.report.summary
+	summary := ""
+	if run != nil && run.reported && run.report.err == nil {
+		summary = run.report.summary
 	}
 	c.drains.mu.Unlock()
-	cond := taints.FindCondition(v.nodes[node], fleet.MaintenanceCondition)
+	if summary != "" {
+		return summary
+	}
+	n := v.nodes[node]
+	if n == nil {
+		return ""
+	}
+	cond := taints.FindCondition(n, fleet.MaintenanceCondition)
 	if cond == nil || cond.Status != corev1.ConditionTrue || (cond.Reason != fleet.ReasonDraining && cond.Reason != fleet.ReasonDrainBlocked) {
 		return ""
 	}
-	msg, _, _ := strings.Cut(cond.Message, "; deadline ")
-	return msg
+	summary, _, _ = strings.Cut(cond.Message, "; deadline ")
+	if !strings.HasPrefix(summary, "evicted ") {
+		return ""
+	}
+	return summary
 }
 
 // deleteSlot deletes node's slot Lease, provided it is still the version

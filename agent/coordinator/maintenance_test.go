@@ -35,6 +35,7 @@ func TestMaintenance(t *testing.T) {
 	}{
 		{"PoolInOrderCordonOnlyOurs", testPoolInOrderCordonOnlyOurs},
 		{"UncordonedBySomeoneElse", testUncordonedBySomeoneElse},
+		{"WithdrawnWhileWaiting", testWithdrawnWhileWaiting},
 		{"DeadlineReleases", testDeadlineReleases},
 		{"MalformedRequest", testMalformedRequest},
 		{"LeaderChangeResumes", testMaintenanceLeaderChange},
@@ -268,9 +269,14 @@ func testPoolInOrderCordonOnlyOurs(t *testing.T, e *env) {
 	if !nc.Spec.Unschedulable || nc.Annotations[fleet.CordonAnnotation] == "" {
 		t.Errorf("node %s draining: unschedulable %t, cordon record %q; want cordoned with selftaint's record", c, nc.Spec.Unschedulable, nc.Annotations[fleet.CordonAnnotation])
 	}
-	cond, _ = e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
-	if !strings.HasPrefix(cond.Message, "1st in line of 1") {
-		t.Errorf("waiting node %s: message %q, want 1st in line of 1 once %s started", a, cond.Message, c)
+	// a's condition moves up a place in the decision after c's start:
+	// wait for it (it still says 2nd of 2 when c's Draining is read).
+	if err := testcp.Poll(t.Context(), waitTimeout, testcp.PollInterval, func() (bool, error) {
+		var err error
+		cond, _, err = e.maintenanceOf(a)
+		return err == nil && cond != nil && cond.Reason == fleet.ReasonMaintenanceWaiting && strings.HasPrefix(cond.Message, "1st in line of 1"), err
+	}); err != nil {
+		t.Errorf("waiting node %s: %v; message %+v, want Waiting, 1st in line of 1 once %s started", a, err, cond, c)
 	}
 	drains.set(c, true, false)
 	e.waitMaintenance(c, corev1.ConditionTrue, fleet.ReasonDrained)
@@ -333,6 +339,32 @@ func testUncordonedBySomeoneElse(t *testing.T, e *env) {
 	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDraining)
 }
 
+// testWithdrawnWhileWaiting: a request withdrawn while it waits for a
+// slot ends its node's maintenance condition (False, Released), which
+// otherwise said Waiting for ever; the node was never cordoned.
+func testWithdrawnWhileWaiting(t *testing.T, e *env) {
+	first, waiting := e.name("first"), e.name("waiting")
+	for _, n := range []string{first, waiting} {
+		e.node(n, "z", time.Time{})
+	}
+	drains := newFakeDrains()
+	opts := e.options("solo", maintenanceConfig(1))
+	opts.NewDrainer = drains.new
+	e.requestDrain(first, e.clock.Now().Add(-time.Minute), nil)
+	e.requestDrain(waiting, e.clock.Now(), nil)
+	e.start(opts, false)
+	e.waitMaintenance(first, corev1.ConditionTrue, fleet.ReasonDraining)
+	e.waitMaintenance(waiting, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
+	e.setAnnotation(waiting, fleet.OperatorRequestAnnotation, "")
+	cond, node := e.waitMaintenance(waiting, corev1.ConditionFalse, fleet.ReasonReleased)
+	if !strings.Contains(cond.Message, "withdrawn before the drain started") {
+		t.Errorf("node %s withdrawn while waiting says %q", waiting, cond.Message)
+	}
+	if node.Spec.Unschedulable || e.slot(waiting) != nil {
+		t.Errorf("node %s withdrawn while waiting: unschedulable %t, slot %+v", waiting, node.Spec.Unschedulable, e.slot(waiting))
+	}
+}
+
 // testDeadlineReleases: a blocked drain holds its slot until its deadline,
 // saying what blocks it; then (release) the node is given back,
 // uncordoned, DrainBlocked, and the next node gets the slot; a forced
@@ -363,8 +395,8 @@ func testDeadlineReleases(t *testing.T, e *env) {
 
 	e.clock.Step(10*time.Minute + time.Second)
 	cond, node := e.waitMaintenance(blocked, corev1.ConditionFalse, fleet.ReasonDrainBlocked)
-	if !strings.Contains(cond.Message, "PodDisruptionBudget ns/web") {
-		t.Errorf("given back at its deadline, the condition %q does not name what blocked the drain", cond.Message)
+	if !strings.Contains(cond.Message, "what blocked it: refused: ns/web-0 by PodDisruptionBudget ns/web (disruptionsAllowed 0)") {
+		t.Errorf("node %s given back at its deadline says %q, not what blocked it", blocked, cond.Message)
 	}
 	if node.Spec.Unschedulable {
 		t.Errorf("node %s given back at its deadline is still cordoned", blocked)

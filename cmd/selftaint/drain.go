@@ -56,9 +56,11 @@ blocks it), is released or withdrawn by someone else, or --timeout passes.
 Without --reason, --wait follows requests already made and writes nothing.
 
 --selector with --max-parallel N is a rollout: the matching nodes are
-requested one at a time in name order, never more than N requested and not
-yet Drained; it waits as --wait does, and requests no more once a node ends
-other than Drained.
+requested one at a time in name order (those already unavailable, NotReady
+or cordoned by someone else, first: the maintenance pool counts them until
+they are drained), never more than N requested and not yet Drained; it
+waits as --wait does, and requests no more once a node ends other than
+Drained.
 
 A Drained node stays cordoned, in maintenance, until --done removes its
 request: the coordinator then uncordons it if selftaint cordoned it (never a
@@ -392,7 +394,8 @@ func (d *drainer) run(ctx context.Context, a drainArgs) error {
 	return d.follow(ctx, r, a, events)
 }
 
-// targets are the nodes named, or those --selector matches, in name order.
+// targets are the nodes named, or those --selector matches, in name order;
+// a rollout's (--max-parallel) in rolloutOrder.
 func (d *drainer) targets(ctx context.Context, a drainArgs) ([]string, error) {
 	if a.selector == "" {
 		return a.nodes, nil
@@ -401,15 +404,43 @@ func (d *drainer) targets(ctx context.Context, a drainArgs) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the nodes matching %q: %w", a.selector, err)
 	}
+	if len(list.Items) == 0 {
+		return nil, fmt.Errorf("no node matches --selector %q", a.selector)
+	}
+	if a.maxParallel > 0 {
+		return rolloutOrder(list.Items), nil
+	}
 	var names []string
 	for _, n := range list.Items {
 		names = append(names, n.Name)
 	}
 	slices.Sort(names)
-	if len(names) == 0 {
-		return nil, fmt.Errorf("no node matches --selector %q", a.selector)
-	}
 	return names, nil
+}
+
+// rolloutOrder is the order a rollout asks for nodes in: first those
+// already unavailable (NotReady, or cordoned by someone else), then the
+// rest, each in name order. The coordinator counts an unavailable node
+// against its maintenance pool until it is drained, and starts it even
+// when the pool is full (it adds nothing); asked for after the others, such
+// nodes would fill the pool while the nodes asked for first waited for a
+// slot, and the rollout, which asks for no more until those are Drained,
+// would never end.
+func rolloutOrder(nodes []corev1.Node) []string {
+	unavailable := func(n *corev1.Node) bool {
+		return !fleet.IsReady(n) || (n.Spec.Unschedulable && n.Annotations[fleet.CordonAnnotation] == "")
+	}
+	var first, rest []string
+	for i := range nodes {
+		if unavailable(&nodes[i]) {
+			first = append(first, nodes[i].Name)
+		} else {
+			rest = append(rest, nodes[i].Name)
+		}
+	}
+	slices.Sort(first)
+	slices.Sort(rest)
+	return append(first, rest...)
 }
 
 // follow requests what the rollout allows and follows the nodes' events

@@ -234,6 +234,35 @@ func TestDrainRolloutLine(t *testing.T) {
 	}
 }
 
+// TestDrainRolloutOrder: a rollout asks first for the nodes the
+// maintenance pool already counts (NotReady, cordoned by someone else),
+// then the rest, each in name order; a node selftaint cordoned is not
+// someone else's.
+func TestDrainRolloutOrder(t *testing.T) {
+	node := func(name string, ready, unschedulable bool, cordonedFor string) corev1.Node {
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Unschedulable: unschedulable},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}}}
+		if cordonedFor != "" {
+			n.Annotations = map[string]string{fleet.CordonAnnotation: cordonedFor}
+		}
+		return n
+	}
+	got := rolloutOrder([]corev1.Node{
+		node("e", true, false, ""),
+		node("d", true, true, ""), // cordoned by someone else
+		node("c", true, true, "operator/2026-01-01T00:00:00Z"),
+		node("b", false, false, ""), // NotReady
+		node("a", true, false, ""),
+	})
+	if want := []string{"b", "d", "a", "c", "e"}; !slices.Equal(got, want) {
+		t.Errorf("rolloutOrder = %v, want %v", got, want)
+	}
+}
+
 // lockedBuffer is a bytes.Buffer safe for a command writing while the test
 // reads.
 type lockedBuffer struct {

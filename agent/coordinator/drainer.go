@@ -36,20 +36,27 @@ func (e evictingDrainer) Pass(ctx context.Context, force bool, evictedBefore int
 		Progress: p,
 		Results:  r.Results,
 		Summary:  tdrain.Summary(p, r.Remaining, r.Blockers),
-		// Blocked: every pod still to go is refused or left (none is on its
-		// way: evicting, terminating, or backing off from a transient error).
-		Blocked:  len(r.Blockers) > 0 && r.Pending > 0 && blockedAll(r),
+		// Blocked: every pod still on the node is refused or left (none is
+		// on its way: being evicted, or terminating, which may let a budget
+		// allow the next).
+		Blocked:  len(r.Blockers) > 0 && blockedAll(r),
 		Drained:  r.Drained,
 		OnlyLeft: r.OnlyLeft,
 		Next:     r.Next,
 	}, nil
 }
 
-// blockedAll: every pending pod has a blocker.
+// blockedAll: every pod still on the node (to evict, or terminating) has
+// a blocker.
 func blockedAll(r drain.Report) bool {
 	pods := map[string]bool{}
 	for _, b := range r.Blockers {
 		pods[b.Pod] = true
 	}
-	return len(pods) >= r.Pending
+	for _, p := range r.Remaining {
+		if !pods[p] {
+			return false
+		}
+	}
+	return len(r.Remaining) > 0
 }

@@ -49,7 +49,7 @@ const (
 	DefaultParallel = 16
 	// TerminatingRecheck is how soon another pass is useful while pods
 	// terminate (kubectl drain polls each pod every second).
-	TerminatingRecheck = 2 * time.Second
+	TerminatingRecheck = time.Second
 	// LeftRecheck is how soon another pass is useful when only pods the
 	// request leaves remain (someone may delete them).
 	LeftRecheck = 30 * time.Second
@@ -260,9 +260,10 @@ func (d *Drainer) plan(pods []corev1.Pod, ready, force bool, now time.Time) plan
 	return p
 }
 
-// run makes the jobs' API calls, d.parallel at a time, and remembers how
-// each came out.
+// run makes the jobs' API calls, d.parallel at a time, pods of one
+// controller spread apart (drain.Spread), and remembers how each came out.
 func (d *Drainer) run(ctx context.Context, jobs []job, force bool, now time.Time) []tried {
+	jobs = drain.Spread(jobs, func(j job) *corev1.Pod { return j.pod })
 	out := make([]tried, len(jobs))
 	sem := make(chan struct{}, d.parallel)
 	var wg sync.WaitGroup

@@ -138,9 +138,9 @@ type Report struct {
 	// of kind noController or emptyDir).
 	OnlyLeft bool
 	// Next is when another pass is useful: the earliest end of a
-	// back-off, TerminatingRecheck after the pass while pods terminate,
-	// LeftRecheck while only pods the request leaves remain; zero once
-	// Drained.
+	// back-off, TerminatingRecheck after the pass began while pods
+	// terminate, LeftRecheck while only pods the request leaves remain;
+	// zero once Drained. It may be past already (a long pass).
 	Next time.Time
 }
 
@@ -156,7 +156,8 @@ func (r Report) Progress(before fleet.Progress) fleet.Progress {
 // evicts every pod that must go and may go now (and is not backing off)
 // or, with force, deletes the pods the Eviction API refused, and reports
 // where the drain stands. An error means the pass could not read the node
-// or its pods; a failed eviction is not an error but a Blocker.
+// or its pods, or ctx ended; a failed eviction is not an error but a
+// Blocker.
 func (d *Drainer) Pass(ctx context.Context, force bool) (Report, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -173,6 +174,9 @@ func (d *Drainer) Pass(ctx context.Context, force bool) (Report, error) {
 	now := d.clock.Now()
 	p := d.plan(list.Items, ready, force, now)
 	done := d.run(ctx, p.jobs, force, now)
+	if err := ctx.Err(); err != nil {
+		return Report{}, fmt.Errorf("drain %s: %w", d.node, err)
+	}
 	return d.report(p, done, now), nil
 }
 
@@ -290,17 +294,19 @@ func (d *Drainer) run(ctx context.Context, jobs []job, force bool, now time.Time
 func (d *Drainer) try(ctx context.Context, j job, force bool, now time.Time) tried {
 	t := tried{job: j}
 	name := drain.PodName(j.pod)
-	for op := j.op; op != drain.OpNone; op = drain.NextOp(t.st, force, now) {
+	op := j.op
+	for {
 		err := d.do(ctx, op, j.pod)
 		out, b := drain.ClassifyError(op, name, err)
 		t.outcomes = append(t.outcomes, out)
 		t.st, t.done = t.st.After(op, out, b, now)
 		d.logTry(op, name, out, err)
-		if t.done || op == drain.OpDelete {
-			break
+		// At most one more op: a refused eviction's DELETE, forced.
+		if t.done || op != drain.OpEvict || drain.NextOp(t.st, force, now) != drain.OpDelete {
+			return t
 		}
+		op = drain.OpDelete
 	}
-	return t
 }
 
 // do makes op's request for pod.

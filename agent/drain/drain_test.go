@@ -281,6 +281,11 @@ func newRefusal(t *testing.T) *refusal {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The API server's authorizer learns of the new binding from a watch.
+	e.poll("the grant to "+user+" in force", func() (bool, error) {
+		_, err := client.CoreV1().Nodes().Get(context.Background(), e.node("a"), metav1.GetOptions{})
+		return err == nil, err
+	})
 	clk := testingclock.NewFakeClock(time.Now())
 	webName := taintsdrain.PodName(&web)
 	return &refusal{t: t, e: e, clk: clk, reqs: reqs, role: role, web: web, webName: webName,

@@ -49,7 +49,7 @@ const (
 	DefaultParallel = 16
 	// TerminatingRecheck is how soon another pass is useful while pods
 	// terminate (kubectl drain polls each pod every second).
-	TerminatingRecheck = 2 * time.Second
+	TerminatingRecheck = time.Second
 	// LeftRecheck is how soon another pass is useful when only pods the
 	// request leaves remain (someone may delete them).
 	LeftRecheck = 30 * time.Second
@@ -138,9 +138,9 @@ type Report struct {
 	// of kind noController or emptyDir).
 	OnlyLeft bool
 	// Next is when another pass is useful: the earliest end of a
-	// back-off, TerminatingRecheck after the pass while pods terminate,
-	// LeftRecheck while only pods the request leaves remain; zero once
-	// Drained.
+	// back-off, TerminatingRecheck after the pass began while pods
+	// terminate, LeftRecheck while only pods the request leaves remain;
+	// zero once Drained. It may be past already (a long pass).
 	Next time.Time
 }
 
@@ -156,7 +156,8 @@ func (r Report) Progress(before fleet.Progress) fleet.Progress {
 // evicts every pod that must go and may go now (and is not backing off)
 // or, with force, deletes the pods the Eviction API refused, and reports
 // where the drain stands. An error means the pass could not read the node
-// or its pods; a failed eviction is not an error but a Blocker.
+// or its pods, or ctx ended; a failed eviction is not an error but a
+// Blocker.
 func (d *Drainer) Pass(ctx context.Context, force bool) (Report, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -173,6 +174,9 @@ func (d *Drainer) Pass(ctx context.Context, force bool) (Report, error) {
 	now := d.clock.Now()
 	p := d.plan(list.Items, ready, force, now)
 	done := d.run(ctx, p.jobs, force, now)
+	if err := ctx.Err(); err != nil {
+		return Report{}, fmt.Errorf("drain %s: %w", d.node, err)
+	}
 	return d.report(p, done, now), nil
 }
 
@@ -260,9 +264,10 @@ func (d *Drainer) plan(pods []corev1.Pod, ready, force bool, now time.Time) plan
 	return p
 }
 
-// run makes the jobs' API calls, d.parallel at a time, and remembers how
-// each came out.
+// run makes the jobs' API calls, d.parallel at a time, pods of one
+// controller spread apart (drain.Spread), and remembers how each came out.
 func (d *Drainer) run(ctx context.Context, jobs []job, force bool, now time.Time) []tried {
+	jobs = drain.Spread(jobs, func(j job) *corev1.Pod { return j.pod })
 	out := make([]tried, len(jobs))
 	sem := make(chan struct{}, d.parallel)
 	var wg sync.WaitGroup
@@ -289,17 +294,19 @@ func (d *Drainer) run(ctx context.Context, jobs []job, force bool, now time.Time
 func (d *Drainer) try(ctx context.Context, j job, force bool, now time.Time) tried {
 	t := tried{job: j}
 	name := drain.PodName(j.pod)
-	for op := j.op; op != drain.OpNone; op = drain.NextOp(t.st, force, now) {
+	op := j.op
+	for {
 		err := d.do(ctx, op, j.pod)
 		out, b := drain.ClassifyError(op, name, err)
 		t.outcomes = append(t.outcomes, out)
 		t.st, t.done = t.st.After(op, out, b, now)
 		d.logTry(op, name, out, err)
-		if t.done || op == drain.OpDelete {
-			break
+		// At most one more op: a refused eviction's DELETE, forced.
+		if t.done || op != drain.OpEvict || drain.NextOp(t.st, force, now) != drain.OpDelete {
+			return t
 		}
+		op = drain.OpDelete
 	}
-	return t
 }
 
 // do makes op's request for pod.

@@ -45,28 +45,7 @@ func TestDrainMovesDeploymentLeavesDaemonSet(t *testing.T) {
 
 	d := e.drainer(e.client, "a", fleet.MaintenanceRequest{}, nil)
 	reports := passUntil(t, d, false, "drained", drained)
-	evicted := 0
-	for i, r := range reports {
-		evicted += r.Evicted
-		if slices.Contains(r.Remaining, taintsdrain.PodName(&dsPod)) {
-			t.Errorf("pass %d names the DaemonSet's pod as remaining: %v", i, r.Remaining)
-		}
-		if len(r.Blockers) > 0 {
-			t.Errorf("pass %d has blockers: %+v", i, r.Blockers)
-		}
-		if r.OnlyLeft {
-			t.Errorf("pass %d says only left pods remain: %+v", i, r)
-		}
-	}
-	if first := reports[0]; first.Evicted != 3 || first.Results["evicted"] != 3 || len(first.Remaining) != 3 || first.Pending != 0 || first.Next.IsZero() {
-		t.Errorf("first pass: got %+v, want 3 evicted, the 3 remaining as they terminate, none pending, a next pass", first)
-	}
-	if evicted != 3 {
-		t.Errorf("evicted %d pods in all, want 3", evicted)
-	}
-	if last := reports[len(reports)-1]; !last.Next.IsZero() || last.OnlyLeft || len(last.Remaining) != 0 {
-		t.Errorf("last pass: %+v", last)
-	}
+	checkMoved(t, reports, taintsdrain.PodName(&dsPod), 3)
 	after := e.waitRunning("web", 3, "b")
 	for _, p := range after {
 		for _, b := range before {
@@ -121,6 +100,31 @@ func TestDrainLeavesBareAndEmptyDirPods(t *testing.T) {
 	reports = passUntil(t, d, false, "drained", drained)
 	if reports[0].Evicted != 2 || len(reports[0].Blockers) != 0 {
 		t.Errorf("both flags: first pass %+v, want the two emptyDir pods evicted", reports[0])
+	}
+}
+
+// checkMoved checks the reports of a drain that evicted n pods with
+// nothing in its way, and never named ignored (a DaemonSet's pod).
+func checkMoved(t *testing.T, reports []drain.Report, ignored string, n int) {
+	t.Helper()
+	evicted := 0
+	for i, r := range reports {
+		evicted += r.Evicted
+		if slices.Contains(r.Remaining, ignored) {
+			t.Errorf("pass %d names the DaemonSet's pod as remaining: %v", i, r.Remaining)
+		}
+		if len(r.Blockers) > 0 || r.OnlyLeft {
+			t.Errorf("pass %d has blockers or says only left pods remain: %+v", i, r)
+		}
+	}
+	if first := reports[0]; first.Evicted != n || first.Results["evicted"] != n || len(first.Remaining) != n || first.Pending != 0 || first.Next.IsZero() {
+		t.Errorf("first pass: got %+v, want %d evicted, the %d remaining as they terminate, none pending, a next pass", first, n, n)
+	}
+	if evicted != n {
+		t.Errorf("evicted %d pods in all, want %d", evicted, n)
+	}
+	if last := reports[len(reports)-1]; !last.Next.IsZero() || last.OnlyLeft || len(last.Remaining) != 0 {
+		t.Errorf("last pass: %+v", last)
 	}
 }
 
@@ -182,8 +186,15 @@ func TestDrainStatefulSetBehindPDB(t *testing.T) {
 		history = append(history, fmt.Sprintf("%s %s uid %.8s node %q ready %t deleting %t deleted %t: %d unavailable",
 			time.Now().Format("15:04:05.000"), p.Name, p.UID, p.Spec.NodeName, podReady(p), p.DeletionTimestamp != nil, deleted, replicas-n))
 	})
-	d := e.drainer(e.client, "a", fleet.MaintenanceRequest{}, nil)
-	reports := passUntil(t, d, false, "drained", drained)
+	rc, reqs := counting(e.cp.RESTConfig())
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := e.drainer(client, "a", fleet.MaintenanceRequest{}, nil)
+	first := pass(t, d, false)
+	tried := reqs.verbs()["evict"]
+	reports := append([]drain.Report{first}, passUntil(t, d, false, "drained", drained)...)
 	e.waitRunning("db", replicas, "b")
 	stop()
 
@@ -206,8 +217,8 @@ func TestDrainStatefulSetBehindPDB(t *testing.T) {
 	if worst == 0 {
 		t.Errorf("the watch never saw a pod unavailable: it did not follow the drain")
 	}
-	if refused == 0 {
-		t.Errorf("the Eviction API refused nothing: the budget was not put to the test")
+	if tried != replicas {
+		t.Errorf("the first pass asked to evict %d pods, want all %d at once: the budget was not put to the test", tried, replicas)
 	}
 	if evicted != replicas {
 		t.Errorf("evicted %d, want %d", evicted, replicas)
@@ -226,9 +237,33 @@ func ptrTo[T any](v T) *T { return &v }
 // what the shared design gives the coordinator: nodes get, pods list,
 // pods/eviction create (and pods delete for force).
 func TestDrainRefusedBacksOffThenForce(t *testing.T) {
+	c := newRefusal(t)
+	c.refused()
+	c.backsOff()
+	c.forced()
+}
+
+// refusal is TestDrainRefusedBacksOffThenForce's world: a pod "web" on
+// node a behind a budget that allows no disruption, two other pods, and
+// a Drainer of node a with a fake clock and a restricted identity.
+type refusal struct {
+	t       *testing.T
+	e       *env
+	d       *drain.Drainer
+	clk     *testingclock.FakeClock
+	reqs    *requests
+	role    string
+	web     corev1.Pod
+	webName string
+	blocker taintsdrain.Blocker // the refusal of web
+}
+
+// grace is web's terminationGracePeriodSeconds.
+const grace = 17
+
+func newRefusal(t *testing.T) *refusal {
 	e := newEnv(t, 0, "a", "b")
 	e.cordon("b", true)
-	const grace = 17
 	e.deployment("web", 1, func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = ptrTo[int64](grace) })
 	e.deployment("free", 2, nil)
 	web := e.waitRunning("web", 1, "a")[0]
@@ -246,17 +281,28 @@ func TestDrainRefusedBacksOffThenForce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The API server's authorizer learns of the new binding from a watch.
+	e.poll("the grant to "+user+" in force", func() (bool, error) {
+		_, err := client.CoreV1().Nodes().Get(context.Background(), e.node("a"), metav1.GetOptions{})
+		return err == nil, err
+	})
 	clk := testingclock.NewFakeClock(time.Now())
-	t0 := clk.Now()
-	req := fleet.MaintenanceRequest{EvictUnreplicated: true}
-	d := e.drainer(client, "a", req, clk)
 	webName := taintsdrain.PodName(&web)
+	return &refusal{t: t, e: e, clk: clk, reqs: reqs, role: role, web: web, webName: webName,
+		d: e.drainer(client, "a", fleet.MaintenanceRequest{EvictUnreplicated: true}, clk),
+		blocker: taintsdrain.Blocker{Pod: webName, Kind: taintsdrain.KindPDB, PDB: e.ns + "/web-pdb", DisruptionsAllowed: 0,
+			Counted: true, DesiredHealthy: 1, CurrentHealthy: 1, Message: "The disruption budget web-pdb needs 1 healthy pods and has 1 currently"},
+	}
+}
 
-	r := pass(t, d, false)
-	wantBlocker := taintsdrain.Blocker{Pod: webName, Kind: taintsdrain.KindPDB, PDB: e.ns + "/web-pdb", DisruptionsAllowed: 0,
-		Counted: true, DesiredHealthy: 1, CurrentHealthy: 1, Message: "The disruption budget web-pdb needs 1 healthy pods and has 1 currently"}
-	if len(r.Blockers) != 1 || r.Blockers[0] != wantBlocker {
-		t.Errorf("pass 1: blockers %+v, want %+v", r.Blockers, wantBlocker)
+// refused: the refusal names the budget, the other pods go in the same
+// pass.
+func (c *refusal) refused() {
+	t, e := c.t, c.e
+	t0 := c.clk.Now()
+	r := pass(t, c.d, false)
+	if len(r.Blockers) != 1 || r.Blockers[0] != c.blocker {
+		t.Errorf("pass 1: blockers %+v, want %+v", r.Blockers, c.blocker)
 	}
 	if r.Results["refused"] != 1 || r.Results["evicted"] != 2 || r.Evicted != 2 || r.Pending != 1 || r.OnlyLeft || r.Drained {
 		t.Errorf("pass 1: %+v, want the 2 free pods evicted, web refused", r)
@@ -265,59 +311,53 @@ func TestDrainRefusedBacksOffThenForce(t *testing.T) {
 		t.Errorf("pass 1: next pass at %v, want by t0+5s (%v)", r.Next, t0.Add(taintsdrain.BackoffInitial))
 	}
 	msg := taintsdrain.Summary(r.Progress(fleet.Progress{}), r.Remaining, r.Blockers)
-	if want := "refused: " + webName + " by PodDisruptionBudget " + e.ns + "/web-pdb (disruptionsAllowed 0: needs 1 healthy, has 1)"; !strings.Contains(msg, want) || !strings.HasPrefix(msg, "evicted 2 of 3 pods") {
+	if want := "refused: " + c.webName + " by PodDisruptionBudget " + e.ns + "/web-pdb (disruptionsAllowed 0: needs 1 healthy, has 1)"; !strings.Contains(msg, want) || !strings.HasPrefix(msg, "evicted 2 of 3 pods") {
 		t.Errorf("summary %q, want it to start %q and contain %q", msg, "evicted 2 of 3 pods", want)
 	}
+}
 
-	// Within the back-off: the refused pod is not asked for again; a new
-	// pod on the node is evicted.
+// backsOff: within 5 s the refused pod is not asked for again while a
+// new pod is evicted; at 5 s it is asked for again.
+func (c *refusal) backsOff() {
+	t, e := c.t, c.e
 	late := e.barePod("late", "a", nil)
 	e.waitRunning("late", 1, "a")
-	clk.Step(4 * time.Second)
-	r = pass(t, d, false)
-	if n := reqs.evictions(webName); n != 1 {
-		t.Errorf("pass 2, 4s after the refusal: %d evictions of %s asked for in all, want 1", n, webName)
+	c.clk.Step(4 * time.Second)
+	r := pass(t, c.d, false)
+	if n := c.reqs.evictions(c.webName); n != 1 {
+		t.Errorf("pass 2, 4s after the refusal: %d evictions of %s asked for in all, want 1", n, c.webName)
 	}
-	if n := reqs.evictions(taintsdrain.PodName(late)); n != 1 || r.Results["evicted"] != 1 || r.Results["refused"] != 0 {
+	if n := c.reqs.evictions(taintsdrain.PodName(late)); n != 1 || r.Results["evicted"] != 1 || r.Results["refused"] != 0 {
 		t.Errorf("pass 2: %+v, %d evictions of the new pod; want it evicted once, nothing refused", r, n)
 	}
-	if len(r.Blockers) != 1 || r.Blockers[0] != wantBlocker {
+	if len(r.Blockers) != 1 || r.Blockers[0] != c.blocker {
 		t.Errorf("pass 2: blockers %+v, want the refusal still there", r.Blockers)
 	}
 
-	// At the end of the back-off it is asked for again, and backs off 10s.
-	clk.Step(time.Second)
-	r = pass(t, d, false)
-	if n := reqs.evictions(webName); n != 2 || r.Results["refused"] != 1 {
-		t.Errorf("pass 3, 5s after the refusal: %+v, %d evictions of %s in all; want a second, refused", r, n, webName)
+	c.clk.Step(time.Second)
+	r = pass(t, c.d, false)
+	if n := c.reqs.evictions(c.webName); n != 2 || r.Results["refused"] != 1 {
+		t.Errorf("pass 3, 5s after the refusal: %+v, %d evictions of %s in all; want a second, refused", r, n, c.webName)
 	}
+}
 
-	// Forced, without pods delete: a blocker says so.
-	r = pass(t, d, true)
+// forced: without pods delete a blocker says so; granted it, the refused
+// pod is DELETEd (once the failed DELETE's back-off is over, and never
+// evicted again) and terminates with its own grace period.
+func (c *refusal) forced() {
+	t := c.t
+	r := pass(t, c.d, true)
 	if r.Results["failed"] != 1 || len(r.Blockers) != 1 || r.Blockers[0].Kind != taintsdrain.KindError ||
 		!strings.HasPrefix(r.Blockers[0].Message, "no permission to delete pods (a forced drain needs RBAC pods delete") {
 		t.Errorf("forced, no pods delete: %+v, want a failed DELETE and a blocker saying why", r)
 	}
-	if n := reqs.evictions(webName); n != 2 {
-		t.Errorf("forced: %d evictions of %s, want still 2 (a refused pod is deleted, not evicted again)", n, webName)
-	}
 
-	// Granted pods delete, the refused pod is DELETEd (after the failed
-	// DELETE's back-off) with its own grace period.
-	e.grantDelete(role)
-	var mu sync.Mutex
-	var deletion *corev1.Pod
-	e.watchPods("app=web", func(p *corev1.Pod, _ bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if p.UID == web.UID && p.DeletionTimestamp != nil && deletion == nil {
-			deletion = p.DeepCopy()
-		}
-	})
-	clk.Step(taintsdrain.BackoffMax)
-	reports := passUntil(t, d, true, "drained", func(r drain.Report) bool {
+	c.e.grantDelete(c.role)
+	deletion := c.e.firstDeletion(c.web)
+	c.clk.Step(taintsdrain.BackoffMax)
+	reports := passUntil(t, c.d, true, "drained", func(r drain.Report) bool {
 		if r.Results["failed"] > 0 {
-			clk.Step(taintsdrain.BackoffMax) // the grant is not in force yet
+			c.clk.Step(taintsdrain.BackoffMax) // the grant is not in force yet
 		}
 		return r.Drained
 	})
@@ -328,20 +368,38 @@ func TestDrainRefusedBacksOffThenForce(t *testing.T) {
 	if deleted != 1 {
 		t.Errorf("forced passes deleted %d pods, want 1: %+v", deleted, reports)
 	}
-	e.poll("the watch to see the pod's deletion", func() (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return deletion != nil, nil
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if g := deletion.DeletionGracePeriodSeconds; g == nil || *g != grace {
+	if g := deletion().DeletionGracePeriodSeconds; g == nil || *g != grace {
 		t.Errorf("the forced DELETE gave deletionGracePeriodSeconds %v, want the pod's terminationGracePeriodSeconds %d", g, grace)
 	}
-	if n := reqs.evictions(webName); n != 2 {
-		t.Errorf("%d evictions of %s, want 2", n, webName)
+	if n := c.reqs.evictions(c.webName); n != 2 {
+		t.Errorf("%d evictions of %s in all, want 2 (a refused pod is deleted when forced, not evicted again)", n, c.webName)
 	}
-	t.Logf("requests: %v", reqs.verbs())
+	t.Logf("requests: %v", c.reqs.verbs())
+}
+
+// firstDeletion watches pod; the returned func waits for the first
+// version of it with a deletionTimestamp and returns it.
+func (e *env) firstDeletion(pod corev1.Pod) func() *corev1.Pod {
+	var mu sync.Mutex
+	var first *corev1.Pod
+	e.watchPods("app="+pod.Labels["app"], func(p *corev1.Pod, _ bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p.UID == pod.UID && p.DeletionTimestamp != nil && first == nil {
+			first = p.DeepCopy()
+		}
+	})
+	return func() *corev1.Pod {
+		e.t.Helper()
+		e.poll("the watch to see the deletion of "+pod.Name, func() (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return first != nil, nil
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
 }
 
 // grant makes a ClusterRole of what a drain needs (pods delete only when

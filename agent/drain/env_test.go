@@ -345,11 +345,12 @@ type requests struct {
 	mu     sync.Mutex // guards the maps
 	byVerb map[string]int
 	byPath map[string]int
+	took   map[string]time.Duration // by verb, in all
 }
 
 // counting returns a copy of rc whose requests r counts.
 func counting(rc *rest.Config) (*rest.Config, *requests) {
-	r := &requests{byVerb: map[string]int{}, byPath: map[string]int{}}
+	r := &requests{byVerb: map[string]int{}, byPath: map[string]int{}, took: map[string]time.Duration{}}
 	rc = rest.CopyConfig(rc)
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
@@ -358,7 +359,12 @@ func counting(rc *rest.Config) (*rest.Config, *requests) {
 			r.byVerb[v]++
 			r.byPath[v+" "+req.URL.Path]++
 			r.mu.Unlock()
-			return rt.RoundTrip(req)
+			start := time.Now()
+			resp, err := rt.RoundTrip(req)
+			r.mu.Lock()
+			r.took[v] += time.Since(start)
+			r.mu.Unlock()
+			return resp, err
 		})
 	})
 	return rc, r
@@ -421,6 +427,16 @@ func (r *requests) verbs() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// mean is the mean time of a request of verb v.
+func (r *requests) mean(v string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byVerb[v] == 0 {
+		return 0
+	}
+	return (r.took[v] / time.Duration(r.byVerb[v])).Round(time.Millisecond)
 }
 
 func (r *requests) total() int {

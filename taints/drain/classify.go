@@ -190,3 +190,35 @@ func pastGrace(pod *corev1.Pod, now time.Time) bool {
 	}
 	return now.After(pod.DeletionTimestamp.Add(grace))
 }
+
+// Spread orders pods so that pods of one controller are as far apart as
+// can be: the first of each controller, then the second of each, and so
+// on (controllers, and pods within one, in the order given). Evictions
+// made in this order, a few at a time, seldom hit one
+// PodDisruptionBudget at once: the API server serializes evictions under
+// one budget (each updates its status, and a conflict is retried after
+// 500 ms), so a drain that evicted a Deployment's pods side by side
+// would spend its time in those retries.
+func Spread[P any](pods []P, pod func(P) *corev1.Pod) []P {
+	var keys []string
+	groups := map[string][]P{}
+	for _, p := range pods {
+		key := ""
+		if ref := metav1.GetControllerOf(pod(p)); ref != nil {
+			key = string(ref.UID)
+		}
+		if _, ok := groups[key]; !ok {
+			keys = append(keys, key)
+		}
+		groups[key] = append(groups[key], p)
+	}
+	out := make([]P, 0, len(pods))
+	for i := 0; len(out) < len(pods); i++ {
+		for _, k := range keys {
+			if g := groups[k]; i < len(g) {
+				out = append(out, g[i])
+			}
+		}
+	}
+	return out
+}

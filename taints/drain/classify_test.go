@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/selftaint/selftaint/taints/drain"
@@ -122,5 +123,37 @@ func TestClassString(t *testing.T) {
 		if got := c.String(); got != want {
 			t.Errorf("Class(%d).String() = %q, want %q", c, got, want)
 		}
+	}
+}
+
+func TestSpread(t *testing.T) {
+	of := func(uid string) podOpt {
+		return func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: uid, UID: types.UID(uid), Controller: ptr.To(true)}}
+		}
+	}
+	tests := []struct {
+		name string
+		pods []*corev1.Pod
+		want []string
+	}{
+		{name: "none"},
+		{name: "one controller", pods: []*corev1.Pod{pod("a1", of("a")), pod("a2", of("a"))}, want: []string{"a1", "a2"}},
+		{name: "interleaved, bare pods as one group", pods: []*corev1.Pod{
+			pod("a1", of("a")), pod("a2", of("a")), pod("a3", of("a")), pod("b1", of("b")), pod("x1"), pod("b2", of("b")), pod("x2"), pod("c1", of("c")),
+		}, want: []string{"a1", "b1", "x1", "c1", "a2", "b2", "x2", "a3"}},
+		{name: "an owner that is not the controller does not group", pods: []*corev1.Pod{pod("o1", ownerNotController), pod("o2", ownerNotController), pod("a1", of("a"))},
+			want: []string{"o1", "a1", "o2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, p := range drain.Spread(tt.pods, func(p *corev1.Pod) *corev1.Pod { return p }) {
+				got = append(got, p.Name)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

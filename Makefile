@@ -19,7 +19,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS))
 
-.PHONY: all deps tools etcd kube-binaries build vet fmt-check test check demo demo-intro rss npd cpu clean
+.PHONY: all deps tools etcd kube-binaries build vet fmt-check test check demo demo-intro rss npd cpu drain-bench clean
 
 all: build
 
@@ -133,6 +133,13 @@ $(BIN)/node-problem-detector:
 cpu: etcd kube-binaries npd
 	NPD_BIN=$(BIN)/node-problem-detector KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
 		$(GO) test -run '^$$' -bench AgentCPUAgainstNPD -benchtime 1x -timeout 40m ./cmd/selftaint/
+
+# A node of 110 pods drained by selftaint's drainer and by kubectl drain
+# (k8s.io/kubectl's drain package), side by side on one control plane: time
+# to drained and API requests, each, and their ratios.
+drain-bench: etcd kube-binaries
+	KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
+		$(GO) test -run '^$$' -bench DrainAgainstKubectl -benchtime 1x -timeout 20m ./agent/drain/
 
 vet:
 	CGO_ENABLED=1 $(GO) vet ./...

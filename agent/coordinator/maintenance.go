@@ -90,6 +90,9 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 			return errors.Join(errs...)
 		}
 	}
+	for _, node := range md.Frozen {
+		step(c.holdFrozen(ctx, v, node, now))
+	}
 	for i, w := range md.Waiting {
 		msg := fmt.Sprintf("%s in line of %d for a maintenance slot: %s", fleet.Ordinal(i+1), len(md.Waiting), w.Why)
 		step(c.setCondition(ctx, v, w.Node, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting, msg+c.requestSuffix(v, w.Node), now))
@@ -127,6 +130,18 @@ func withdrawnMessage(n *corev1.Node) string {
 		}
 	}
 	return "the request was withdrawn before the drain started"
+}
+
+// holdFrozen says that node, whose request cannot be read any more, is
+// held as it is: its condition keeps its reason (the drain's phase) and
+// says why nothing moves.
+func (c *controller) holdFrozen(ctx context.Context, v *view, node string, now time.Time) error {
+	reason := fleet.ReasonDraining
+	if l := v.slots[node]; l != nil && l.Annotations[fleet.SlotPhaseAnnotation] == fleet.PhaseDrained {
+		reason = fleet.ReasonDrained
+	}
+	return c.setCondition(ctx, v, node, corev1.ConditionTrue, reason,
+		"its maintenance request cannot be read any more (see its InvalidMaintenanceRequest Event): held as it is (cordoned, no pod evicted, nothing uncordoned, no deadline) until the request is fixed or removed", now)
 }
 
 // requestSuffix names the request a node's condition is about.

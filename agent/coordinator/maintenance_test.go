@@ -38,6 +38,7 @@ func TestMaintenance(t *testing.T) {
 		{"WithdrawnWhileWaiting", testWithdrawnWhileWaiting},
 		{"DeadlineReleases", testDeadlineReleases},
 		{"MalformedRequest", testMalformedRequest},
+		{"RequestTurnsUnreadable", testRequestTurnsUnreadable},
 		{"LeaderChangeResumes", testMaintenanceLeaderChange},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -474,5 +475,51 @@ func testMaintenanceLeaderChange(t *testing.T, e *env) {
 	}
 	if !strings.Contains(cond.Message, "evicted") {
 		t.Errorf("drained message %q", cond.Message)
+	}
+}
+
+// testRequestTurnsUnreadable: an edit that makes a draining node's request
+// unreadable holds the node as it is (cordoned, slot kept, no more
+// passes) instead of ending its maintenance; fixed, the drain goes on;
+// removed, maintenance ends.
+func testRequestTurnsUnreadable(t *testing.T, e *env) {
+	n := e.name("n")
+	e.node(n, "z", time.Time{})
+	drains := newFakeDrains()
+	opts := e.options("solo", maintenanceConfig(1))
+	opts.NewDrainer = drains.new
+	at := e.clock.Now()
+	e.requestDrain(n, at, nil)
+	e.start(opts, false)
+	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDraining)
+	good := fleet.MaintenanceRequest{Version: fleet.MaintenanceVersion, Reason: "test", RequestedBy: "tester", RequestedAt: at}.Format()
+	e.setAnnotation(n, fleet.OperatorRequestAnnotation, strings.Replace(good, `"reason"`, `"raeson"`, 1))
+	e.waitEvent("default", n, coordinator.EventInvalidMaintenanceReq)
+	if err := testcp.Poll(t.Context(), waitTimeout, testcp.PollInterval, func() (bool, error) {
+		c, _, err := e.maintenanceOf(n)
+		return err == nil && c != nil && strings.Contains(c.Message, "cannot be read"), err
+	}); err != nil {
+		t.Fatalf("the condition never said the request cannot be read: %v", err)
+	}
+	passes, _, _ := drains.stats(n)
+	time.Sleep(time.Second) // a drain that went on would pass again by now
+	c, node, _ := e.maintenanceOf(n)
+	if p, _, _ := drains.stats(n); p != passes {
+		t.Errorf("the drain passed %d more times while its request could not be read", p-passes)
+	}
+	if c.Status != corev1.ConditionTrue || !node.Spec.Unschedulable || node.Annotations[fleet.CordonAnnotation] == "" {
+		t.Errorf("a node whose request turned unreadable was let go: condition %s/%s, unschedulable %t, cordon record %q",
+			c.Status, c.Reason, node.Spec.Unschedulable, node.Annotations[fleet.CordonAnnotation])
+	}
+	if l := e.slot(n); l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != n {
+		t.Errorf("a node whose request turned unreadable lost its slot: %+v", l)
+	}
+	e.setAnnotation(n, fleet.OperatorRequestAnnotation, good)
+	drains.set(n, true, false)
+	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDrained)
+	e.setAnnotation(n, fleet.OperatorRequestAnnotation, "")
+	_, node = e.waitMaintenance(n, corev1.ConditionFalse, fleet.ReasonReleased)
+	if node.Spec.Unschedulable {
+		t.Errorf("node %s still cordoned after its request was removed", n)
 	}
 }

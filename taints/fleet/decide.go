@@ -82,6 +82,11 @@ type Node struct {
 	// Maintenance is the request it is to be served by (nil: none, or
 	// unreadable, which the caller reports).
 	Maintenance *Maintenance
+	// MaintenanceUnreadable: it carries a maintenance request that cannot
+	// be read (and none that can): a node holding a slot is then held as
+	// it is, neither drained further nor given back, until the request is
+	// fixed or removed.
+	MaintenanceUnreadable bool
 }
 
 // Grant is a grant Lease as the coordinator sees it.

@@ -96,6 +96,12 @@ type MaintenanceDecision struct {
 	// Waiting are the nodes that ask and hold no slot, in the order they
 	// are served: a node's place in line is its index + 1.
 	Waiting []Waiter
+	// Frozen are the held slots whose request cannot be read now, sorted:
+	// kept as they are (cordoned, counted as their phase), no drain runs,
+	// nothing is uncordoned and no deadline applies, until the request is
+	// readable again (the drain goes on) or removed (maintenance ends). An
+	// edit gone wrong never uncordons a node in the middle of maintenance.
+	Frozen []string
 	// Unavailable are the nodes counted against the pool after this
 	// decision, sorted; Size is the pool's size.
 	Unavailable []string
@@ -304,6 +310,9 @@ func phaseOf(s Slot) string {
 func (m *maintenance) judgeHeld(s Slot, n *Node) {
 	req, phase := n.Maintenance, phaseOf(s)
 	switch {
+	case req == nil && n.MaintenanceUnreadable:
+		m.held[n.Name] = s
+		m.out.Frozen = append(m.out.Frozen, n.Name)
 	case req == nil:
 		m.end(n, s, Outcome{ReasonReleased, "the request was withdrawn"})
 		m.deleting[n.Name] = true
@@ -555,6 +564,7 @@ func (m *maintenance) wait(n *Node, why, kind string) {
 
 // finish fills in the counts and the Leases to delete.
 func (m *maintenance) finish() {
+	slices.Sort(m.out.Frozen)
 	m.out.Delete = slices.Sorted(maps.Keys(m.deleting))
 	m.out.Unavailable = slices.Sorted(maps.Keys(m.counted))
 	m.out.Size = m.size

@@ -59,6 +59,9 @@ func uncordoned(id string) nodeOpt {
 }
 
 // opID is the ID of an operator's request made at t0+at.
+// unreadable: the node carries a maintenance request that cannot be read.
+func unreadable(n *Node) { n.MaintenanceUnreadable = true }
+
 func opID(at time.Duration) string {
 	return Maintenance{Annotation: OperatorRequestAnnotation, Request: MaintenanceRequest{RequestedAt: t0.Add(at)}}.ID()
 }
@@ -83,7 +86,7 @@ type poolCase struct {
 	nodes  []Node
 	slots  []Slot
 
-	wantStart, wantDelete, wantUnavailable []string
+	wantStart, wantDelete, wantUnavailable, wantFrozen []string
 	// wantWaiting: "node: a part of why", in line order.
 	wantWaiting []string
 	// wantEnd: node -> "Reason: a part of the message".
@@ -113,6 +116,7 @@ func runPoolCases(t *testing.T, cases []poolCase) {
 			checkList(t, "Start", m.Start, tc.wantStart)
 			checkList(t, "Delete", m.Delete, tc.wantDelete)
 			checkList(t, "Unavailable", m.Unavailable, tc.wantUnavailable)
+			checkList(t, "Frozen", m.Frozen, tc.wantFrozen)
 			checkList(t, "Events", events(d.Events), tc.wantEvents)
 			checkWaiting(t, m.Waiting, tc.wantWaiting)
 			checkEnd(t, m.End, tc.wantEnd)
@@ -208,6 +212,19 @@ func TestPoolSlots(t *testing.T) {
 			wantWaiting: []string{"a: the maintenance pool is full: 3 of 1 unavailable (c cordoned, idle NotReady, nr NotReady)", "b: waiting behind a"},
 			wantDrain:   map[string]DrainOrder{"nr": drainBy(2 * h), "c": drainBy(2 * h)},
 			wantEvents:  []string{"a/MaintenanceWaiting", "b/MaintenanceWaiting", "nr/DrainStarted", "c/DrainStarted"},
+		},
+		{
+			name:   "a held node whose request turns unreadable is held as it is: counted, not drained, not given back, even past its deadline",
+			config: one,
+			now:    3 * h,
+			nodes: []Node{
+				mk("typo", "x", cordonedBy(opID(0)), unreadable), mk("done", "x", cordonedBy(opID(0)), unreadable),
+				mk("a", "x", operatorAsks(s)),
+			},
+			slots:      []Slot{holds("typo", opID(0), PhaseDraining, 0), holds("done", opID(0), PhaseDrained, 0)},
+			wantFrozen: []string{"done", "typo"}, wantUnavailable: []string{"typo"}, wantSize: 1,
+			wantWaiting: []string{"a: the maintenance pool is full: 1 of 1 unavailable (typo draining)"},
+			wantEvents:  []string{"a/MaintenanceWaiting"},
 		},
 		{
 			name:   "a slot of a deleted node frees at once",

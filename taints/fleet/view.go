@@ -45,6 +45,7 @@ func NodeView(n *corev1.Node, watched map[corev1.NodeConditionType][]corev1.Cond
 		}
 	}
 	fn.Maintenance, errs.Maintenance = MaintenanceOf(n)
+	fn.MaintenanceUnreadable = fn.Maintenance == nil && len(errs.Maintenance) > 0
 	return fn, errs
 }
 

@@ -52,7 +52,7 @@ func TestNodeView(t *testing.T) {
 			node: corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{
 				RequestAnnotation: "{", OperatorRequestAnnotation: `{"version":"v1"}`, AgentRequestAnnotation: agent.Format(),
 			}}},
-			want:       Node{Name: "n"},
+			want:       Node{Name: "n", MaintenanceUnreadable: true},
 			wantErrsIn: []string{RequestAnnotation, OperatorRequestAnnotation + ": reason: is required"},
 		},
 	}

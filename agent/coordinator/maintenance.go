@@ -536,6 +536,10 @@ func (c *controller) setCondition(ctx context.Context, v *view, node string, sta
 		delete(c.conditions, node)
 		return nil
 	}
+	if last, ok := c.conditions[node]; ok && resourceVersion(n.ResourceVersion) >= last.version {
+		// The informer has caught up with the write: the node says.
+		delete(c.conditions, node)
+	}
 	if last, ok := c.conditions[node]; ok && last.key == want {
 		return nil
 	}
@@ -555,13 +559,14 @@ func (c *controller) setCondition(ctx context.Context, v *view, node string, sta
 			WithLastHeartbeatTime(metav1.NewTime(now)).
 			WithLastTransitionTime(metav1.NewTime(transition)),
 	))
-	if _, err := c.opts.Client.CoreV1().Nodes().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+	written, err := c.opts.Client.CoreV1().Nodes().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("setting the %s condition of node %s: %w", fleet.MaintenanceCondition, node, err)
 	}
-	c.conditions[node] = writtenCondition{key: want, transition: transition}
+	c.conditions[node] = writtenCondition{key: want, transition: transition, version: resourceVersion(written.ResourceVersion)}
 	return nil
 }
 
@@ -576,6 +581,10 @@ type conditionKey struct {
 type writtenCondition struct {
 	key        conditionKey
 	transition time.Time
+	// version is the Node's resourceVersion the write returned: once the
+	// informer's copy is as new, it is trusted again (someone else may
+	// have changed the condition since).
+	version uint64
 }
 
 // tellBadMaintenance tells, once per value, that a node's maintenance

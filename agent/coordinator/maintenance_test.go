@@ -39,6 +39,7 @@ func TestMaintenance(t *testing.T) {
 		{"DeadlineReleases", testDeadlineReleases},
 		{"MalformedRequest", testMalformedRequest},
 		{"RequestTurnsUnreadable", testRequestTurnsUnreadable},
+		{"ConditionRestored", testConditionRestored},
 		{"LeaderChangeResumes", testMaintenanceLeaderChange},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -522,4 +523,22 @@ func testRequestTurnsUnreadable(t *testing.T, e *env) {
 	if node.Spec.Unschedulable {
 		t.Errorf("node %s still cordoned after its request was removed", n)
 	}
+}
+
+// testConditionRestored: someone else overwrites the node's maintenance
+// condition; the coordinator puts its own back while the drain runs.
+func testConditionRestored(t *testing.T, e *env) {
+	n := e.name("n")
+	e.node(n, "z", time.Time{})
+	drains := newFakeDrains()
+	opts := e.options("solo", maintenanceConfig(1))
+	opts.NewDrainer = drains.new
+	e.requestDrain(n, e.clock.Now(), nil)
+	e.start(opts, false)
+	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDraining)
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"False","reason":"Tampered","message":"not draining"}]}}`, fleet.MaintenanceCondition)
+	if _, err := e.client.CoreV1().Nodes().PatchStatus(t.Context(), n, []byte(patch)); err != nil {
+		t.Fatalf("overwriting the condition: %v", err)
+	}
+	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDraining)
 }

@@ -190,6 +190,12 @@ func (c *controller) startSlot(ctx context.Context, v *view, node string, now ti
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), AcquireTime: &t, RenewTime: &t},
 	}
+	if n := v.nodes[node]; n != nil && n.Spec.Unschedulable && n.Annotations[fleet.CordonAnnotation] == "" {
+		// Someone else's cordon: kept, never lifted by us, and lifted by
+		// them it ends the drain (the slot records it, as a new leader
+		// could not tell it from a cordon not yet written).
+		fresh.Annotations[fleet.SlotCordonAnnotation] = fleet.SlotCordonTheirs
+	}
 	old := v.slots[node]
 	var written *coordinationv1.Lease
 	var err error
@@ -199,6 +205,9 @@ func (c *controller) startSlot(ctx context.Context, v *view, node string, now ti
 		l := old.DeepCopy()
 		l.Labels = mergeMaps(l.Labels, fresh.Labels)
 		l.Annotations = mergeMaps(l.Annotations, fresh.Annotations)
+		if _, theirs := fresh.Annotations[fleet.SlotCordonAnnotation]; !theirs {
+			delete(l.Annotations, fleet.SlotCordonAnnotation)
+		}
 		l.Spec = fresh.Spec
 		written, err = c.slotClient().Update(ctx, l, metav1.UpdateOptions{})
 	}
@@ -428,6 +437,10 @@ func (c *controller) followDrain(ctx context.Context, v *view, node string, orde
 		return nil
 	}
 	if !n.Spec.Unschedulable {
+		if l.Annotations[fleet.SlotCordonAnnotation] == fleet.SlotCordonTheirs {
+			// Someone else's cordon, lifted: the decision ends the drain.
+			return nil
+		}
 		// Taken, but not cordoned yet (a leader stopped between the two
 		// writes): cordon before evicting anything.
 		if err := c.cordon(ctx, v, node); err != nil {

@@ -40,6 +40,7 @@ func TestMaintenance(t *testing.T) {
 		{"MalformedRequest", testMalformedRequest},
 		{"RequestTurnsUnreadable", testRequestTurnsUnreadable},
 		{"ConditionRestored", testConditionRestored},
+		{"TheirCordonLifted", testTheirCordonLifted},
 		{"LeaderChangeResumes", testMaintenanceLeaderChange},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -541,4 +542,32 @@ func testConditionRestored(t *testing.T, e *env) {
 		t.Fatalf("overwriting the condition: %v", err)
 	}
 	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDraining)
+}
+
+// testTheirCordonLifted: a node someone else had cordoned is drained
+// without our record; when they uncordon it mid-drain the drain stops
+// (Released) and selftaint does not cordon it again.
+func testTheirCordonLifted(t *testing.T, e *env) {
+	n := e.name("n")
+	e.node(n, "z", time.Time{})
+	e.setUnschedulable(n, true)
+	drains := newFakeDrains()
+	opts := e.options("solo", maintenanceConfig(1))
+	opts.NewDrainer = drains.new
+	e.requestDrain(n, e.clock.Now(), nil)
+	e.start(opts, false)
+	e.waitMaintenance(n, corev1.ConditionTrue, fleet.ReasonDraining)
+	if l := e.slot(n); l == nil || l.Annotations[fleet.SlotCordonAnnotation] != fleet.SlotCordonTheirs {
+		t.Errorf("the slot of a node someone else cordoned does not record it: %+v", l)
+	}
+	e.setUnschedulable(n, false)
+	cond, _ := e.waitMaintenance(n, corev1.ConditionFalse, fleet.ReasonReleased)
+	if !strings.Contains(cond.Message, "uncordoned") {
+		t.Errorf("released message %q does not say it was uncordoned by someone else", cond.Message)
+	}
+	time.Sleep(time.Second) // a drain that went on would cordon it again by now
+	if _, node, _ := e.maintenanceOf(n); node.Spec.Unschedulable || node.Annotations[fleet.CordonAnnotation] != "" {
+		t.Errorf("node %s cordoned again by selftaint after its owner uncordoned it: unschedulable %t, record %q",
+			n, node.Spec.Unschedulable, node.Annotations[fleet.CordonAnnotation])
+	}
 }

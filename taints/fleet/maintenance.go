@@ -62,6 +62,14 @@ const (
 	// SlotProgressAnnotation, on a slot Lease, is the drain's progress so
 	// far (Progress as JSON), so that a new leader resumes the count.
 	SlotProgressAnnotation = "maintenance.selftaint.io/progress"
+	// SlotCordonAnnotation, on a slot Lease, is SlotCordonTheirs when the
+	// node was already cordoned by someone else when the slot was taken:
+	// selftaint then neither cordons it again nor uncordons it, and its
+	// being uncordoned mid-drain ends the drain as it does for ours.
+	SlotCordonAnnotation = "maintenance.selftaint.io/cordon"
+	// SlotCordonTheirs is SlotCordonAnnotation's value for someone else's
+	// cordon.
+	SlotCordonTheirs = "theirs"
 )
 
 // The reasons of MaintenanceCondition.

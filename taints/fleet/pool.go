@@ -40,6 +40,9 @@ type Slot struct {
 	// Acquired is when the slot was taken: the drain's deadline runs from
 	// then.
 	Acquired time.Time
+	// CordonTheirs: the node was already cordoned by someone else when the
+	// slot was taken (SlotCordonAnnotation).
+	CordonTheirs bool
 }
 
 // MaintenanceMemory is what the maintenance decision keeps between
@@ -323,7 +326,7 @@ func (m *maintenance) judgeHeld(s Slot, n *Node) {
 	case phase == PhaseBlocked:
 		m.end(n, s, Outcome{ReasonDrainBlocked, fmt.Sprintf(
 			"the drain could not finish by its deadline %s: given back; not drained again while this request stands", stamp(m.deadline(s, req)))})
-	case n.CordonedFor == s.RequestID && !n.Unschedulable:
+	case (n.CordonedFor == s.RequestID || (s.CordonTheirs && n.CordonedFor == "")) && !n.Unschedulable:
 		m.end(n, s, Outcome{ReasonReleased, fmt.Sprintf(
 			"uncordoned by someone else at %s or before, while %s; not drained again while this request stands", stamp(m.now), strings.ToLower(phase))})
 	case phase == PhaseDrained:

@@ -354,6 +354,23 @@ func TestPoolSlots(t *testing.T) {
 			wantSize: 1, wantEvents: []string{"u/MaintenanceEnded", "v/MaintenanceEnded"},
 		},
 		{
+			name:   "a node someone else had cordoned when its slot was taken, uncordoned by them mid-drain: ended too, not cordoned again",
+			config: one,
+			nodes:  []Node{mk("t", "x", operatorAsks(0)), mk("k", "x", operatorAsks(0), cordonedBy(""))},
+			slots: []Slot{
+				func() Slot { s := holds("t", opID(0), PhaseDraining, 0); s.CordonTheirs = true; return s }(),
+				func() Slot { s := holds("k", opID(0), PhaseDraining, 0); s.CordonTheirs = true; return s }(),
+			},
+			now: time.Minute,
+			wantEnd: map[string]string{
+				"t": "Released: uncordoned by someone else at 2026-03-02T10:01:00Z or before, while draining",
+			},
+			// k is still cordoned by them: its drain goes on.
+			wantUnavailable: []string{"k"}, wantSize: 1,
+			wantDrain:  map[string]DrainOrder{"k": drainBy(2 * h)},
+			wantEvents: []string{"t/MaintenanceEnded"},
+		},
+		{
 			name:            "just started, not yet cordoned: not taken for an uncordon",
 			nodes:           []Node{mk("n", "x", operatorAsks(0))},
 			slots:           []Slot{holds("n", opID(0), PhaseDraining, 0)},

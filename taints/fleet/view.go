@@ -112,6 +112,8 @@ func SlotOf(node string, l *coordinationv1.Lease) Slot {
 		Zone:      l.Annotations[GrantZoneAnnotation],
 		RequestID: l.Annotations[SlotRequestAnnotation],
 		Phase:     l.Annotations[SlotPhaseAnnotation],
+		// Someone else's cordon, recorded when the slot was taken.
+		CordonTheirs: l.Annotations[SlotCordonAnnotation] == SlotCordonTheirs,
 	}
 	if h := l.Spec.HolderIdentity; h != nil {
 		s.Holder = *h

@@ -65,11 +65,8 @@ func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Leas
 			continue
 		}
 		fn := c.fleetNode(n, now)
-		m, errs := fleet.MaintenanceOf(n)
-		c.tellBadMaintenance(n, errs)
-		fn.Maintenance = m
-		if m != nil {
-			v.maintenance[n.Name] = m
+		if fn.Maintenance != nil {
+			v.maintenance[n.Name] = fn.Maintenance
 		}
 		v.fleetNodes = append(v.fleetNodes, fn)
 		v.nodes[n.Name] = n
@@ -96,9 +93,9 @@ func (c *controller) observe(nodes []*corev1.Node, leases []*coordinationv1.Leas
 // fleetNode is how Decide sees node n: fleet.NodeView (what explain sees
 // too), with what only the coordinator knows.
 func (c *controller) fleetNode(n *corev1.Node, now time.Time) fleet.Node {
-	fn, _ := fleet.NodeView(n, c.opts.Config.Watched)
-	// Read again to tell an unreadable request, once per value.
-	fn.Request = c.request(n)
+	fn, errs := fleet.NodeView(n, c.opts.Config.Watched)
+	c.tellBadRequest(n, errs.Request)
+	c.tellBadMaintenance(n, errs.Maintenance)
 	fn.AliveSeen = c.aliveSeen(n.Name, fn.Request, now)
 	fn.CarriesNoExecute = c.carriesNoExecute(n)
 	return fn
@@ -144,27 +141,22 @@ func (c *controller) forgetGone(nodes map[string]*corev1.Node) {
 	}
 }
 
-// request reads n's NoExecute request. An unreadable one is no request,
-// and the first time each bad value is seen a Warning Event on the Node
-// says why.
-func (c *controller) request(n *corev1.Node) *fleet.Request {
-	raw, ok := n.Annotations[fleet.RequestAnnotation]
-	if !ok {
+// tellBadRequest tells, the first time each bad value of n's NoExecute
+// request is seen (err, from fleet.NodeView: it is no request), why, as a
+// Warning Event on the Node.
+func (c *controller) tellBadRequest(n *corev1.Node, err error) {
+	if err == nil {
 		delete(c.badRequests, n.Name)
-		return nil
+		return
 	}
-	r, err := fleet.ParseRequest(raw)
-	if err != nil {
-		if c.badRequests[n.Name] != raw {
-			c.badRequests[n.Name] = raw
-			c.log.Warn("ignoring an unreadable NoExecute request", "node", n.Name, "err", err)
-			c.recorder.Eventf(n, corev1.EventTypeWarning, "InvalidNoExecuteRequest",
-				"ignoring annotation %s (no NoExecute grant while it is unreadable): %s", fleet.RequestAnnotation, taints.Truncate(err.Error(), 512))
-		}
-		return nil
+	raw := n.Annotations[fleet.RequestAnnotation]
+	if c.badRequests[n.Name] == raw {
+		return
 	}
-	delete(c.badRequests, n.Name)
-	return &r
+	c.badRequests[n.Name] = raw
+	c.log.Warn("ignoring an unreadable NoExecute request", "node", n.Name, "err", err)
+	c.recorder.Eventf(n, corev1.EventTypeWarning, "InvalidNoExecuteRequest",
+		"ignoring annotation %s (no NoExecute grant while it is unreadable): %s", fleet.RequestAnnotation, taints.Truncate(err.Error(), 512))
 }
 
 // aliveSeen remembers node's request as last seen and returns when it last

@@ -205,7 +205,7 @@ func TestBadRequestToldOncePerValue(t *testing.T) {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{fleet.RequestAnnotation: v}}}
 	}
 	for i, v := range []string{"bad", "bad", "worse", "worse", "bad"} {
-		if got := c.request(node(v)); got != nil {
+		if got := c.fleetNode(node(v), time.Time{}).Request; got != nil {
 			t.Errorf("request %d (%q) = %+v, want none", i, v, got)
 		}
 	}

@@ -178,8 +178,11 @@ func TestAgentMetricsThroughAFaultCycle(t *testing.T) {
 	var fams map[string]*dto.MetricFamily
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		fams = scrape(t, base+"/metrics")
+		// The taint gauge follows the sync that removed the taint, which
+		// may come after the one that wrote the condition: wait for both.
 		settled := val(fams, "selftaint_api_requests_total", map[string]string{"verb": "create", "resource": "events", "code": "201"}) >= 1 &&
-			val(fams, "selftaint_condition", map[string]string{"condition": "SelftaintPIDPressure", "status": "False"}) == 1
+			val(fams, "selftaint_condition", map[string]string{"condition": "SelftaintPIDPressure", "status": "False"}) == 1 &&
+			sample(fams, "selftaint_taint", map[string]string{"key": "selftaint.io/pid-pressure"}) == nil
 		if settled || time.Now().After(deadline) {
 			break
 		}

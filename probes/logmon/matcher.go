@@ -235,3 +235,32 @@ func (m *Matcher) Recent() []Match {
 func (c ConditionState) String() string {
 	return fmt.Sprintf("%s=%v (%s: %s)", c.Type, c.Problem, c.Reason, c.Message)
 }
+
+// Hold sets a condition to a problem held before a restart (c, as
+// Conditions returned it then), unless it already holds one. It reports
+// whether the condition is one of the file's.
+func (m *Matcher) Hold(c ConditionState) bool {
+	for i := range m.conds {
+		if m.conds[i].Type != c.Type {
+			continue
+		}
+		if !m.conds[i].Problem && c.Problem {
+			m.conds[i] = c
+		}
+		return true
+	}
+	return false
+}
+
+// Reset puts a condition back to its default (healthy) state as of now; it
+// reports whether it held a problem.
+func (m *Matcher) Reset(condType string, now time.Time) bool {
+	for i, c := range m.cfg.Conditions {
+		if c.Type != condType || !m.conds[i].Problem {
+			continue
+		}
+		m.conds[i] = ConditionState{Type: c.Type, Reason: c.Reason, Message: c.Message, Since: now}
+		return true
+	}
+	return false
+}

@@ -409,3 +409,17 @@ func (p *Probe) Clear(targets []string, _ time.Time) (string, error) {
 	}
 	return "cleared " + p.cond, nil
 }
+
+// Interval and Timeout of a log monitor probe's Entry: a run only copies
+// what the source matched, so it is cheap; NPD reports its log monitors'
+// conditions once a second. With the runner's wake-ups (probes.Waker) the
+// interval is only the level-triggered resync.
+const (
+	Interval = time.Second
+	Timeout  = 500 * time.Millisecond
+)
+
+// Entry schedules the probe.
+func (p *Probe) Entry() probes.Entry {
+	return probes.Entry{Probe: p, Interval: Interval, Timeout: Timeout}
+}

@@ -71,6 +71,11 @@ func TestCheckProbeSpecs(t *testing.T) {
 				"logmon-CperHardwareErrorFatal=CperHardwareErrorFatal", "logmon-ReadonlyFilesystem=ReadonlyFilesystem"},
 		},
 		{
+			name:   "a filelog file",
+			checks: fmt.Sprintf("npdLogConfigs: [%s]", logs("kernel-monitor-filelog.json")),
+			want:   []string{"logmon-KernelDeadlock=KernelDeadlock"},
+		},
+		{
 			name:    "a log monitor's condition also fed by a custom check",
 			checks:  fmt.Sprintf("custom: [{name: ro, condition: ReadonlyFilesystem, path: /bin/true}]\n  npdLogConfigs: [%s]", logs("readonly-monitor.json")),
 			wantErr: "checks.npdLogConfigs[0] (" + logs("readonly-monitor.json") + "): condition ReadonlyFilesystem is also fed by checks.custom",
@@ -82,8 +87,8 @@ func TestCheckProbeSpecs(t *testing.T) {
 		},
 		{
 			name:    "a plugin not read yet",
-			checks:  fmt.Sprintf("npdLogConfigs: [%s]", logs("kernel-monitor-filelog.json")),
-			wantErr: `plugin "filelog"`,
+			checks:  fmt.Sprintf("npdLogConfigs: [%s]", logs("systemd-monitor.json")),
+			wantErr: `plugin "journald"`,
 		},
 		{
 			name:    "two files of temporary rules only with one base name",

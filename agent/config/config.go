@@ -136,7 +136,8 @@ type Checks struct {
 	// means as written.
 	NPDPluginRoot string `json:"npdPluginRoot,omitempty"`
 	// NPDLogConfigs are node-problem-detector system-log-monitor JSON
-	// files (NPD's --config.system-log-monitor; plugin "kmsg"), read
+	// files (NPD's --config.system-log-monitor; plugin "kmsg" or
+	// "filelog"), read
 	// unchanged: their permanent rules become conditions, their temporary
 	// rules Events on the Node (probes/logmon).
 	NPDLogConfigs []string `json:"npdLogConfigs,omitempty"`

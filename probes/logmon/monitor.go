@@ -40,7 +40,17 @@ type Options struct {
 	Path string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Location is the time zone of filelog timestamps without one; nil
+	// means time.Local, as NPD.
+	Location *time.Location
+	// Poll is how often a filelog source looks for more; 0 means
+	// DefaultPoll.
+	Poll time.Duration
 }
+
+// DefaultPoll is how often a filelog source looks for appended lines, a
+// rotation or a truncation.
+const DefaultPoll = 100 * time.Millisecond
 
 // Monitor runs one system-log-monitor file: one source, one Matcher, and a
 // probe per condition (Probes). The source starts with the first Watch or
@@ -50,6 +60,8 @@ type Monitor struct {
 	path string
 	host probes.Host
 	now  func() time.Time
+	loc  *time.Location
+	poll time.Duration
 
 	start  sync.Once
 	ctx    context.Context
@@ -78,26 +90,38 @@ type heldState struct {
 	Cond   ConditionState `json:"condition"`
 }
 
-// New makes the monitor of cfg. Only the kmsg plugin is read so far.
+// New makes the monitor of cfg. The kmsg and filelog plugins are read so
+// far; opts.Path replaces a kmsg file's logPath only.
 func New(cfg *Config, opts Options) (*Monitor, error) {
-	if cfg.Plugin != PluginKmsg {
-		return nil, fmt.Errorf("%s: plugin %q: selftaint reads only %q logs so far", cfg.Path, cfg.Plugin, PluginKmsg)
-	}
-	path := opts.Path
-	if path == "" {
-		lp := cfg.LogPath
-		if lp == "" {
-			lp = DefaultKmsgPath
+	var path string
+	switch cfg.Plugin {
+	case PluginKmsg:
+		path = opts.Path
+		if path == "" {
+			lp := cfg.LogPath
+			if lp == "" {
+				lp = DefaultKmsgPath
+			}
+			path = opts.Host.Path(lp)
 		}
-		path = opts.Host.Path(lp)
+	case PluginFilelog:
+		path = opts.Host.Path(cfg.LogPath)
+	default:
+		return nil, fmt.Errorf("%s: plugin %q: selftaint reads only %q and %q logs so far", cfg.Path, cfg.Plugin, PluginKmsg, PluginFilelog)
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+	mon := &Monitor{cfg: cfg, path: path, host: opts.Host, now: opts.Now, loc: opts.Location, poll: opts.Poll,
+		done: make(chan struct{}), wakes: map[int]func(){}}
+	if mon.now == nil {
+		mon.now = time.Now
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Monitor{cfg: cfg, path: path, host: opts.Host, now: now, ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), wakes: map[int]func(){}}, nil
+	if mon.loc == nil {
+		mon.loc = time.Local
+	}
+	if mon.poll <= 0 {
+		mon.poll = DefaultPoll
+	}
+	mon.ctx, mon.cancel = context.WithCancel(context.Background())
+	return mon, nil
 }
 
 // Probes returns the file's probes: one per condition, in file order, the
@@ -183,6 +207,9 @@ func (mon *Monitor) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if mon.cfg.Plugin == PluginFilelog {
+		return mon.readFilelog(ctx)
+	}
 	// O_NONBLOCK: opening a FIFO standing in for /dev/kmsg does not wait
 	// for a writer; reads still wait in Go's poller.
 	f, err := os.OpenFile(mon.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -197,6 +224,31 @@ func (mon *Monitor) read(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// readFilelog follows a filelog file until ctx ends.
+func (mon *Monitor) readFilelog(ctx context.Context) error {
+	line := func(text string) {
+		l, err := mon.cfg.Filelog.Parse(text, mon.now(), mon.loc)
+		if err != nil {
+			return // not a line of the format: NPD skips it too
+		}
+		mon.line(l)
+	}
+	return ReadFilelog(ctx, mon.path, mon.poll, line, mon.note)
+}
+
+// note records something the source saw (a rotation, a truncation): in
+// the messages and as an Event.
+func (mon *Monitor) note(reason, msg string) {
+	mon.mu.Lock()
+	mon.gaps = append(mon.gaps, msg)
+	if len(mon.gaps) > maxGaps {
+		mon.gaps = mon.gaps[len(mon.gaps)-maxGaps:]
+	}
+	mon.m.Note(reason, fmt.Sprintf("%s: %s", mon.cfg.Source, msg), mon.now())
+	mon.mu.Unlock()
+	mon.wake()
 }
 
 // line matches one line, waking the probes when a rule matched.
@@ -216,15 +268,7 @@ const maxGaps = 3
 
 // gap records lost records: in the messages and as an Event.
 func (mon *Monitor) gap(g Gap) {
-	mon.mu.Lock()
-	msg := g.String()
-	mon.gaps = append(mon.gaps, msg)
-	if len(mon.gaps) > maxGaps {
-		mon.gaps = mon.gaps[len(mon.gaps)-maxGaps:]
-	}
-	mon.m.Note(ReasonKernelLogOverrun, fmt.Sprintf("%s (%s): %s; reading goes on", mon.cfg.Source, mon.path, msg), mon.now())
-	mon.mu.Unlock()
-	mon.wake()
+	mon.note(ReasonKernelLogOverrun, fmt.Sprintf("%s: %s; reading goes on", mon.path, g.String()))
 }
 
 // wake asks every watching probe for a run.

@@ -46,6 +46,11 @@ type Options struct {
 	// Poll is how often a filelog source looks for more; 0 means
 	// DefaultPoll.
 	Poll time.Duration
+	// Tap, if set, sees every line read that is not before the start
+	// time (lookback, delay: what a restart must not take as new), after
+	// it is matched, on the source's goroutine: how kernel Xid lines
+	// reach the GPU probe (gpu.ParseNVRMXid). It must not block.
+	Tap func(Line)
 }
 
 // DefaultPoll is how often a filelog source looks for appended lines, a
@@ -62,6 +67,7 @@ type Monitor struct {
 	now  func() time.Time
 	loc  *time.Location
 	poll time.Duration
+	tap  func(Line)
 
 	start  sync.Once
 	ctx    context.Context
@@ -109,7 +115,7 @@ func New(cfg *Config, opts Options) (*Monitor, error) {
 	default:
 		return nil, fmt.Errorf("%s: plugin %q: selftaint reads only %q and %q logs so far", cfg.Path, cfg.Plugin, PluginKmsg, PluginFilelog)
 	}
-	mon := &Monitor{cfg: cfg, path: path, host: opts.Host, now: opts.Now, loc: opts.Location, poll: opts.Poll,
+	mon := &Monitor{cfg: cfg, path: path, host: opts.Host, now: opts.Now, loc: opts.Location, poll: opts.Poll, tap: opts.Tap,
 		done: make(chan struct{}), wakes: map[int]func(){}}
 	if mon.now == nil {
 		mon.now = time.Now
@@ -257,7 +263,11 @@ func (mon *Monitor) line(l Line) {
 	mon.lines++
 	mon.lastSeq = l.Seq
 	matched := mon.m.Push(l, mon.now())
+	fresh := !l.Time.Before(mon.m.since)
 	mon.mu.Unlock()
+	if fresh && mon.tap != nil {
+		mon.tap(l)
+	}
 	if matched {
 		mon.wake()
 	}

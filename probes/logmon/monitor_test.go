@@ -174,6 +174,32 @@ func TestMonitorKmsgFIFO(t *testing.T) {
 	}
 }
 
+// TestMonitorTap: the tap sees every line read, matched or not, in order,
+// except those before lookback.
+func TestMonitorTap(t *testing.T) {
+	path := fifo(t)
+	got := make(chan string, 10)
+	mon, err := New(mustLoad(t, "testdata/npd/readonly-monitor.json"), Options{Host: fixtureHost(t, "boot-1"), Path: path,
+		Now: func() time.Time { return t0 }, Tap: func(l Line) { got <- l.Message }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mon.Close() })
+	watch(t, mon.Probes()[0])
+	const xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
+	writeKmsg(t, path, rec(1, 10*time.Minute, "NVRM: Xid (PCI:0000:3b:00): 79, an old one"), rec(2, time.Second, xid), rec(3, 0, "eth0: link up"))
+	for _, want := range []string{xid, "eth0: link up"} {
+		select {
+		case m := <-got:
+			if m != want {
+				t.Errorf("tap got %q, want %q", m, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("tap did not see %q in 30 s", want)
+		}
+	}
+}
+
 // TestMonitorRestartAndReboot: a held condition's State brings it back
 // after a restart in the same boot, and not after a reboot; old lines are
 // not matched again after the restart (lookback).

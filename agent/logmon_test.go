@@ -94,7 +94,7 @@ func conditionWas(n *corev1.Node, typ corev1.NodeConditionType, s corev1.Conditi
 // readonly-monitor.json unchanged through the agent against a real
 // kube-apiserver: kernel log lines set KernelDeadlock and
 // ReadonlyFilesystem on the Node and record OOMKilling and TaskHung
-// Events; after a restart in the same boot the conditions hold (their
+// Events, and lost records a KernelLogOverrun Event; after a restart in the same boot the conditions hold (their
 // lines are past lookback now, so only the kept state can hold them), and
 // after a reboot they clear.
 func TestKernelLogMonitorOnTheNode(t *testing.T) {
@@ -128,6 +128,9 @@ func TestKernelLogMonitorOnTheNode(t *testing.T) {
 	}
 	waitEvent(t, c, node, "TaskHung", 30*time.Second, hung)
 	waitEvent(t, c, node, "OOMKilling", 30*time.Second, "Killed process 4242 (stress)")
+	// Records the kernel overwrote before they were read: said in an Event.
+	appendKmsg(t, kmsg, kmsgRecord(10, 0, "eth0: link up"))
+	waitEvent(t, c, node, "KernelLogOverrun", 30*time.Second, "kernel-monitor: ", "6 kernel log records after sequence 3 were overwritten")
 	waitNode(t, c, node, 30*time.Second, "the held conditions' state on the Node", func(n *corev1.Node) bool {
 		return n.Annotations[agent.StateAnnotationPrefix+"logmon-KernelDeadlock"] != "" &&
 			n.Annotations[agent.StateAnnotationPrefix+"logmon-ReadonlyFilesystem"] != ""

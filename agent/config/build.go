@@ -16,6 +16,7 @@ import (
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/custom"
 	"github.com/selftaint/selftaint/probes/gpu"
+	"github.com/selftaint/selftaint/probes/logmon"
 )
 
 // ProbeSpecs builds the enabled probes that read the host (memory, disk,
@@ -83,70 +84,152 @@ func (c *Config) probeList() []namedProbe {
 // enable_message_change_based_condition_update gets MessageUpdates. What
 // an NPD file asks that selftaint does not do (NPD's own tainting) or does
 // differently is logged.
+//
+// The NPD system-log-monitor files (checks.npdLogConfigs) are built too,
+// with their logs under the root "/"; their sources start only when the
+// probes first run or watch, so this is enough to know their probes and
+// conditions. CheckProbeSpecsOn builds them to run.
 func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
-	var specs []agent.ProbeSpec
-	fed := map[string]string{}   // condition -> where it comes from
-	named := map[string]string{} // events-only probe -> where it comes from
+	specs, _, err := c.CheckProbeSpecsOn(probes.Host{}, log)
+	return specs, err
+}
+
+// CheckProbeSpecsOn is CheckProbeSpecs with the system-log monitors
+// reading host's kernel log and boot (or checks.kmsgPath); closing what it
+// returns stops their sources.
+func (c *Config) CheckProbeSpecsOn(host probes.Host, log *slog.Logger) ([]agent.ProbeSpec, io.Closer, error) {
+	sb := specBuilder{fed: map[corev1.NodeConditionType]string{}, named: map[string]string{}}
+	if err := c.customSpecs(&sb, log); err != nil {
+		return nil, nil, err
+	}
+	for i, path := range c.Checks.NPDLogConfigs {
+		from := fmt.Sprintf("checks.npdLogConfigs[%d] (%s)", i, path)
+		ps, mon, err := c.logMonitorSpecs(path, host, log)
+		if err != nil {
+			_ = sb.closers.Close()
+			return nil, nil, fmt.Errorf("%s: %w", from, err)
+		}
+		sb.closers = append(sb.closers, mon)
+		for _, p := range ps {
+			if err := sb.add(p, from); err != nil {
+				_ = sb.closers.Close()
+				return nil, nil, err
+			}
+		}
+	}
+	return sb.specs, sb.closers, nil
+}
+
+// specBuilder gathers the checks' specs, each condition fed from one
+// place and each events-only probe named once.
+type specBuilder struct {
+	specs   []agent.ProbeSpec
+	fed     map[corev1.NodeConditionType]string // condition -> where it comes from
+	named   map[string]string                   // events-only probe -> where it comes from
+	closers closeAll
+}
+
+// add adds s, from where it is configured, unless its condition or
+// events-only name is taken.
+func (sb *specBuilder) add(s agent.ProbeSpec, from string) error {
+	if s.EventsOnly() {
+		name := s.Entry.Probe.Name()
+		if prev, dup := sb.named[name]; dup {
+			return fmt.Errorf("%s: its events-only probe %s, named after the file, is also %s's: give the files different names", from, name, prev)
+		}
+		sb.named[name] = from
+	} else {
+		if prev, dup := sb.fed[s.Condition]; dup {
+			return fmt.Errorf("%s: condition %s is also fed by %s", from, s.Condition, prev)
+		}
+		sb.fed[s.Condition] = from
+	}
+	sb.specs = append(sb.specs, s)
+	return nil
+}
+
+// customSpecs adds the custom checks' and the NPD custom-plugin files'
+// specs.
+func (c *Config) customSpecs(sb *specBuilder, log *slog.Logger) error {
 	add := func(g *custom.Group, conds []custom.Condition, from string) error {
 		ps, err := g.NewProbes(conds)
 		if err != nil {
 			return fmt.Errorf("%s: %w", from, err)
 		}
 		for _, p := range ps {
-			if p.Condition() == "" {
-				if prev, dup := named[p.Name()]; dup {
-					return fmt.Errorf("%s: its events-only probe %s, named after the file, is also %s's: give the files different names", from, p.Name(), prev)
-				}
-				named[p.Name()] = from
-				specs = append(specs, agent.ProbeSpec{Entry: p.Entry()})
-				continue
-			}
-			if prev, dup := fed[p.Condition()]; dup {
-				return fmt.Errorf("%s: condition %s is also fed by %s", from, p.Condition(), prev)
-			}
-			fed[p.Condition()] = from
 			// NPD updates a permanent condition as soon as a plugin
 			// reports: no damping.
-			specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition()), MessageUpdates: p.MessageUpdates()})
+			s := agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition()), MessageUpdates: p.MessageUpdates()}
+			if err := sb.add(s, from); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
 	if len(c.Checks.Custom) > 0 {
 		conds, err := custom.ConditionsFromChecks(c.Checks.customChecks())
 		if err != nil {
-			return nil, fmt.Errorf("checks.custom: %w", err)
+			return fmt.Errorf("checks.custom: %w", err)
 		}
 		g, err := custom.NewGroup(custom.Options{Concurrency: c.Checks.Concurrency, MaxOutputLength: c.Checks.MaxOutputLength})
 		if err != nil {
-			return nil, fmt.Errorf("checks: %w", err)
+			return fmt.Errorf("checks: %w", err)
 		}
 		if err := add(g, conds, "checks.custom"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for i, path := range c.Checks.NPDConfigs {
 		from := fmt.Sprintf("checks.npdConfigs[%d] (%s)", i, path)
 		npd, err := custom.LoadNPDConfig(path, custom.NPDOptions{PluginRoot: c.Checks.NPDPluginRoot})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", from, err)
+			return fmt.Errorf("%s: %w", from, err)
 		}
 		for _, w := range npd.Warnings {
 			log.Warn("NPD config: read differently from NPD", "file", path, "warning", w)
 		}
 		for _, cond := range npd.Conditions {
 			for _, msg := range validateConditionType(field.NewPath(from), corev1.NodeConditionType(cond.Type)) {
-				return nil, fmt.Errorf("condition %q: %s", cond.Type, msg.Error())
+				return fmt.Errorf("condition %q: %s", cond.Type, msg.Error())
 			}
 		}
 		g, err := custom.NewGroup(npd.Options())
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", from, err)
+			return fmt.Errorf("%s: %w", from, err)
 		}
 		if err := add(g, npd.ProbeConditions(), from); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return specs, nil
+	return nil
+}
+
+// logMonitorSpecs builds one system-log-monitor file's probes: one per
+// condition, the first carrying the file's Events, or one events-only
+// probe for a file without conditions. NPD sets a log monitor's
+// conditions as soon as a line matches: no damping.
+func (c *Config) logMonitorSpecs(path string, host probes.Host, log *slog.Logger) ([]agent.ProbeSpec, *logmon.Monitor, error) {
+	cfg, err := logmon.LoadConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("NPD log config: read differently from NPD", "file", path, "warning", w)
+	}
+	for _, cond := range cfg.Conditions {
+		if msgs := validateConditionType(field.NewPath("conditions"), corev1.NodeConditionType(cond.Type)); len(msgs) > 0 {
+			return nil, nil, fmt.Errorf("condition %q: %s", cond.Type, msgs[0].Error())
+		}
+	}
+	mon, err := logmon.New(cfg, logmon.Options{Host: host, Path: c.Checks.KmsgPath})
+	if err != nil {
+		return nil, nil, err
+	}
+	var specs []agent.ProbeSpec
+	for _, p := range mon.Probes() {
+		specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition())})
+	}
+	return specs, mon, nil
 }
 
 // InitOptions is the agent's initialization settings, or nil when off.

@@ -23,6 +23,17 @@ func TestCheckProbeSpecs(t *testing.T) {
 		}
 		return path
 	}
+	logs := func(name string) string {
+		path, err := filepath.Abs(filepath.Join("../../probes/logmon/testdata/npd", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	broken := filepath.Join(t.TempDir(), "broken-monitor.json")
+	if err := os.WriteFile(broken, []byte(`{"plugin": "kmsg", "conditions": [], "rules": [{"type": "permanent", "condition": "Nope", "reason": "R", "pattern": "x"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// The same file under a second directory: the same base name.
 	again := filepath.Join(t.TempDir(), "iptables-mode-monitor.json")
 	data, err := os.ReadFile(npd("npd/iptables-mode-monitor.json"))
@@ -52,6 +63,32 @@ func TestCheckProbeSpecs(t *testing.T) {
 			name:   "enable_message_change_based_condition_update",
 			checks: fmt.Sprintf("npdConfigs: [%s]", npd("network-problems.json")),
 			want:   []string{"custom-ConntrackFull=ConntrackFull messageUpdates", "custom-DNSProblem=DNSProblem messageUpdates"},
+		},
+		{
+			name:   "NPD system-log-monitor files: a probe per condition",
+			checks: fmt.Sprintf("npdLogConfigs: [%s, %s]", logs("kernel-monitor.json"), logs("readonly-monitor.json")),
+			want: []string{"logmon-KernelDeadlock=KernelDeadlock", "logmon-XfsShutdown=XfsShutdown",
+				"logmon-CperHardwareErrorFatal=CperHardwareErrorFatal", "logmon-ReadonlyFilesystem=ReadonlyFilesystem"},
+		},
+		{
+			name:   "a filelog file",
+			checks: fmt.Sprintf("npdLogConfigs: [%s]", logs("kernel-monitor-filelog.json")),
+			want:   []string{"logmon-KernelDeadlock=KernelDeadlock"},
+		},
+		{
+			name:    "a log monitor's condition also fed by a custom check",
+			checks:  fmt.Sprintf("custom: [{name: ro, condition: ReadonlyFilesystem, path: /bin/true}]\n  npdLogConfigs: [%s]", logs("readonly-monitor.json")),
+			wantErr: "checks.npdLogConfigs[0] (" + logs("readonly-monitor.json") + "): condition ReadonlyFilesystem is also fed by checks.custom",
+		},
+		{
+			name:    "a broken log monitor file: the file and its field named",
+			checks:  fmt.Sprintf("npdLogConfigs: [%s]", broken),
+			wantErr: "checks.npdLogConfigs[0] (" + broken + "): NPD log config " + broken + ": rules[0].condition",
+		},
+		{
+			name:    "a plugin not read yet",
+			checks:  fmt.Sprintf("npdLogConfigs: [%s]", logs("systemd-monitor.json")),
+			wantErr: `plugin "journald"`,
 		},
 		{
 			name:    "two files of temporary rules only with one base name",

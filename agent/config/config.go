@@ -135,6 +135,16 @@ type Checks struct {
 	// the NPD files' absolute plugin paths are run from under it. Empty
 	// means as written.
 	NPDPluginRoot string `json:"npdPluginRoot,omitempty"`
+	// NPDLogConfigs are node-problem-detector system-log-monitor JSON
+	// files (NPD's --config.system-log-monitor; plugin "kmsg" or
+	// "filelog"), read
+	// unchanged: their permanent rules become conditions, their temporary
+	// rules Events on the Node (probes/logmon).
+	NPDLogConfigs []string `json:"npdLogConfigs,omitempty"`
+	// KmsgPath, if set, is the kernel log the kmsg files read, as this
+	// process sees it (a FIFO in tests). Empty means each file's logPath
+	// (/dev/kmsg) under the host root.
+	KmsgPath string `json:"kmsgPath,omitempty"`
 }
 
 // CustomCheck is one executable: exit 0 OK, 1 a problem, anything else
@@ -800,6 +810,14 @@ func (ch Checks) validate(cp *field.Path, conds map[corev1.NodeConditionType]*fi
 		if !strings.HasPrefix(path, "/") {
 			errs = append(errs, field.Invalid(cp.Child("npdConfigs").Index(i), path, "must be an absolute path"))
 		}
+	}
+	for i, path := range ch.NPDLogConfigs {
+		if !strings.HasPrefix(path, "/") {
+			errs = append(errs, field.Invalid(cp.Child("npdLogConfigs").Index(i), path, "must be an absolute path"))
+		}
+	}
+	if ch.KmsgPath != "" && !strings.HasPrefix(ch.KmsgPath, "/") {
+		errs = append(errs, field.Invalid(cp.Child("kmsgPath"), ch.KmsgPath, "must be an absolute path"))
 	}
 	if ch.NPDPluginRoot != "" && !strings.HasPrefix(ch.NPDPluginRoot, "/") {
 		errs = append(errs, field.Invalid(cp.Child("npdPluginRoot"), ch.NPDPluginRoot, "must be an absolute path"))

@@ -183,6 +183,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"max fault duration beyond a week", "faults:\n  maxDuration: 300000h", []string{"faults.maxDuration", "must be at most 168h0m0s"}},
 		{"guard threshold beyond an int", "coordinator:\n  guard:\n    threshold: 99999999999999999999", []string{"coordinator.guard.threshold", "whole percent"}},
 		{"relative npd config", "checks:\n  npdConfigs: [npd.json]\n", []string{"checks.npdConfigs[0]", "absolute"}},
+		{"relative npd log config", "checks:\n  npdLogConfigs: [kernel-monitor.json]\n", []string{"checks.npdLogConfigs[0]", "absolute"}},
+		{"relative kmsg path", "checks:\n  kmsgPath: dev/kmsg\n", []string{"checks.kmsgPath", "absolute"}},
 		{"relative npd plugin root", "checks:\n  npdPluginRoot: host\n", []string{"checks.npdPluginRoot", "absolute"}},
 		{"network target both", "probes:\n  network:\n    targets: [{tcp: \"a:1\", dns: b}]\n", []string{"probes.network.targets[0]", "exactly one"}},
 		{"network bad route", "probes:\n  network:\n    defaultRoute: sometimes\n", []string{"probes.network", "sometimes"}},

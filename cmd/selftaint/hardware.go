@@ -60,11 +60,29 @@ func conditionsOf(specs []agent.ProbeSpec) []corev1.NodeConditionType {
 // container often comes up after the DaemonSets), the GPU probe reports
 // GPUDriverUnavailable and retries with backoff; the agent runs normally.
 func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machine, error) {
-	specs, err := cfg.ProbeSpecs(host, apiServerFromEnv())
+	checks, checksCloser, err := cfg.CheckProbeSpecsOn(host, log)
 	if err != nil {
 		return nil, err
 	}
-	checks, err := cfg.CheckProbeSpecs(log)
+	m, err := openHardware(cfg, host, checks, log)
+	if err != nil {
+		_ = checksCloser.Close()
+		return nil, err
+	}
+	closeHardware := m.close
+	m.close = func() {
+		closeHardware()
+		if err := checksCloser.Close(); err != nil {
+			log.Warn("closing the log monitors", "err", err)
+		}
+	}
+	return m, nil
+}
+
+// openHardware is openMachine once the checks are built: the host probes,
+// the GPU probes and the inventory.
+func openHardware(cfg *config.Config, host probes.Host, checks []agent.ProbeSpec, log *slog.Logger) (*machine, error) {
+	specs, err := cfg.ProbeSpecs(host, apiServerFromEnv())
 	if err != nil {
 		return nil, err
 	}

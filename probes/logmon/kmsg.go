@@ -1,0 +1,127 @@
+package logmon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The kmsg source reads /dev/kmsg's records (Documentation/ABI/testing/
+// dev-kmsg): "prio,seq,usec,flags[,...];message\n", then dictionary lines
+// that start with a space. We parse them ourselves instead of using
+// github.com/euank/go-kmsg-parser (what NPD uses) because that library
+// swallows the EPIPE a reader gets when the kernel overwrote records it had
+// not read yet, and drops sequence numbers, so an overrun cannot be reported
+// or sized; the format is a few lines of code.
+
+// Gap is records the reader did not get.
+type Gap struct {
+	// Overrun is true when the kernel said so (EPIPE); Lost is how many
+	// records the sequence numbers skipped (0 when unknown yet).
+	Overrun bool
+	Lost    uint64
+	// After is the last sequence number read before the gap.
+	After uint64
+}
+
+// String says what was lost, for messages and Events.
+func (g Gap) String() string {
+	switch {
+	case g.Lost > 0:
+		return fmt.Sprintf("%d kernel log records after sequence %d were overwritten before they were read", g.Lost, g.After)
+	default:
+		return fmt.Sprintf("the kernel log overran after sequence %d: records were overwritten before they were read", g.After)
+	}
+}
+
+// kmsgScanner turns bytes read from kmsg (one record per read from the
+// device; any split from a FIFO or file standing in for it) into Lines and
+// Gaps. It is pure.
+type kmsgScanner struct {
+	boot    time.Time // when the kernel's clock was 0
+	partial []byte    // an unfinished line
+	last    uint64    // the last sequence number seen
+	seen    bool      // whether last is set
+}
+
+// feed scans data; it calls line for each record and gap where the
+// sequence numbers skip some.
+func (s *kmsgScanner) feed(data []byte, line func(Line), gap func(Gap)) {
+	s.partial = append(s.partial, data...)
+	for {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			return
+		}
+		rec := string(s.partial[:i])
+		s.partial = s.partial[i+1:]
+		if rec == "" || rec[0] == ' ' { // dictionary line
+			continue
+		}
+		l, err := parseKmsgRecord(rec, s.boot)
+		if err != nil {
+			continue // not a record: nothing to match
+		}
+		if s.seen && l.Seq > s.last+1 {
+			gap(Gap{Lost: l.Seq - s.last - 1, After: s.last})
+		}
+		s.last, s.seen = l.Seq, true
+		line(l)
+	}
+}
+
+// parseKmsgRecord parses "prio,seq,usec,flags;message".
+func parseKmsgRecord(rec string, boot time.Time) (Line, error) {
+	head, msg, ok := strings.Cut(rec, ";")
+	if !ok {
+		return Line{}, fmt.Errorf("kmsg record %q: no ';'", rec)
+	}
+	f := strings.Split(head, ",")
+	if len(f) < 3 {
+		return Line{}, fmt.Errorf("kmsg record %q: want prio,seq,usec", rec)
+	}
+	seq, err1 := strconv.ParseUint(f[1], 10, 64)
+	usec, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return Line{}, fmt.Errorf("kmsg record %q: %w", rec, err)
+	}
+	return Line{Time: boot.Add(time.Duration(usec) * time.Microsecond), Message: msg, Seq: seq}, nil
+}
+
+// ReadKmsg reads records from r (an open /dev/kmsg, or a FIFO or file
+// standing in for it) until ctx ends or r fails; boot is when the
+// kernel's monotonic clock was 0. An EPIPE (the kernel overwrote what was
+// not read yet) is reported as an overrun Gap and reading goes on from the
+// oldest record still there; a skip in sequence numbers as a Gap of its
+// size. At the end of a file or FIFO without writers it waits and reads on.
+// A read blocked on /dev/kmsg returns only when a record comes: close r
+// when ctx ends to stop it at once.
+func ReadKmsg(ctx context.Context, r io.Reader, boot time.Time, line func(Line), gap func(Gap)) error {
+	s := &kmsgScanner{boot: boot}
+	buf := make([]byte, 8192) // the kernel's CONSOLE_EXT_LOG_MAX
+	for ctx.Err() == nil {
+		n, err := r.Read(buf)
+		s.feed(buf[:n], line, gap)
+		switch {
+		case err == nil:
+		case errors.Is(err, syscall.EPIPE):
+			gap(Gap{Overrun: true, After: s.last})
+		case errors.Is(err, io.EOF):
+			if n == 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		default:
+			return fmt.Errorf("reading kmsg: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,266 @@
+package logmon
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/probes/custom"
+)
+
+// Line is one log record as a source delivers it.
+type Line struct {
+	// Time is when the kernel or the writer logged it.
+	Time time.Time
+	// Message is the record's text, without the kmsg prefix or the
+	// filelog timestamp.
+	Message string
+	// Seq is the kmsg sequence number; 0 for other sources.
+	Seq uint64
+}
+
+// ConditionState is where one of the file's conditions stands.
+type ConditionState struct {
+	Type string
+	// Problem is true once a permanent rule of the condition matched;
+	// like NPD, nothing but a new boot (or a restart past lookback)
+	// clears it.
+	Problem bool
+	// Reason and Message are the default ones while healthy, the
+	// matching rule's reason and the matched lines otherwise.
+	Reason, Message string
+	// Since is when it last changed: the first matched line's time, or
+	// when matching started.
+	Since time.Time
+}
+
+// Match is one rule that matched, for humans (selftaint check).
+type Match struct {
+	Reason  string
+	Lines   []Line
+	Dropped bool // a temporary rule's Event that the rate limit dropped
+}
+
+// Matcher applies a config's rules to lines as NPD's log monitor does: a
+// buffer of BufferSize lines joined by '\n', each rule's pattern anchored to
+// the end of the buffer, the lines the match spans making the message. It
+// is pure: no clock, no goroutines, not safe for concurrent use.
+type Matcher struct {
+	cfg   *Config
+	since time.Time // lines before it are not matched
+	buf   []Line    // the last BufferSize lines, oldest first
+	conds []ConditionState
+	// events are the Events not yet taken; limit paces them per reason.
+	events []probes.Event
+	limit  map[string]*bucket
+	recent []Match // the last recentMatches matches, oldest first
+}
+
+// recentMatches is how many matches a Matcher keeps for humans.
+const recentMatches = 10
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// StartTime is NPD's util.GetStartTime: lines logged before it are not
+// matched. It is the later of boot+delay and now-lookback (now, when
+// lookback is 0).
+func StartTime(now, boot time.Time, lookback, delay time.Duration) time.Time {
+	start := boot.Add(delay)
+	if from := now.Add(-lookback); start.Before(from) {
+		start = from
+	}
+	return start
+}
+
+// NewMatcher starts matching cfg's rules on lines logged at or after since,
+// every condition at its default (healthy) state since then.
+func NewMatcher(cfg *Config, since time.Time) *Matcher {
+	m := &Matcher{cfg: cfg, since: since, limit: map[string]*bucket{}}
+	for _, c := range cfg.Conditions {
+		m.conds = append(m.conds, ConditionState{Type: c.Type, Reason: c.Reason, Message: c.Message, Since: since})
+	}
+	return m
+}
+
+// Push matches one line; now paces Events. It reports whether a rule
+// matched. A line before since, an empty one or one containing an entry of
+// the skip list is not matched (and not buffered), as NPD's watchers drop
+// them.
+func (m *Matcher) Push(l Line, now time.Time) bool {
+	l.Message = strings.TrimSpace(l.Message)
+	if l.Message == "" || l.Time.Before(m.since) || m.skipped(l.Message) {
+		return false
+	}
+	if len(m.buf) == m.cfg.BufferSize {
+		m.buf = append(m.buf[:0], m.buf[1:]...)
+	}
+	m.buf = append(m.buf, l)
+	joined := joinMessages(m.buf)
+	matched := false
+	for _, r := range m.cfg.Rules {
+		if r.match == nil {
+			continue
+		}
+		loc := r.match.FindStringIndex(joined)
+		if loc == nil {
+			continue
+		}
+		matched = true
+		lines := spanned(m.buf, len(joined), loc[0])
+		m.apply(r, lines, now)
+	}
+	return matched
+}
+
+func (m *Matcher) skipped(msg string) bool {
+	for _, s := range m.cfg.SkipList {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func joinMessages(buf []Line) string {
+	msgs := make([]string, len(buf))
+	for i, l := range buf {
+		msgs[i] = l.Message
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// spanned returns the buffered lines a match starting at byte start of the
+// joined buffer (total bytes long) spans, oldest first, counted back from
+// the newest line exactly as NPD's logBuffer.Match counts them.
+func spanned(buf []Line, total, start int) []Line {
+	s := total - start - 1
+	n, sum := 0, 0
+	for i := len(buf) - 1; i >= 0; i-- {
+		n++
+		sum += len(buf[i].Message) + 1
+		if sum > s {
+			break
+		}
+	}
+	return append([]Line(nil), buf[len(buf)-n:]...)
+}
+
+// message is NPD's generateMessage: the lines joined by '\n', then "; "
+// and the rule's suffix when it has one.
+func message(lines []Line, suffix string) string {
+	msg := joinMessages(lines)
+	if suffix != "" {
+		msg += "; " + suffix
+	}
+	return msg
+}
+
+// apply records what rule r matching lines means.
+func (m *Matcher) apply(r Rule, lines []Line, now time.Time) {
+	msg := message(lines, r.Suffix)
+	match := Match{Reason: r.Reason, Lines: lines}
+	if r.Permanent {
+		for i := range m.conds {
+			c := &m.conds[i]
+			if c.Type != r.Condition {
+				continue
+			}
+			if !c.Problem || c.Reason != r.Reason {
+				c.Since = lines[0].Time
+				c.Message = msg
+			}
+			c.Problem, c.Reason = true, r.Reason
+			break
+		}
+	} else if m.allow(r.Reason, now) {
+		m.events = append(m.events, probes.Event{Reason: r.Reason, Message: msg})
+	} else {
+		match.Dropped = true
+	}
+	m.recent = append(m.recent, match)
+	if len(m.recent) > recentMatches {
+		m.recent = m.recent[len(m.recent)-recentMatches:]
+	}
+}
+
+// Note records an Event of the monitor's own (an overrun, a rotation), paced
+// like the rules' Events.
+func (m *Matcher) Note(reason, msg string, now time.Time) {
+	if m.allow(reason, now) {
+		m.events = append(m.events, probes.Event{Reason: reason, Message: msg})
+	}
+}
+
+// allow paces Events per reason as custom plugin Events are paced: a burst
+// of custom.EventBurst, then one per custom.EventEvery.
+func (m *Matcher) allow(reason string, now time.Time) bool {
+	b := m.limit[reason]
+	if b == nil {
+		b = &bucket{tokens: custom.EventBurst, at: now}
+		m.limit[reason] = b
+	}
+	if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(custom.EventBurst, b.tokens+float64(d)/float64(custom.EventEvery))
+		b.at = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// Conditions returns every condition's state, in file order.
+func (m *Matcher) Conditions() []ConditionState {
+	return append([]ConditionState(nil), m.conds...)
+}
+
+// TakeEvents returns the Events recorded since the last call.
+func (m *Matcher) TakeEvents() []probes.Event {
+	ev := m.events
+	m.events = nil
+	return ev
+}
+
+// Recent returns the last matches, oldest first.
+func (m *Matcher) Recent() []Match {
+	return append([]Match(nil), m.recent...)
+}
+
+// String says where the matcher stands, for logs.
+func (c ConditionState) String() string {
+	return fmt.Sprintf("%s=%v (%s: %s)", c.Type, c.Problem, c.Reason, c.Message)
+}
+
+// Hold sets a condition to a problem held before a restart (c, as
+// Conditions returned it then), unless it already holds one. It reports
+// whether the condition is one of the file's.
+func (m *Matcher) Hold(c ConditionState) bool {
+	for i := range m.conds {
+		if m.conds[i].Type != c.Type {
+			continue
+		}
+		if !m.conds[i].Problem && c.Problem {
+			m.conds[i] = c
+		}
+		return true
+	}
+	return false
+}
+
+// Reset puts a condition back to its default (healthy) state as of now; it
+// reports whether it held a problem.
+func (m *Matcher) Reset(condType string, now time.Time) bool {
+	for i, c := range m.cfg.Conditions {
+		if c.Type != condType || !m.conds[i].Problem {
+			continue
+		}
+		m.conds[i] = ConditionState{Type: c.Type, Reason: c.Reason, Message: c.Message, Since: now}
+		return true
+	}
+	return false
+}

@@ -12,6 +12,23 @@ import (
 	"time"
 )
 
+// Waker is a Probe that can tell when what it watches has changed (a
+// netlink message, a PSI trigger, a driver event, a kernel-log line), so the
+// runner need not wait for the interval to run it. The runner calls Watch
+// once, in its own goroutine, after the probe's Start gate opens; Watch calls
+// wake whenever the probe should run now, and returns when ctx ends (nil) or
+// when it cannot watch any more (an error saying why). The runner coalesces
+// wakes: one run of a probe at a time, at most one more pending however many
+// wakes arrive meanwhile, and no two wake-driven runs closer than
+// RunnerOptions.WakeGap. The interval still runs the probe as a
+// level-triggered resync, because every event source can drop events; after
+// Watch returns an error the probe keeps only its interval, and the error is
+// logged and kept in the probe's ProbeStats. wake is safe for concurrent use,
+// never blocks, and may be called after Watch returned.
+type Waker interface {
+	Watch(ctx context.Context, wake func()) error
+}
+
 // Reasons the runner sets on a Result when the probe itself could not.
 const (
 	// ReasonProbeTimeout: the probe did not finish within its timeout.
@@ -96,7 +113,16 @@ type RunnerOptions struct {
 	// Observer, if set, is told about every result the runner reports
 	// (metrics live on the other side of this interface).
 	Observer Observer
+	// WakeGap is the least time from the start of one run of a probe to
+	// the start of a run a wake asked for (see Waker), so an event storm
+	// costs at most one run per WakeGap; the first wake after a quiet
+	// spell runs the probe at once. 0 means 100ms; a negative value
+	// means no gap.
+	WakeGap time.Duration
 }
+
+// DefaultWakeGap is the WakeGap a zero RunnerOptions gives.
+const DefaultWakeGap = 100 * time.Millisecond
 
 // Observer is told about each probe run. It is called from the probes'
 // goroutines, concurrently, and must return promptly.
@@ -153,6 +179,15 @@ type ProbeStats struct {
 	// LastStatus and LastDuration describe the latest result.
 	LastStatus   Status
 	LastDuration time.Duration
+	// Wakes is how many runs a wake (see Waker) started: coalesced
+	// wakes count once.
+	Wakes uint64
+	// Watching says the probe is a Waker whose Watch is running.
+	Watching bool
+	// WatchError is why the probe's Watch stopped before the runner did
+	// ("" while it runs, or for a probe that is not a Waker); the probe
+	// then runs only on its interval.
+	WatchError string
 }
 
 // Runner runs a fixed set of probes, each on its own interval, with a
@@ -162,6 +197,7 @@ type Runner struct {
 	entries []Entry
 	clock   Clock
 	jitter  float64
+	wakeGap time.Duration
 	rand    func() float64
 	log     *slog.Logger
 	obs     Observer // nil: none
@@ -230,6 +266,12 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 	case r.jitter < 0:
 		r.jitter = 0
 	}
+	switch {
+	case opts.WakeGap == 0:
+		r.wakeGap = DefaultWakeGap
+	case opts.WakeGap > 0:
+		r.wakeGap = opts.WakeGap
+	}
 	if r.rand == nil {
 		r.rand = rand.Float64
 	}
@@ -248,7 +290,8 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 // the same fraction of its interval for every probe, then every Interval
 // measured from the start of its previous run; if a run
 // (with the sink) took longer than Interval, the next starts right away.
-// Runs of one probe never overlap.
+// Runs of one probe never overlap. A probe that is a Waker also runs when
+// its Watch asks (see Waker), and the interval then counts from that run.
 //
 // sink receives every result. Calls to sink are serialized, so it need not
 // be safe for concurrent use, but it should return promptly: a slow sink
@@ -256,7 +299,8 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 // of runs cut short by ctx ending are dropped, not passed to sink.
 //
 // A probe that ignores its context and never returns leaks the goroutine
-// running it (see RunOnce); Run itself still returns. Call Run once per
+// running it (see RunOnce); Run itself still returns. Run does wait for
+// every Waker's Watch to return, which it must do when ctx ends. Call Run once per
 // Runner: concurrent Runs would share its Stats.
 func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 	var (
@@ -281,13 +325,29 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 }
 
 // loop runs entry i, first once its Start gate is open and then after
-// delay, until ctx is done.
+// delay (or a wake), until ctx is done. A Waker's Watch runs beside it.
 func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func(Result)) {
 	e := r.entries[i]
-	if !gateOpen(ctx, e.Start) || !r.sleep(ctx, delay) {
+	if !gateOpen(ctx, e.Start) {
 		return
 	}
-	for {
+	// One pending wake at most: wakes that find it full are coalesced.
+	pending := make(chan struct{}, 1)
+	if w, ok := e.Probe.(Waker); ok {
+		var watchers sync.WaitGroup
+		defer watchers.Wait()
+		watchers.Go(func() { r.watch(ctx, i, w, pending) })
+	}
+	woke, ok := r.wait(ctx, delay, pending)
+	for ok {
+		if woke {
+			r.countWake(i)
+		}
+		// This run sees everything that happened before it starts.
+		select {
+		case <-pending:
+		default:
+		}
 		start := r.clock.Now()
 		res, stack := runOnce(ctx, e.Probe, e.Timeout, r.clock)
 		if ctx.Err() != nil {
@@ -295,10 +355,83 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		}
 		r.record(i, res, stack)
 		emit(res)
-		if !r.sleep(ctx, start.Add(e.Interval).Sub(r.clock.Now())) {
-			return
+		woke, ok = r.wait(ctx, start.Add(e.Interval).Sub(r.clock.Now()), pending)
+		if woke && ok {
+			// A storm costs one run per WakeGap at most.
+			ok = r.sleep(ctx, start.Add(r.wakeGap).Sub(r.clock.Now()))
 		}
 	}
+}
+
+// wait waits for d on the runner's clock or for a wake on pending,
+// whichever comes first; it reports whether a wake ended it and whether ctx
+// is still live. A wake pending already ends it at once.
+func (r *Runner) wait(ctx context.Context, d time.Duration, pending <-chan struct{}) (woke, live bool) {
+	select {
+	case <-pending:
+		return true, ctx.Err() == nil
+	default:
+	}
+	if d <= 0 {
+		return false, ctx.Err() == nil
+	}
+	t := r.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-t.C():
+		return false, true
+	case <-pending:
+		return true, ctx.Err() == nil
+	}
+}
+
+// watch runs entry i's Watch until ctx ends, its wakes feeding pending, and
+// records why it stopped early. A panic in Watch is recovered and reported
+// like an error, so one broken watcher never takes the runner down.
+func (r *Runner) watch(ctx context.Context, i int, w Waker, pending chan<- struct{}) {
+	name := r.entries[i].Probe.Name()
+	wake := func() {
+		select {
+		case pending <- struct{}{}:
+		default:
+		}
+	}
+	r.setWatch(i, true, "")
+	err := func() (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = fmt.Errorf("watch panicked: %v", v)
+				r.log.Error("probe watch panicked", "probe", name, "panic", v, "stack", string(debug.Stack()))
+			}
+		}()
+		return w.Watch(ctx, wake)
+	}()
+	if ctx.Err() != nil {
+		r.setWatch(i, false, "")
+		return
+	}
+	if err == nil {
+		err = errors.New("watch returned before the runner stopped")
+	}
+	r.setWatch(i, false, err.Error())
+	r.log.Warn("probe cannot watch for changes; it runs only on its interval", "probe", name, "error", err)
+}
+
+// setWatch records whether entry i's Watch runs and why it stopped.
+func (r *Runner) setWatch(i int, watching bool, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats[i].Watching = watching
+	r.stats[i].WatchError = why
+}
+
+// countWake counts one wake-driven run of entry i.
+func (r *Runner) countWake(i int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats[i].Wakes++
 }
 
 // gateOpen waits until start is closed (at once for a nil start) and

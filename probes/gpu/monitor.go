@@ -501,10 +501,18 @@ func (m *Monitor) recordEvent(sess *session, ev nvml.EventData) {
 	at := m.now()
 	info := m.catalog.Lookup(ev.EventData)
 	g, uuid := m.eventGPU(sess, ev.Device, info.Action.Fatal())
+	if m.fileEvent(sess, ev, info, g, uuid, at) && info.Action.Fatal() {
+		m.wakeFatal() // after the Xid is filed, so the run it asks for sees it
+	}
+}
+
+// fileEvent files one critical Xid (recordEvent); false when sess is not
+// the Monitor's session any more.
+func (m *Monitor) fileEvent(sess *session, ev nvml.EventData, info XidInfo, g *gpuState, uuid string, at time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if sess != m.nv.sess {
-		return
+		return false
 	}
 	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name, seq: m.tick()}
 	if g != nil && g.mig && ev.GpuInstanceId != 0xFFFFFFFF {
@@ -524,6 +532,7 @@ func (m *Monitor) recordEvent(sess *session, ev nvml.EventData) {
 	default:
 		g.record().Xids = addXid(g.record().Xids, x, at)
 	}
+	return true
 }
 
 // eventGPU finds the GPU an event's device is: by handle, else by UUID,

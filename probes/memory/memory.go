@@ -14,6 +14,7 @@ import (
 	"math"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/selftaint/selftaint/probes"
 )
@@ -67,10 +68,25 @@ func (c Config) Validate() error {
 	return probes.NewConfigError(Name, errs)
 }
 
+// Defaults of the PSI trigger that wakes the probe (see Probe.Watch).
+const (
+	// DefaultWakeStall is how long tasks must stall on memory within
+	// WakeWindow for the kernel to wake the probe: 5% of it.
+	DefaultWakeStall = 100 * time.Millisecond
+	// WakeWindow is the trigger's window: the least the kernel allows
+	// without CAP_SYS_RESOURCE (a multiple of 2s).
+	WakeWindow = 2 * time.Second
+)
+
 // Probe is the memory probe. It is safe for concurrent use.
 type Probe struct {
 	cfg  Config
 	host probes.Host
+	// wakeStall is the PSI trigger's stall time (DefaultWakeStall).
+	wakeStall time.Duration
+	// armed, if set, is called once Watch's trigger is armed; tests wait
+	// for it before squeezing memory.
+	armed func()
 }
 
 // New returns a memory probe that reads the host under host.Root.
@@ -78,11 +94,20 @@ func New(cfg Config, host probes.Host) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Probe{cfg: cfg, host: host}, nil
+	return &Probe{cfg: cfg, host: host, wakeStall: DefaultWakeStall}, nil
 }
 
 // Name returns "memory".
 func (p *Probe) Name() string { return Name }
+
+// Watch implements probes.Waker: it arms a PSI trigger on the host's
+// /proc/pressure/memory (tasks stalled on memory for DefaultWakeStall
+// within WakeWindow) and wakes the probe each time the kernel fires it.
+// Where the kernel cannot (no CONFIG_PSI, psi=0, not Linux) it returns an
+// error saying so, and the probe runs only on its interval.
+func (p *Probe) Watch(ctx context.Context, wake func()) error {
+	return watchPSI(ctx, p.host.Proc("pressure", "memory"), p.wakeStall, WakeWindow, wake, p.armed)
+}
 
 // Probe reads meminfo and PSI once and judges them against the config.
 func (p *Probe) Probe(ctx context.Context) probes.Result {

@@ -11,9 +11,11 @@ package network
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -34,6 +36,8 @@ const (
 	helperEnv = "SELFTAINT_NETNS_HELPER"
 	// resultPrefix marks the helper's result line on stdout.
 	resultPrefix = "NETNS-RESULT "
+	// watchingLine says the helper's probe is subscribed to netlink.
+	watchingLine = "NETNS-WATCHING"
 
 	nodeAddr = "10.77.0.2"
 	peerAddr = "10.77.0.1"
@@ -48,6 +52,10 @@ type helperRequest struct {
 	// Listen, if set, is a TCP address the helper listens on while the
 	// probe runs.
 	Listen string
+	// Watch makes the helper run the probe under a probes.Runner with an
+	// hour's interval, print watchingLine once its netlink socket is
+	// subscribed and a result line for every run, until its stdin ends.
+	Watch bool
 }
 
 // TestNetnsHelper is not a test: the netns tests run the test binary again
@@ -73,12 +81,43 @@ func TestNetnsHelper(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	if req.Watch {
+		runWatchHelper(t, p)
+		return
+	}
 	res := probes.RunOnce(t.Context(), p, 10*time.Second, nil)
 	out, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Printf("\n%s%s\n", resultPrefix, out)
+}
+
+// runWatchHelper runs p under a Runner whose interval never comes during a
+// test, printing each result, until stdin ends.
+func runWatchHelper(t *testing.T, p *Probe) {
+	p.subscribed = func() { fmt.Printf("\n%s\n", watchingLine) }
+	r, err := probes.NewRunner([]probes.Entry{{Probe: p, Interval: time.Hour, Timeout: 10 * time.Second}},
+		probes.RunnerOptions{Jitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	r.Run(ctx, func(res probes.Result) {
+		out, err := json.Marshal(res)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		fmt.Printf("\n%s%s\n", resultPrefix, out)
+	})
+	if st := r.Stats()[0]; st.WatchError != "" {
+		t.Errorf("watch failed: %s", st.WatchError)
+	}
 }
 
 // requireNetns fails the test under CI=true, and skips it elsewhere, when
@@ -96,16 +135,8 @@ func requireNetns(t *testing.T) {
 		missing = append(missing, "the ip command (Debian package iproute2)")
 	}
 	if len(missing) > 0 {
-		failOrSkip(t, "network namespace tests need "+strings.Join(missing, " and "))
+		probestest.FailOrSkip(t, "network namespace tests need "+strings.Join(missing, " and "))
 	}
-}
-
-func failOrSkip(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true, so this is a failure, not a skip)", msg)
-	}
-	t.Skipf("%s (skipping; with CI=true this fails)", msg)
 }
 
 var netnsSeq atomic.Int64
@@ -127,7 +158,7 @@ func newTopology(t *testing.T) *topology {
 	tp := &topology{t: t, node: id + "-node", peer: id + "-peer"}
 	for _, ns := range []string{tp.node, tp.peer} {
 		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-			failOrSkip(t, fmt.Sprintf("cannot create network namespaces: ip netns add %s: %v: %s", ns, err, bytes.TrimSpace(out)))
+			probestest.FailOrSkip(t, fmt.Sprintf("cannot create network namespaces: ip netns add %s: %v: %s", ns, err, bytes.TrimSpace(out)))
 		}
 		t.Cleanup(func() {
 			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
@@ -356,5 +387,115 @@ func TestNetnsTargets(t *testing.T) {
 			req := helperRequest{Config: Config{SkipCNIConfig: true, Targets: []Target{tt.target}}, Listen: listen}
 			probestest.CheckResult(t, sub.probe(req), tt.want)
 		})
+	}
+}
+
+// watcher is the probe running under a Runner inside the node namespace.
+type watcher struct {
+	t       *testing.T
+	results chan probes.Result
+	watch   chan struct{} // closed when the helper printed watchingLine
+}
+
+// watch starts the probe under a Runner in the node namespace; it stops
+// when the test ends.
+func (tp *topology) watch(req helperRequest) *watcher {
+	tp.t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	req.Watch = true
+	env, err := json.Marshal(req)
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", tp.node, exe, "-test.run=^TestNetnsHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+string(env))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tp.t.Fatalf("starting the watching helper: %v", err)
+	}
+	w := &watcher{t: tp.t, results: make(chan probes.Result, 100), watch: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == watchingLine {
+				close(w.watch)
+				continue
+			}
+			line, ok := strings.CutPrefix(sc.Text(), resultPrefix)
+			if !ok {
+				continue
+			}
+			var res probes.Result
+			if err := json.Unmarshal([]byte(line), &res); err != nil {
+				tp.t.Errorf("decoding the helper's result %q: %v", line, err)
+				continue
+			}
+			w.results <- res
+		}
+	}()
+	tp.t.Cleanup(func() {
+		stdin.Close()
+		<-done
+		if err := cmd.Wait(); err != nil {
+			tp.t.Errorf("the watching helper: %v", err)
+		}
+	})
+	return w
+}
+
+// next returns the helper's next result; the deadline is far below the
+// probe's hour-long interval, so only a wake can deliver it in time.
+func (w *watcher) next() probes.Result {
+	w.t.Helper()
+	select {
+	case res := <-w.results:
+		w.t.Logf("%s %s: %s", res.Status, res.Reason, res.Message)
+		return res
+	case <-time.After(30 * time.Second):
+		w.t.Fatal("no probe run within 30s: the netlink watch did not wake the probe (its interval is an hour)")
+		return probes.Result{}
+	}
+}
+
+// TestNetnsLinkDownWakesProbe: under a Runner with an hour's interval, a
+// link losing carrier, and coming back, each run the probe at once through
+// its netlink watch.
+func TestNetnsLinkDownWakesProbe(t *testing.T) {
+	tp := newTopology(t)
+	w := tp.watch(helperRequest{Config: Config{SkipCNIConfig: true}})
+	if got := w.next(); got.Status != probes.StatusOK {
+		t.Fatalf("first run: %s %s: %s, want OK", got.Status, got.Reason, got.Message)
+	}
+	select {
+	case <-w.watch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the helper's netlink watch never subscribed")
+	}
+	for _, step := range []struct {
+		state string
+		want  probes.Status
+	}{
+		{"down", probes.StatusProblem},
+		{"up", probes.StatusOK},
+	} {
+		tp.ip(tp.peer, "link", "set", "eth1", step.state)
+		// A change can take several messages (carrier, then operstate):
+		// the first wake may still see the old state; one soon after
+		// must see the new.
+		for got := w.next(); got.Status != step.want; got = w.next() {
+		}
 	}
 }

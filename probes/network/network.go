@@ -244,6 +244,9 @@ type Probe struct {
 
 	cfg  Config
 	host probes.Host
+	// subscribed, if set, is called once Watch's netlink socket has
+	// joined its groups; tests wait for it before changing the network.
+	subscribed func()
 }
 
 // New returns a network probe that reads the host under host.Root.
@@ -296,6 +299,16 @@ func interfaceAddrs(name string) ([]net.Addr, error) {
 
 // Name returns "network".
 func (p *Probe) Name() string { return Name }
+
+// Watch implements probes.Waker: it wakes the probe on every rtnetlink
+// link, address or route change in this process's network namespace, and
+// on an overrun of its socket (ENOBUFS), when changes were lost. The
+// probe's interval still resyncs. It returns an error where netlink cannot
+// be used (not Linux, or the socket is refused); the probe then runs only
+// on its interval.
+func (p *Probe) Watch(ctx context.Context, wake func()) error {
+	return watchNetlink(ctx, wake, p.subscribed)
+}
 
 // report collects what one run found.
 type report struct {

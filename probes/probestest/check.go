@@ -132,3 +132,14 @@ func AddProcFixtures(f *testing.F, name string) {
 		f.Add(data)
 	}
 }
+
+// FailOrSkip stops t for want of something the host lacks (root, a kernel
+// feature, a command): a failure under CI=true, where such a test must
+// run, and a skip elsewhere. msg says what is missing.
+func FailOrSkip(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true, so this is a failure, not a skip)", msg)
+	}
+	t.Skipf("%s (skipping; with CI=true this fails)", msg)
+}

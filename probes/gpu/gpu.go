@@ -371,8 +371,10 @@ type Monitor struct {
 	// cannot count the GPUs.
 	lastCount lastCount
 	stray     []xidRecord
-	boot      string
-	restored  bool
+	// dedupe pairs the Xids NVML and the kernel log both report.
+	dedupe   xidDedupe
+	boot     string
+	restored bool
 	// rebooted: the state restored was written in an earlier boot.
 	rebooted bool
 	closed   bool

@@ -1,7 +1,13 @@
 package gpu
 
 import (
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/selftaint/selftaint/probes"
 )
 
 // NVRM Xid lines parse as the drivers print them, with any log prefix;
@@ -60,5 +66,214 @@ func TestParseNVRMXid(t *testing.T) {
 				t.Errorf("ParseNVRMXid(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
 			}
 		})
+	}
+}
+
+// kernelLine is the NVRM line of Xid x on GPU i of the fake, as a current
+// driver prints it.
+func (f *fake) kernelLine(i int, x uint64) string {
+	return fmt.Sprintf("NVRM: Xid (PCI:0000:%02x:00): %d, pid='<unknown>', name=<unknown>, some text", busIDs[i], x)
+}
+
+// kernelXid feeds m the line of Xid x on GPU i, parsed as the log monitor
+// parses it.
+func (f *fake) kernelXid(t testing.TB, m *Monitor, i int, x uint64) {
+	t.Helper()
+	k, ok := ParseNVRMXid(f.kernelLine(i, x))
+	if !ok {
+		t.Fatalf("ParseNVRMXid(%q): not an Xid", f.kernelLine(i, x))
+	}
+	m.KernelXid(k)
+}
+
+// nvmlXids pushes NVML Xid events of GPU i and waits until the watcher
+// has filed them: they are handed out, and the watcher has started the
+// wait after the last one's.
+func (f *fake) nvmlXids(t testing.TB, i int, xs ...uint64) {
+	t.Helper()
+	f.push(xids(i, xs...)(f)...)
+	eventually(t, "the events handed out", func() bool { return f.queued() == 0 })
+	waits := f.called("EventSetWait")
+	eventually(t, "the watcher waits again", func() bool { return f.called("EventSetWait") > waits })
+}
+
+// xid79On3 is the fatal probe's verdict on an Xid 79 on GPU 3 seen once.
+var xid79On3 = want{status: probes.StatusProblem, reason: ReasonGPURebootRequired,
+	message: []string{"GPU 3 ({uuid3}): Xid 79 (GPU has fallen off the bus) at " + stamp0 + "; reboot the node"}}
+
+// A kernel Xid 79 is reported while every NVML call hangs: the hang that
+// hides NVML's event hides nothing the kernel says. KernelXid returns
+// while a probe run is hung in NVML.
+func TestKernelXidWhileNVMLHung(t *testing.T) {
+	f := newFake(t)
+	m := newMonitor(t, f, testConfig(), Env{})
+	f.check(t, "first run", runProbe(m, NameFatal, runTimeout), fatalOK)
+	f.hangAll()
+	hungNote := "counting GPUs: NVML: NVML call nvmlDeviceGetCount has not returned"
+	f.check(t, "hung, no kernel Xid", runProbe(m, NameFatal, time.Second),
+		want{status: probes.StatusUnknown, reason: ReasonReadError, message: []string{hungNote}})
+
+	running := make(chan probes.Result, 1)
+	go func() { running <- runProbe(m, NameFatal, 3*time.Second) }() // hangs in NVML meanwhile
+	fed := make(chan struct{})
+	go func() {
+		f.kernelXid(t, m, 3, 79)
+		close(fed)
+	}()
+	select {
+	case <-fed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("KernelXid blocked behind the hung NVML")
+	}
+	<-running
+	hung := xid79On3
+	hung.message = append(hung.message, hungNote)
+	for run := range 2 {
+		f.check(t, fmt.Sprintf("hung, kernel Xid 79, run %d", run), runProbe(m, NameFatal, time.Second), hung)
+	}
+}
+
+// A kernel Xid whose bus id no GPU has yet is the node's, naming the PCI
+// address; once a GPU is identified at that address it is the GPU's.
+// A bus id no GPU ever has stays the node's.
+func TestKernelXidUnknownBusID(t *testing.T) {
+	f := newFake(t)
+	f.hangAll()
+	m := newMonitor(t, f, testConfig(), Env{})
+	f.kernelXid(t, m, 3, 79)
+	f.check(t, "NVML hung from the start", runProbe(m, NameFatal, time.Second), want{status: probes.StatusProblem, reason: ReasonGPURebootRequired,
+		message: []string{"a GPU NVML did not identify: PCI {pci3} (from the kernel log): Xid 79 (GPU has fallen off the bus) at " + stamp0 + "; reboot the node"}})
+
+	f2 := newFake(t)
+	m2 := newMonitor(t, f2, testConfig(), Env{})
+	f2.kernelXid(t, m2, 3, 79)
+	k, _ := ParseNVRMXid("NVRM: Xid (PCI:0000:3b:00): 48, x")
+	m2.KernelXid(k)
+	got := f2.waitFor(t, m2, NameFatal, want{status: probes.StatusProblem, reason: ReasonGPURebootRequired, message: []string{
+		"GPU 3 ({uuid3}): Xid 79 (GPU has fallen off the bus) at " + stamp0 + "; reboot the node",
+		"a GPU NVML did not identify: PCI 0000:3b:00.0 (from the kernel log): Xid 48 (Double Bit ECC Error) at " + stamp0 + "; reset the GPU"},
+		not: []string{"PCI {pci3} (from the kernel log)"}})
+	if r := reading(got.Readings, "gpu3"); !strings.Contains(r, "fatal xid 79 x1") {
+		t.Errorf("got reading gpu3 %q, want it to contain %q", r, "fatal xid 79 x1")
+	}
+}
+
+// Kernel Xids are judged by the catalog with config's overrides, as
+// NVML's are (TestXidCatalogActions).
+func TestKernelXidCatalogActions(t *testing.T) {
+	ok := want{status: probes.StatusOK, reason: ReasonGPUsHealthy, message: []string{"8 GPUs healthy"}, not: []string{"Xid 79 (", "Xid 13 ("}}
+	tests := []struct {
+		name    string
+		cfg     func(c *Config)
+		xids    []uint64 // on GPU 3
+		want    want
+		reading string // in GPU 3's reading of the fatal probe
+	}{
+		{name: "79 needs a reboot", xids: []uint64{79}, want: xid79On3, reading: "fatal xid 79 x1"},
+		{name: "48 needs a reset", xids: []uint64{48}, want: want{status: probes.StatusProblem, reason: ReasonGPUResetRequired,
+			message: []string{"GPU 3 ({uuid3}): Xid 48 (Double Bit ECC Error) at " + stamp0 + "; reset the GPU"}}},
+		{name: "13 restarts the application", xids: []uint64{13, 13}, want: ok, reading: "other xid 13 x2"},
+		{name: "SkipXids ignores 79", cfg: func(c *Config) { c.SkipXids = []uint64{79} }, xids: []uint64{79, 13}, want: ok, reading: "other xid 79 x1, 13 x1"},
+		{name: "Xids ignores 79", cfg: func(c *Config) { c.Xids = map[uint64]Action{79: ActionIgnore} }, xids: []uint64{79}, want: ok, reading: "other xid 79 x1"},
+		{name: "config makes 63 fatal", cfg: func(c *Config) { c.Xids = map[uint64]Action{63: ActionReboot} }, xids: []uint64{63},
+			want: want{status: probes.StatusProblem, reason: ReasonGPURebootRequired, message: []string{"GPU 3 ({uuid3}): Xid 63 (GPU memory remapping event) at " + stamp0 + "; reboot the node"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			cfg := testConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			m := newMonitor(t, f, cfg, Env{})
+			f.check(t, "first run", runProbe(m, NameFatal, runTimeout), fatalOK)
+			for _, x := range tt.xids {
+				f.kernelXid(t, m, 3, x)
+			}
+			got := runProbe(m, NameFatal, runTimeout)
+			f.check(t, NameFatal, got, tt.want)
+			if r := reading(got.Readings, "gpu3"); tt.reading != "" && !strings.Contains(r, tt.reading) {
+				t.Errorf("got reading gpu3 %q, want it to contain %q", r, tt.reading)
+			}
+		})
+	}
+}
+
+// The same Xid on the same GPU from NVML and the kernel log within
+// XidDedupeWindow counts once, whichever comes first; occurrences pair one
+// to one; out of the window, or on another GPU, they are two.
+func TestKernelXidCountedOnce(t *testing.T) {
+	type step struct {
+		kernel bool // else NVML
+		gpu    int
+		xid    uint64
+		after  time.Duration // the clock steps this much first
+	}
+	k := func(gpu int, xid uint64) step { return step{kernel: true, gpu: gpu, xid: xid} }
+	n := func(gpu int, xid uint64) step { return step{gpu: gpu, xid: xid} }
+	later := func(s step, d time.Duration) step { s.after = d; return s }
+	tests := []struct {
+		name     string
+		steps    []step
+		readings map[string]string // GPU reading: what it contains
+	}{
+		{name: "NVML first", steps: []step{n(3, 79), k(3, 79)}, readings: map[string]string{"gpu3": "fatal xid 79 x1"}},
+		{name: "kernel first", steps: []step{k(3, 79), n(3, 79)}, readings: map[string]string{"gpu3": "fatal xid 79 x1"}},
+		{name: "at the window's end", steps: []step{k(3, 79), later(n(3, 79), XidDedupeWindow)}, readings: map[string]string{"gpu3": "fatal xid 79 x1"}},
+		{name: "past the window", steps: []step{k(3, 79), later(n(3, 79), XidDedupeWindow+time.Second)}, readings: map[string]string{"gpu3": "fatal xid 79 x2"}},
+		{name: "pairs one to one", steps: []step{k(3, 79), k(3, 79), n(3, 79), n(3, 79), n(3, 79)}, readings: map[string]string{"gpu3": "fatal xid 79 x3"}},
+		{name: "a minor Xid too", steps: []step{n(3, 13), k(3, 13), k(3, 13)}, readings: map[string]string{"gpu3": "other xid 13 x2"}},
+		{name: "other GPU", steps: []step{k(3, 79), n(5, 79)}, readings: map[string]string{"gpu3": "fatal xid 79 x1", "gpu5": "fatal xid 79 x1"}},
+		{name: "other Xid", steps: []step{k(3, 79), n(3, 48)}, readings: map[string]string{"gpu3": "fatal xid 79 x1, 48 x1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			m := newMonitor(t, f, testConfig(), Env{})
+			f.check(t, "first run", runProbe(m, NameFatal, runTimeout), fatalOK)
+			for _, s := range tt.steps {
+				f.clk.Step(s.after)
+				if s.kernel {
+					f.kernelXid(t, m, s.gpu, s.xid)
+				} else {
+					f.nvmlXids(t, s.gpu, s.xid)
+				}
+			}
+			got := runProbe(m, NameFatal, runTimeout)
+			for name, sub := range tt.readings {
+				if r := reading(got.Readings, name); !strings.Contains(r, sub) {
+					t.Errorf("got reading %s %q, want it to contain %q", name, r, sub)
+				}
+			}
+		})
+	}
+}
+
+// KernelXid is safe for concurrent use: kernel Xids fed from several
+// goroutines while NVML events arrive and the probes run all count.
+func TestKernelXidConcurrent(t *testing.T) {
+	f := newFake(t)
+	m := newMonitor(t, f, testConfig(), Env{})
+	f.check(t, "first run", runProbe(m, NameFatal, runTimeout), fatalOK)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 25 {
+				f.kernelXid(t, m, 2, 13)
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 5 {
+			runBoth(m)
+		}
+	})
+	f.nvmlXids(t, 6, 13, 13, 13)
+	wg.Wait()
+	got := runProbe(m, NameFatal, runTimeout)
+	for name, sub := range map[string]string{"gpu2": "other xid 13 x100", "gpu6": "other xid 13 x3"} {
+		if r := reading(got.Readings, name); !strings.Contains(r, sub) {
+			t.Errorf("got reading %s %q, want it to contain %q", name, r, sub)
+		}
 	}
 }

@@ -506,6 +506,9 @@ func (m *Monitor) recordEvent(sess *session, ev nvml.EventData) {
 	if sess != m.nv.sess {
 		return
 	}
+	if g != nil && g.pci != "" && m.dedupe.heard(dedupeKey{pci: g.pci, xid: ev.EventData}, fromNVML, at) {
+		return // the kernel log reported it (KernelXid)
+	}
 	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name, seq: m.tick()}
 	if g != nil && g.mig && ev.GpuInstanceId != 0xFFFFFFFF {
 		gi, ci := ev.GpuInstanceId, ev.ComputeInstanceId
@@ -732,20 +735,22 @@ func (m *Monitor) withLastCount(run runInput) (_ runInput, kept *lastCount) {
 	return run, kept
 }
 
-// attributeStray files stray Xids whose device said its UUID under the
-// GPU now identified by it (an Xid can arrive between a GPU's registration
+// attributeStray files stray Xids whose device said its UUID (or whose
+// kernel line named its PCI address) under the GPU now identified by it (an Xid can arrive between a GPU's registration
 // for events and the end of the run that learnt its handle).
 func (m *Monitor) attributeStray() {
 	m.stray = slices.DeleteFunc(m.stray, func(x xidRecord) bool {
-		if x.UUID == "" {
+		if x.UUID == "" && x.PCI == "" {
 			return false
 		}
-		i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return g.uuid == x.UUID })
+		i := slices.IndexFunc(m.gpus, func(g *gpuState) bool {
+			return x.UUID != "" && g.uuid == x.UUID || x.UUID == "" && g.pci == x.PCI
+		})
 		if i < 0 {
 			return false
 		}
 		rec := m.gpus[i].record()
-		x.UUID = ""
+		x.UUID, x.PCI = "", ""
 		rec.Xids = mergeXids(rec.Xids, []xidRecord{x})
 		return true
 	})

@@ -277,3 +277,31 @@ func TestKernelXidConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A kernel Xid the node holds (no GPU had its bus id) is kept across a
+// restart with its PCI address, and filed under the GPU identified there
+// afterwards; a state whose stray PCI address is none is refused.
+func TestKernelXidStrayKept(t *testing.T) {
+	f := newFake(t)
+	f.hangAll()
+	m := newMonitor(t, f, testConfig(), Env{})
+	f.kernelXid(t, m, 3, 79)
+	st := m.State()
+	if !strings.Contains(string(st), `"pci":"`+f.pci(3)+`"`) {
+		t.Fatalf("state %s: want the stray Xid's PCI address %s", st, f.pci(3))
+	}
+
+	f2 := newFake(t)
+	m2 := newMonitor(t, f2, testConfig(), Env{})
+	if err := m2.Restore(st); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	f2.check(t, "restored", runProbe(m2, NameFatal, runTimeout), want{status: probes.StatusProblem, reason: ReasonGPURebootRequired,
+		message: []string{"GPU 3 ({uuid3}): Xid 79 (GPU has fallen off the bus) at " + stamp0}, not: []string{"did not identify"}})
+
+	bad := strings.Replace(string(st), f.pci(3), "zz:3b", 1)
+	m3 := newMonitor(t, newFake(t), testConfig(), Env{})
+	if err := m3.Restore([]byte(bad)); err == nil || !strings.Contains(err.Error(), "stray[0].pci") {
+		t.Errorf("Restore(%s): got %v, want an error naming stray[0].pci", bad, err)
+	}
+}

@@ -677,7 +677,13 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.uuid == "" }) {
 		clear(m.records)
 	}
-	m.attributeStray()
+	if m.attributeStray() {
+		// The views were taken before: they show what was just filed
+		// under their GPU, so no run shows the Xid nowhere.
+		for i := range s.gpus {
+			s.gpus[i].xids = slices.Clone(m.gpus[i].record().Xids)
+		}
+	}
 	s.stray = slices.Clone(m.stray)
 	for _, rec := range m.records {
 		s.orphans = append(s.orphans, *rec)
@@ -736,9 +742,10 @@ func (m *Monitor) withLastCount(run runInput) (_ runInput, kept *lastCount) {
 }
 
 // attributeStray files stray Xids whose device said its UUID (or whose
-// kernel line named its PCI address) under the GPU now identified by it (an Xid can arrive between a GPU's registration
-// for events and the end of the run that learnt its handle).
-func (m *Monitor) attributeStray() {
+// kernel line named its PCI address) under the GPU now identified by it
+// (an Xid can arrive between a GPU's registration for events and the end
+// of the run that learnt its handle). It reports whether it filed any.
+func (m *Monitor) attributeStray() (moved bool) {
 	m.stray = slices.DeleteFunc(m.stray, func(x xidRecord) bool {
 		if x.UUID == "" && x.PCI == "" {
 			return false
@@ -752,8 +759,10 @@ func (m *Monitor) attributeStray() {
 		rec := m.gpus[i].record()
 		x.UUID, x.PCI = "", ""
 		rec.Xids = mergeXids(rec.Xids, []xidRecord{x})
+		moved = true
 		return true
 	})
+	return moved
 }
 
 // expect adds the GPUs on the PCI bus and those NVML identified to the

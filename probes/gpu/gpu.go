@@ -348,6 +348,10 @@ type Monitor struct {
 
 	lw *worker // NVML-wide calls: Init, DeviceGetCount, event set creation
 
+	wakeMu sync.Mutex // guards wake
+	// wake are the fatal probe's Watch calls, woken by a fatal Xid.
+	wake wakers
+
 	mu sync.Mutex // guards the fields below
 	nv nvmlState
 	// gpus are the GPUs by NVML index.

@@ -181,9 +181,18 @@ func inWindow(ts []time.Time, now time.Time) []time.Time {
 //
 // It makes no NVML call and waits for none, so it files the Xid, and the
 // fatal probe reports it, while NVML hangs: the kernel's Xid 79 is not
-// hidden by the hang it causes. Safe for concurrent use; after Close it
-// does nothing.
+// hidden by the hang it causes. A fatal Xid it files wakes the fatal
+// probe (see Watch). Safe for concurrent use; after Close it does
+// nothing.
 func (m *Monitor) KernelXid(k KernelXid) {
+	if m.fileKernelXid(k) && m.catalog.Lookup(k.Xid).Action.Fatal() {
+		m.wakeFatal()
+	}
+}
+
+// fileKernelXid files k and reports whether it did (not after Close, nor
+// when NVML reported it).
+func (m *Monitor) fileKernelXid(k KernelXid) bool {
 	info := m.catalog.Lookup(k.Xid)
 	pci := normalizePCI(k.PCIBusID)
 	now := m.now()
@@ -194,7 +203,7 @@ func (m *Monitor) KernelXid(k KernelXid) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed || m.dedupe.heard(dedupeKey{pci: pci, xid: k.Xid}, fromKernel, now) {
-		return
+		return false
 	}
 	x := xidRecord{Xid: k.Xid, Action: info.Action, Name: info.Name, seq: m.tick()}
 	var g *gpuState
@@ -211,10 +220,11 @@ func (m *Monitor) KernelXid(k KernelXid) {
 		for _, rec := range m.records {
 			if rec.PCI == pci {
 				rec.Xids = addXid(rec.Xids, x, at)
-				return
+				return true
 			}
 		}
 		x.PCI = pci
 		m.stray = addXid(m.stray, x, at)
 	}
+	return true
 }

@@ -1,9 +1,11 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -303,5 +305,67 @@ func TestKernelXidStrayKept(t *testing.T) {
 	m3 := newMonitor(t, newFake(t), testConfig(), Env{})
 	if err := m3.Restore([]byte(bad)); err == nil || !strings.Contains(err.Error(), "stray[0].pci") {
 		t.Errorf("Restore(%s): got %v, want an error naming stray[0].pci", bad, err)
+	}
+}
+
+// waker is the shape of probes.Waker (the runner's, on its own branch).
+type waker interface {
+	Watch(ctx context.Context, wake func()) error
+}
+
+// The fatal probe wakes on each fatal Xid filed, from the kernel log or
+// NVML, and on nothing else: not a minor Xid, not an Xid counted once
+// already, not after its Watch returned.
+func TestFatalProbeWakesOnFatalXid(t *testing.T) {
+	f := newFake(t)
+	m := newMonitor(t, f, testConfig(), Env{})
+	f.check(t, "first run", runProbe(m, NameFatal, runTimeout), fatalOK)
+	w, ok := m.FatalProbe().(waker)
+	if !ok {
+		t.Fatal("the fatal probe has no Watch")
+	}
+	if _, ok := m.DegradedProbe().(waker); ok {
+		t.Error("the degraded probe has a Watch: nothing wakes it")
+	}
+	var wakes atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Watch(ctx, func() { wakes.Add(1) }) }()
+	eventually(t, "Watch registered", func() bool {
+		m.wakeMu.Lock()
+		defer m.wakeMu.Unlock()
+		return len(m.wake.funcs) == 1
+	})
+	steps := []struct {
+		what  string
+		do    func()
+		wakes int64 // in all, after it
+	}{
+		{"a minor kernel Xid", func() { f.kernelXid(t, m, 3, 13) }, 0},
+		{"a fatal kernel Xid", func() { f.kernelXid(t, m, 3, 79) }, 1},
+		{"NVML's report of it", func() { f.nvmlXids(t, 3, 79) }, 1},
+		{"a fatal NVML Xid", func() { f.nvmlXids(t, 5, 48) }, 2},
+		{"a minor NVML Xid", func() { f.nvmlXids(t, 5, 13) }, 2},
+		{"a kernel Xid of an unknown bus id", func() { m.KernelXid(KernelXid{PCIBusID: "0000:3b:00.0", Xid: 79}) }, 3},
+		{"a fatal kernel Xid while NVML hangs", func() { f.hangAll(); f.kernelXid(t, m, 6, 79) }, 4},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := wakes.Load(); got != s.wakes {
+			t.Errorf("after %s: got %d wakes, want %d", s.what, got, s.wakes)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch after its context ended: got %v, want nil", err)
+	}
+	f.kernelXid(t, m, 7, 79)
+	if got := wakes.Load(); got != 4 {
+		t.Errorf("after Watch returned: got %d wakes, want 4", got)
+	}
+	f.release()
+	m.Close()
+	if err := w.Watch(context.Background(), func() {}); err == nil {
+		t.Error("Watch of a closed Monitor: got nil, want an error")
 	}
 }

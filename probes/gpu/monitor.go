@@ -501,13 +501,21 @@ func (m *Monitor) recordEvent(sess *session, ev nvml.EventData) {
 	at := m.now()
 	info := m.catalog.Lookup(ev.EventData)
 	g, uuid := m.eventGPU(sess, ev.Device, info.Action.Fatal())
+	if m.fileEvent(sess, ev, info, g, uuid, at) && info.Action.Fatal() {
+		m.wakeFatal()
+	}
+}
+
+// fileEvent files the Xid of recordEvent's event and reports whether it
+// did (not when its session ended, nor when the kernel log reported it).
+func (m *Monitor) fileEvent(sess *session, ev nvml.EventData, info XidInfo, g *gpuState, uuid string, at time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if sess != m.nv.sess {
-		return
+		return false
 	}
 	if g != nil && g.pci != "" && m.dedupe.heard(dedupeKey{pci: g.pci, xid: ev.EventData}, fromNVML, at) {
-		return // the kernel log reported it (KernelXid)
+		return false // the kernel log reported it (KernelXid)
 	}
 	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name, seq: m.tick()}
 	if g != nil && g.mig && ev.GpuInstanceId != 0xFFFFFFFF {
@@ -527,6 +535,7 @@ func (m *Monitor) recordEvent(sess *session, ev nvml.EventData) {
 	default:
 		g.record().Xids = addXid(g.record().Xids, x, at)
 	}
+	return true
 }
 
 // eventGPU finds the GPU an event's device is: by handle, else by UUID,
@@ -677,14 +686,7 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.uuid == "" }) {
 		clear(m.records)
 	}
-	if m.attributeStray() {
-		// The views were taken before: they show what was just filed
-		// under their GPU, so no run shows the Xid nowhere.
-		for i := range s.gpus {
-			s.gpus[i].xids = slices.Clone(m.gpus[i].record().Xids)
-		}
-	}
-	s.stray = slices.Clone(m.stray)
+	m.attributeStrayTo(s)
 	for _, rec := range m.records {
 		s.orphans = append(s.orphans, *rec)
 	}
@@ -739,6 +741,19 @@ func (m *Monitor) withLastCount(run runInput) (_ runInput, kept *lastCount) {
 		kept = &k
 	}
 	return run, kept
+}
+
+// attributeStrayTo files stray Xids under their GPUs now identified
+// (attributeStray) and puts what is left stray in s. m.mu is held.
+func (m *Monitor) attributeStrayTo(s *snapshot) {
+	if m.attributeStray() {
+		// The views were taken before: they show what was just filed
+		// under their GPU, so no run shows the Xid nowhere.
+		for i := range s.gpus {
+			s.gpus[i].xids = slices.Clone(m.gpus[i].record().Xids)
+		}
+	}
+	s.stray = slices.Clone(m.stray)
 }
 
 // attributeStray files stray Xids whose device said its UUID (or whose

@@ -341,18 +341,16 @@ type Monitor struct {
 	// uuidLookup: the watcher has a UUID lookup out (uuidOf).
 	uuidLookup atomic.Bool
 
-	wakeMu sync.Mutex // guards wakes and wakeSeq
-	// wakes are the wake functions of the fatal probe's Watch calls, by
-	// call: a fatal Xid event calls each (see FatalProbe).
-	wakes   map[uint64]func()
-	wakeSeq uint64
-
 	flightMu sync.Mutex // guards flight and last
 	flight   *refreshCall
 	// last is the latest read that completed, for CountGPUs.
 	last *snapshot
 
 	lw *worker // NVML-wide calls: Init, DeviceGetCount, event set creation
+
+	wakeMu sync.Mutex // guards wake
+	// wake are the fatal probe's Watch calls, woken by a fatal Xid.
+	wake wakers
 
 	mu sync.Mutex // guards the fields below
 	nv nvmlState
@@ -377,8 +375,10 @@ type Monitor struct {
 	// cannot count the GPUs.
 	lastCount lastCount
 	stray     []xidRecord
-	boot      string
-	restored  bool
+	// dedupe pairs the Xids NVML and the kernel log both report.
+	dedupe   xidDedupe
+	boot     string
+	restored bool
 	// rebooted: the state restored was written in an earlier boot.
 	rebooted bool
 	closed   bool
@@ -518,35 +518,6 @@ var (
 	_ probes.Stateful = (*statefulProbe)(nil)
 	_ probes.Waker    = (*statefulProbe)(nil)
 )
-
-// Watch implements probes.Waker: the fatal probe runs as soon as the
-// Monitor's Xid event watcher files a fatal Xid, instead of at its next
-// interval. It returns nil when ctx ends; where NVML has no events the
-// probe simply keeps its interval.
-func (p *statefulProbe) Watch(ctx context.Context, wake func()) error {
-	p.m.wakeMu.Lock()
-	if p.m.wakes == nil {
-		p.m.wakes = map[uint64]func(){}
-	}
-	p.m.wakeSeq++
-	id := p.m.wakeSeq
-	p.m.wakes[id] = wake
-	p.m.wakeMu.Unlock()
-	<-ctx.Done()
-	p.m.wakeMu.Lock()
-	delete(p.m.wakes, id)
-	p.m.wakeMu.Unlock()
-	return nil
-}
-
-// wakeFatal wakes every Watch of the fatal probe: a fatal Xid was filed.
-func (m *Monitor) wakeFatal() {
-	m.wakeMu.Lock()
-	defer m.wakeMu.Unlock()
-	for _, wake := range m.wakes {
-		wake()
-	}
-}
 
 // State implements probes.Stateful.
 func (p *statefulProbe) State() []byte { return p.m.State() }

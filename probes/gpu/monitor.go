@@ -502,17 +502,20 @@ func (m *Monitor) recordEvent(sess *session, ev nvml.EventData) {
 	info := m.catalog.Lookup(ev.EventData)
 	g, uuid := m.eventGPU(sess, ev.Device, info.Action.Fatal())
 	if m.fileEvent(sess, ev, info, g, uuid, at) && info.Action.Fatal() {
-		m.wakeFatal() // after the Xid is filed, so the run it asks for sees it
+		m.wakeFatal()
 	}
 }
 
-// fileEvent files one critical Xid (recordEvent); false when sess is not
-// the Monitor's session any more.
+// fileEvent files the Xid of recordEvent's event and reports whether it
+// did (not when its session ended, nor when the kernel log reported it).
 func (m *Monitor) fileEvent(sess *session, ev nvml.EventData, info XidInfo, g *gpuState, uuid string, at time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if sess != m.nv.sess {
 		return false
+	}
+	if g != nil && g.pci != "" && m.dedupe.heard(dedupeKey{pci: g.pci, xid: ev.EventData}, fromNVML, at) {
+		return false // the kernel log reported it (KernelXid)
 	}
 	x := xidRecord{Xid: ev.EventData, Action: info.Action, Name: info.Name, seq: m.tick()}
 	if g != nil && g.mig && ev.GpuInstanceId != 0xFFFFFFFF {
@@ -683,8 +686,7 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.uuid == "" }) {
 		clear(m.records)
 	}
-	m.attributeStray()
-	s.stray = slices.Clone(m.stray)
+	m.attributeStrayTo(s)
 	for _, rec := range m.records {
 		s.orphans = append(s.orphans, *rec)
 	}
@@ -741,23 +743,41 @@ func (m *Monitor) withLastCount(run runInput) (_ runInput, kept *lastCount) {
 	return run, kept
 }
 
-// attributeStray files stray Xids whose device said its UUID under the
-// GPU now identified by it (an Xid can arrive between a GPU's registration
-// for events and the end of the run that learnt its handle).
-func (m *Monitor) attributeStray() {
+// attributeStrayTo files stray Xids under their GPUs now identified
+// (attributeStray) and puts what is left stray in s. m.mu is held.
+func (m *Monitor) attributeStrayTo(s *snapshot) {
+	if m.attributeStray() {
+		// The views were taken before: they show what was just filed
+		// under their GPU, so no run shows the Xid nowhere.
+		for i := range s.gpus {
+			s.gpus[i].xids = slices.Clone(m.gpus[i].record().Xids)
+		}
+	}
+	s.stray = slices.Clone(m.stray)
+}
+
+// attributeStray files stray Xids whose device said its UUID (or whose
+// kernel line named its PCI address) under the GPU now identified by it
+// (an Xid can arrive between a GPU's registration for events and the end
+// of the run that learnt its handle). It reports whether it filed any.
+func (m *Monitor) attributeStray() (moved bool) {
 	m.stray = slices.DeleteFunc(m.stray, func(x xidRecord) bool {
-		if x.UUID == "" {
+		if x.UUID == "" && x.PCI == "" {
 			return false
 		}
-		i := slices.IndexFunc(m.gpus, func(g *gpuState) bool { return g.uuid == x.UUID })
+		i := slices.IndexFunc(m.gpus, func(g *gpuState) bool {
+			return x.UUID != "" && g.uuid == x.UUID || x.UUID == "" && g.pci == x.PCI
+		})
 		if i < 0 {
 			return false
 		}
 		rec := m.gpus[i].record()
-		x.UUID = ""
+		x.UUID, x.PCI = "", ""
 		rec.Xids = mergeXids(rec.Xids, []xidRecord{x})
+		moved = true
 		return true
 	})
+	return moved
 }
 
 // expect adds the GPUs on the PCI bus and those NVML identified to the

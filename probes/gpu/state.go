@@ -180,6 +180,10 @@ type xidRecord struct {
 	// UUID is the device's UUID on a stray record, when the event's
 	// device could say it: the GPU it belongs to may be identified later.
 	UUID string `json:"uuid,omitempty"`
+	// PCI is the GPU's PCI address on a stray record of a kernel Xid
+	// (Monitor.KernelXid) whose bus id no GPU had: the GPU it belongs to
+	// may be identified later.
+	PCI string `json:"pci,omitempty"`
 	// seq is the Monitor's order of the last occurrence (see mark): 0
 	// for one restored from before the restart. Not in the state.
 	seq uint64
@@ -380,15 +384,15 @@ func sheddable(s savedState) []shedItem {
 func xidsToShed(gpu int, key string, l []xidRecord) []shedItem {
 	worst := map[string]int{}
 	for i, x := range l {
-		w, ok := worst[x.UUID]
+		w, ok := worst[x.device()]
 		if !ok || x.Action.Severity() > l[w].Action.Severity() ||
 			x.Action.Severity() == l[w].Action.Severity() && !x.lastSeen().Before(l[w].lastSeen()) {
-			worst[x.UUID] = i
+			worst[x.device()] = i
 		}
 	}
 	var items []shedItem
 	for i, x := range l {
-		if worst[x.UUID] != i {
+		if worst[x.device()] != i {
 			items = append(items, shedItem{at: shedPlace{gpu, "", i}, key: key, rank: 1000 + x.Action.Severity(), since: x.lastSeen(), xid: x.Xid})
 		}
 	}
@@ -547,10 +551,11 @@ type xidKey struct {
 	xid    uint64
 	gi, ci int64 // -1: none
 	uuid   string
+	pci    string
 }
 
 func (x xidRecord) key() xidKey {
-	k := xidKey{xid: x.Xid, gi: -1, ci: -1, uuid: x.UUID}
+	k := xidKey{xid: x.Xid, gi: -1, ci: -1, uuid: x.UUID, pci: x.PCI}
 	if x.GI != nil {
 		k.gi = int64(*x.GI)
 	}
@@ -576,6 +581,13 @@ func checkXids(l []xidRecord) error {
 			if !x.Action.Fatal() {
 				return fmt.Errorf("[%d]: action %q does not fail a GPU, and only Xids that do are kept", j, x.Action)
 			}
+		}
+		if x.PCI != "" {
+			n, err := checkPCI(x.PCI)
+			if err != nil {
+				return fmt.Errorf("[%d].pci: %w", j, err)
+			}
+			x.PCI = n
 		}
 		if x.Count < 1 {
 			return fmt.Errorf("[%d]: count %d, want at least 1", j, x.Count)
@@ -731,7 +743,7 @@ func mergeXids(dst, src []xidRecord) []xidRecord {
 // sameXid reports whether a and b count the same Xid: of the same MIG
 // instance and, on stray records, the same device.
 func sameXid(a, b xidRecord) bool {
-	return a.Xid == b.Xid && eqInstance(a.GI, b.GI) && eqInstance(a.CI, b.CI) && a.UUID == b.UUID
+	return a.Xid == b.Xid && eqInstance(a.GI, b.GI) && eqInstance(a.CI, b.CI) && a.UUID == b.UUID && a.PCI == b.PCI
 }
 
 func eqInstance(a, b *uint32) bool {
@@ -781,9 +793,21 @@ func worstAction(l []xidRecord) Action {
 	return worst
 }
 
+// device is the device a stray record names: its UUID, else its PCI
+// address ("" when it names none).
+func (r xidRecord) device() string {
+	if r.UUID != "" {
+		return r.UUID
+	}
+	return r.PCI
+}
+
 // describe names the Xid, its count, when, and the MIG instance.
 func (r xidRecord) describe() string {
 	var b strings.Builder
+	if r.PCI != "" {
+		fmt.Fprintf(&b, "PCI %s (from the kernel log): ", r.PCI)
+	}
 	if r.GI != nil {
 		fmt.Fprintf(&b, "MIG GI %d", *r.GI)
 		if r.CI != nil {

@@ -75,7 +75,7 @@ func TestOnlyFatalXidsWake(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		m.wakeMu.Lock()
-		n := len(m.wakes)
+		n := len(m.wake.funcs)
 		m.wakeMu.Unlock()
 		if n == 2 {
 			break

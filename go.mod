@@ -76,6 +76,7 @@ require (
 )
 
 require (
+	github.com/coreos/go-systemd/v22 v22.6.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.67.5

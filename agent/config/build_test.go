@@ -86,9 +86,9 @@ func TestCheckProbeSpecs(t *testing.T) {
 			wantErr: "checks.npdLogConfigs[0] (" + broken + "): NPD log config " + broken + ": rules[0].condition",
 		},
 		{
-			name:    "a plugin not read yet",
-			checks:  fmt.Sprintf("npdLogConfigs: [%s]", logs("systemd-monitor.json")),
-			wantErr: `plugin "journald"`,
+			name:   "journald files: a probe per condition, or one events-only probe",
+			checks: fmt.Sprintf("npdLogConfigs: [%s, %s]", logs("docker-monitor.json"), logs("systemd-monitor.json")),
+			want:   []string{"logmon-CorruptDockerOverlay2=CorruptDockerOverlay2", "logmon-systemd-monitor="},
 		},
 		{
 			name:    "two files of temporary rules only with one base name",

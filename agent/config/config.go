@@ -136,10 +136,9 @@ type Checks struct {
 	// means as written.
 	NPDPluginRoot string `json:"npdPluginRoot,omitempty"`
 	// NPDLogConfigs are node-problem-detector system-log-monitor JSON
-	// files (NPD's --config.system-log-monitor; plugin "kmsg" or
-	// "filelog"), read
-	// unchanged: their permanent rules become conditions, their temporary
-	// rules Events on the Node (probes/logmon).
+	// files (NPD's --config.system-log-monitor; plugin "kmsg", "filelog"
+	// or "journald"), read unchanged: their permanent rules become
+	// conditions, their temporary rules Events on the Node (probes/logmon).
 	NPDLogConfigs []string `json:"npdLogConfigs,omitempty"`
 	// KmsgPath, if set, is the kernel log the kmsg files read, as this
 	// process sees it (a FIFO in tests). Empty means each file's logPath

@@ -88,6 +88,10 @@ type Monitor struct {
 	srcErr   error
 	wakes    map[int]func()
 	nextWake int
+
+	// openJournal opens a journald file's journal directory; nil means
+	// with libsystemd (tests stand in for it).
+	openJournal func(dir string) (journal, error)
 }
 
 // heldState is a problem a condition held before a restart (Restore).
@@ -96,8 +100,8 @@ type heldState struct {
 	Cond   ConditionState `json:"condition"`
 }
 
-// New makes the monitor of cfg. The kmsg and filelog plugins are read so
-// far; opts.Path replaces a kmsg file's logPath only.
+// New makes the monitor of cfg. opts.Path replaces a kmsg file's logPath
+// only; a journald file's is read as JournalDir says.
 func New(cfg *Config, opts Options) (*Monitor, error) {
 	var path string
 	switch cfg.Plugin {
@@ -112,8 +116,10 @@ func New(cfg *Config, opts Options) (*Monitor, error) {
 		}
 	case PluginFilelog:
 		path = opts.Host.Path(cfg.LogPath)
+	case PluginJournald:
+		path = JournalDir(opts.Host, cfg.LogPath)
 	default:
-		return nil, fmt.Errorf("%s: plugin %q: selftaint reads only %q and %q logs so far", cfg.Path, cfg.Plugin, PluginKmsg, PluginFilelog)
+		return nil, fmt.Errorf("%s: plugin %q: selftaint reads only %q, %q and %q logs", cfg.Path, cfg.Plugin, PluginKmsg, PluginFilelog, PluginJournald)
 	}
 	mon := &Monitor{cfg: cfg, path: path, host: opts.Host, now: opts.Now, loc: opts.Location, poll: opts.Poll, tap: opts.Tap,
 		done: make(chan struct{}), wakes: map[int]func(){}}
@@ -213,8 +219,11 @@ func (mon *Monitor) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if mon.cfg.Plugin == PluginFilelog {
+	switch mon.cfg.Plugin {
+	case PluginFilelog:
 		return mon.readFilelog(ctx)
+	case PluginJournald:
+		return mon.readJournald(ctx)
 	}
 	// O_NONBLOCK: opening a FIFO standing in for /dev/kmsg does not wait
 	// for a writer; reads still wait in Go's poller.

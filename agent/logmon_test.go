@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,15 +66,22 @@ func appendKmsg(t *testing.T, path string, records ...string) {
 // readonly-monitor.json, unchanged, reading host's kernel log.
 func logmonSpecs(t *testing.T, host probes.Host) []agent.ProbeSpec {
 	t.Helper()
+	return npdLogSpecs(t, host, "kernel-monitor.json", "readonly-monitor.json")
+}
+
+// npdLogSpecs builds the NPD system-log-monitor files named (in
+// probes/logmon/testdata/npd), unchanged, reading host's logs.
+func npdLogSpecs(t *testing.T, host probes.Host, names ...string) []agent.ProbeSpec {
+	t.Helper()
 	var files []string
-	for _, f := range []string{"kernel-monitor.json", "readonly-monitor.json"} {
+	for _, f := range names {
 		p, err := filepath.Abs(filepath.Join("../probes/logmon/testdata/npd", f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		files = append(files, p)
 	}
-	cfg, err := config.Parse([]byte(fmt.Sprintf("checks:\n  npdLogConfigs: [%s, %s]\n", files[0], files[1])))
+	cfg, err := config.Parse([]byte(fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", strings.Join(files, ", "))))
 	if err != nil {
 		t.Fatal(err)
 	}

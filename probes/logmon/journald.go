@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -144,6 +145,9 @@ func (f *journalFollower) openAt() (journal, error) {
 		// as an empty journal.
 		return nil, fmt.Errorf("the journal directory: %w", err)
 	}
+	if err := journalReadable(f.dir); err != nil {
+		return nil, err
+	}
 	j, err := f.open(f.dir)
 	if err != nil {
 		return nil, fmt.Errorf("opening the journal with %s (loaded at run time): %w", LibsystemdName, err)
@@ -153,6 +157,41 @@ func (f *journalFollower) openAt() (journal, error) {
 		return nil, err
 	}
 	return j, nil
+}
+
+// journalReadable fails when dir holds journal files (in it or in its
+// machine-id subdirectories) and none of them can be opened: libsystemd
+// then opens the journal as empty, without an error, and the probes would
+// call healthy a node whose journal they cannot see. Journal files are
+// mode 0640, group systemd-journal (and an ACL for adm).
+func journalReadable(dir string) error {
+	top, err := filepath.Glob(filepath.Join(dir, "*.journal"))
+	if err != nil {
+		return fmt.Errorf("listing the journal files: %w", err)
+	}
+	sub, err := filepath.Glob(filepath.Join(dir, "*", "*.journal"))
+	if err != nil {
+		return fmt.Errorf("listing the journal files: %w", err)
+	}
+	files := append(top, sub...)
+	var first error
+	for _, p := range files {
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			_ = f.Close()
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("none of the %d journal files can be read (they are the systemd-journal group's; libsystemd would read an empty journal): %w", len(files), first)
+	}
+	if _, err := os.ReadDir(dir); err != nil {
+		return fmt.Errorf("listing the journal files: %w", err)
+	}
+	return nil
 }
 
 // place adds the match and seeks.

@@ -344,3 +344,31 @@ func TestJournaldResumeAfterError(t *testing.T) {
 	probestest.WriteJournal(t, file, entry(time.Second, thisBoot, "app", "c4"))
 	expectLines(t, lines, "c4")
 }
+
+// TestJournalReadable: a journal directory whose journal files cannot be
+// opened is an error (libsystemd would read it as empty); one without
+// journal files yet is not.
+func TestJournalReadable(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, machineID)
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := journalReadable(dir); err != nil {
+		t.Errorf("no journal files: got %v, want none", err)
+	}
+	// A file that cannot be opened, whoever runs the test (a dangling
+	// link; as the agent's user a 0640 file of another group fails alike).
+	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(sub, "system.journal")); err != nil {
+		t.Fatal(err)
+	}
+	if err := journalReadable(dir); err == nil || !strings.Contains(err.Error(), "none of the 1 journal files can be read") {
+		t.Errorf("an unreadable journal file: got %v, want none readable", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "user-1000.journal"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := journalReadable(dir); err != nil {
+		t.Errorf("one readable journal file: got %v, want none", err)
+	}
+}

@@ -295,17 +295,23 @@ func TestJournaldRotationAndVacuum(t *testing.T) {
 }
 
 // failingJournal is a journal whose Next fails once, after failAfter
-// entries.
+// entries, or from when fail is closed.
 type failingJournal struct {
 	journal
 	failAfter int
 	n         int
+	fail      <-chan struct{}
 }
 
 func (j *failingJournal) Next() (uint64, error) {
 	j.n++
 	if j.n == j.failAfter+1 {
 		return 0, errors.New("boom")
+	}
+	select {
+	case <-j.fail:
+		return 0, errors.New("boom")
+	default:
 	}
 	return j.journal.Next()
 }
@@ -371,4 +377,46 @@ func TestJournalReadable(t *testing.T) {
 	if err := journalReadable(dir); err != nil {
 		t.Errorf("one readable journal file: got %v, want none", err)
 	}
+}
+
+// TestJournaldResumeAfterVacuum: the journal is opened again after a failed
+// read when the last entry read was vacuumed meanwhile (its file deleted,
+// newer entries in another): reading goes on with the first entry not
+// read, none lost or read twice.
+func TestJournaldResumeAfterVacuum(t *testing.T) {
+	requireLibsystemd(t)
+	dir := filepath.Join(t.TempDir(), "journal")
+	old := filepath.Join(dir, machineID, "system@0000000000000000-0000000000000001.journal")
+	probestest.WriteJournal(t, old, entry(4*time.Second, thisBoot, "app", "v1"), entry(3*time.Second, thisBoot, "app", "v2"))
+	fail, reopen := make(chan struct{}), make(chan struct{})
+	opened := 0
+	open := func(dir string) (journal, error) {
+		opened++
+		if opened == 2 {
+			<-reopen
+		}
+		j, err := openJournalDir(dir)
+		if err != nil || opened > 1 {
+			return j, err
+		}
+		return &failingJournal{journal: j, failAfter: -1, fail: fail}, nil
+	}
+	lines, notes := followJournal(t, dir, open)
+	expectLines(t, lines, "v1", "v2")
+	close(fail)
+	select {
+	case n := <-notes:
+		if n.reason != ReasonLogReadError {
+			t.Errorf("note: got %+v, want a %s", n, ReasonLogReadError)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no note of the failed read")
+	}
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+	probestest.WriteJournal(t, filepath.Join(dir, machineID, "system.journal"),
+		entry(2*time.Second, thisBoot, "app", "v3"), entry(time.Second, thisBoot, "app", "v4"))
+	close(reopen)
+	expectLines(t, lines, "v3", "v4")
 }

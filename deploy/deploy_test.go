@@ -523,7 +523,9 @@ plugins:
 // namespace (dry runs): the Namespace's Pod Security label lets the agent's
 // hostNetwork and hostPath in, its ResourceQuota the system priority
 // classes outside kube-system. The same pods in a namespace without them
-// are refused, which shows the configuration is in force.
+// are refused, which shows the configuration is in force. Then
+// deploy/kernel-log/'s changes are applied over deploy/ and its privileged
+// agent's pod is admitted there too, and refused elsewhere.
 func TestPodsAdmittedInNamespace(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd, kube-apiserver and kube-controller-manager")
 	t.Parallel()
@@ -561,6 +563,20 @@ func TestPodsAdmittedInNamespace(t *testing.T) {
 		// Refused by Pod Security (the agent) or by the quota admission.
 		if err := create(plain); err == nil || !apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "insufficient quota") {
 			t.Errorf("the %s's pod in a namespace without the label and quota: %v, want it refused", p.name, err)
+		}
+	}
+
+	// deploy/kernel-log/ applied over it: its objects validate, and its
+	// privileged root agent is admitted in selftaint's namespace, and only
+	// there.
+	changed := kernelLogChanges(t)
+	updateManifests(t, admin, changed)
+	spec := find[*appsv1.DaemonSet](t, changed, "selftaint").Spec.Template.Spec
+	for ns, admit := range map[string]bool{namespace: true, plain: false} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent-kernel-log"}, Spec: *spec.DeepCopy()}
+		_, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if admit && err != nil || !admit && !apierrors.IsForbidden(err) {
+			t.Errorf("the agent's pod with the kernel log in %s: %v, want admitted %v", ns, err, admit)
 		}
 	}
 }

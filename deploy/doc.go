@@ -10,6 +10,10 @@
 // applied with `kubectl apply -k deploy/`. deploy/virtual/ is the separate,
 // optional virtual-node simulator (`kubectl apply -k deploy/virtual/`), and
 // deploy/drain-force/ the opt-in pod deletion of forced drains.
+// deploy/kernel-log/ is an opt-in kustomize component over deploy/ that
+// turns the kernel log monitor on (a privileged, root agent container with
+// /dev/kmsg mounted, and NPD's kernel-monitor.json and
+// readonly-monitor.json in its config).
 //
 // The package has no code. Its tests decode every manifest strictly into the
 // typed API objects, check that each kustomization lists exactly the files

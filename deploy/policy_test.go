@@ -437,8 +437,9 @@ func mergeMaps(a, b map[string]string) map[string]string {
 
 // kustomizeOverlay renders, with kustomize, an overlay of the
 // kustomization in base (a directory relative to deploy/) with the
-// kustomization field line (e.g. "namespace: x"), and decodes the result.
-func kustomizeOverlay(t *testing.T, base, line string) []manifest {
+// kustomization field line (e.g. "namespace: x") and the components (also
+// relative to deploy/), and decodes the result.
+func kustomizeOverlay(t *testing.T, base, line string, components ...string) []manifest {
 	t.Helper()
 	abs, err := filepath.Abs(base)
 	if err != nil {
@@ -452,6 +453,20 @@ func kustomizeOverlay(t *testing.T, base, line string) []manifest {
 		t.Fatal(err)
 	}
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + line + "\nresources:\n- " + rel + "\n"
+	if len(components) > 0 {
+		k += "components:\n"
+	}
+	for _, c := range components {
+		abs, err := filepath.Abs(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := filepath.Rel(dir, abs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k += "- " + rel + "\n"
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}

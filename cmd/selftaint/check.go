@@ -49,6 +49,9 @@ type checkReport struct {
 	// Warnings are the config's settings that are valid but risky, each
 	// naming its field (the agent logs the same at start-up).
 	Warnings []string `json:"warnings,omitempty"`
+	// LogMonitors are the system-log-monitor files' conditions and last
+	// matches (checks.npdLogConfigs).
+	LogMonitors []logMonitorReport `json:"logMonitors,omitempty"`
 }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -57,6 +60,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hostRoot := fs.String("host-root", "/", "where the host's filesystem is mounted")
 	configPath := fs.String("config", "", "config file (YAML); empty means the built-in defaults")
 	output := fs.String("output", "table", "table or json")
+	logQuiet := fs.Duration("log-quiet", 300*time.Millisecond, "the log monitors (checks.npdLogConfigs) read their logs until no line has come for this long...")
+	logWait := fs.Duration("log-wait", 5*time.Second, "...or for at most this long; then check reports what they matched")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -72,7 +77,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer m.close()
+	mons, monProbes := logMonitors(m.specs)
+	readLogs(ctx, mons, monProbes, *logQuiet, *logWait)
 	rep := checkReport{Probes: check(ctx, m.specs), GPUSupport: "on", Warnings: cfg.Warnings()}
+	rep.LogMonitors = logReports(mons, rep.Probes)
 	if m.gpuOff != "" {
 		rep.GPUSupport = m.gpuOff
 	}
@@ -221,29 +229,11 @@ func printCheck(w io.Writer, rep checkReport) error {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "GPU support: %s\n", rep.GPUSupport)
-	if len(rep.Hardware) == 0 {
-		fmt.Fprintln(w, "Special hardware: none configured or found")
-	} else {
-		fmt.Fprintln(w, "Special hardware:")
-		for _, r := range rep.Hardware {
-			var does []string
-			if r.Advertise {
-				does = append(does, "advertise")
-			}
-			if r.Taint {
-				does = append(does, "taint")
-			}
-			if r.Label {
-				does = append(does, "label "+agent.HardwareLabel(r.Name))
-			}
-			fmt.Fprintf(w, "  %s: %d", r.Name, r.Count)
-			if r.Detail != "" {
-				fmt.Fprintf(w, " (%s)", r.Detail)
-			}
-			fmt.Fprintf(w, "; selftaint would %s\n", strings.Join(does, ", "))
-		}
+	if err := printLogMonitors(w, rep.LogMonitors); err != nil {
+		return err
 	}
+	fmt.Fprintf(w, "GPU support: %s\n", rep.GPUSupport)
+	printHardware(w, rep.Hardware)
 	fmt.Fprintln(w)
 	if rep.drainRules {
 		printDrain(w, rep.Drain)
@@ -263,4 +253,31 @@ func printCheck(w io.Writer, rep checkReport) error {
 		}
 	}
 	return nil
+}
+
+// printHardware tells the special-hardware inventory and what selftaint
+// would do with it.
+func printHardware(w io.Writer, hw []agent.Resource) {
+	if len(hw) == 0 {
+		fmt.Fprintln(w, "Special hardware: none configured or found")
+	} else {
+		fmt.Fprintln(w, "Special hardware:")
+		for _, r := range hw {
+			var does []string
+			if r.Advertise {
+				does = append(does, "advertise")
+			}
+			if r.Taint {
+				does = append(does, "taint")
+			}
+			if r.Label {
+				does = append(does, "label "+agent.HardwareLabel(r.Name))
+			}
+			fmt.Fprintf(w, "  %s: %d", r.Name, r.Count)
+			if r.Detail != "" {
+				fmt.Fprintf(w, " (%s)", r.Detail)
+			}
+			fmt.Fprintf(w, "; selftaint would %s\n", strings.Join(does, ", "))
+		}
+	}
 }

@@ -37,9 +37,13 @@ type ConditionState struct {
 
 // Match is one rule that matched, for humans (selftaint check).
 type Match struct {
-	Reason  string
-	Lines   []Line
-	Dropped bool // a temporary rule's Event that the rate limit dropped
+	Reason string
+	// Permanent says the rule sets Condition; a temporary rule's match
+	// is an Event.
+	Permanent bool
+	Condition string
+	Lines     []Line
+	Dropped   bool // a temporary rule's Event that the rate limit dropped
 }
 
 // Matcher applies a config's rules to lines as NPD's log monitor does: a
@@ -162,7 +166,10 @@ func message(lines []Line, suffix string) string {
 // apply records what rule r matching lines means.
 func (m *Matcher) apply(r Rule, lines []Line, now time.Time) {
 	msg := message(lines, r.Suffix)
-	match := Match{Reason: r.Reason, Lines: lines}
+	match := Match{Reason: r.Reason, Permanent: r.Permanent, Lines: lines}
+	if r.Permanent {
+		match.Condition = r.Condition
+	}
 	if r.Permanent {
 		for i := range m.conds {
 			c := &m.conds[i]

@@ -385,10 +385,7 @@ func (p *Probe) Probe(context.Context) probes.Result {
 		res.Message += "; " + strings.Join(mon.gaps, "; ")
 	}
 	if p.events && mon.m != nil {
-		res.Events = mon.m.TakeEvents()
-		for _, r := range mon.m.Recent() {
-			res.Readings = append(res.Readings, probes.Reading{Name: "matched " + r.Reason, Value: joinMessages(r.Lines)})
-		}
+		res.Events = mon.m.TakeEvents() // the matched lines: Monitor.View
 	}
 	return res
 }

@@ -144,6 +144,18 @@ func (mon *Monitor) Probes() []*Probe {
 	return ps
 }
 
+// Path is the log the monitor reads, under its host root.
+func (mon *Monitor) Path() string { return mon.path }
+
+// TapConfig is a kmsg file without conditions or rules named name: a
+// Monitor of it only reads the kernel log for its Tap, from when it starts
+// (no lookback), and reports its own read failures and overruns on its one
+// events-only probe. It is how the GPU probe reads the kernel's NVRM Xid
+// lines when no kmsg log monitor is configured.
+func TapConfig(name string) *Config {
+	return &Config{Path: name, Plugin: PluginKmsg, LogPath: DefaultKmsgPath, BufferSize: DefaultBufferSize, Source: name, MetricsReporting: true}
+}
+
 // Close stops the source.
 func (mon *Monitor) Close() error {
 	mon.cancel()

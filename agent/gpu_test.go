@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -272,21 +271,7 @@ func TestGPUInventoryHeldWhileNVMLHangs(t *testing.T) {
 	cp.CreateNode(t, node, withForeign)
 
 	f := newGPUFake()
-	release := make(chan struct{})
-	defer close(release)
-	var hung atomic.Bool
-	wait := func() {
-		if hung.Load() {
-			<-release
-		}
-	}
-	count := f.DeviceGetCountFunc
-	f.DeviceGetCountFunc = func() (int, nvml.Return) { wait(); return count() }
-	for i := range f.Devices {
-		d := f.Devices[i].(*dgxa100.Device)
-		uuid := d.GetUUIDFunc
-		d.GetUUIDFunc = func() (string, nvml.Return) { wait(); return uuid() }
-	}
+	hung := f.hangable(t)
 
 	cfg, err := config.Parse([]byte("hardware:\n  gpu: {advertise: true}\nprobes:\n  gpu:\n    interval: 500ms\n    timeout: 400ms\n    clearAfter: 2s\n    degraded: {clearAfter: 2s}\n"))
 	if err != nil {

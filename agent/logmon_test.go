@@ -104,7 +104,8 @@ func conditionWas(n *corev1.Node, typ corev1.NodeConditionType, s corev1.Conditi
 // ReadonlyFilesystem on the Node and record OOMKilling and TaskHung
 // Events, and lost records a KernelLogOverrun Event; after a restart in the same boot the conditions hold (their
 // lines are past lookback now, so only the kept state can hold them), and
-// after a reboot they clear.
+// after a reboot they clear. An Event recorded before the restart is not
+// recorded again for its line read again within lookback.
 func TestKernelLogMonitorOnTheNode(t *testing.T) {
 	const (
 		node = "logmon"
@@ -123,7 +124,7 @@ func TestKernelLogMonitorOnTheNode(t *testing.T) {
 		return conditionWas(n, "KernelDeadlock", corev1.ConditionFalse, "KernelHasNoDeadlock") &&
 			conditionWas(n, "ReadonlyFilesystem", corev1.ConditionFalse, "FilesystemIsNotReadOnly")
 	})
-	appendKmsg(t, kmsg, kmsgRecord(1, 2*time.Second, hung), kmsgRecord(2, time.Second, oom), kmsgRecord(3, time.Second, ro))
+	appendKmsg(t, kmsg, kmsgRecord(1, 2*time.Second, hung), kmsgRecord(2, time.Second, ro), kmsgRecord(3, time.Second, oom))
 	n := waitNode(t, c, node, 30*time.Second, "KernelDeadlock and ReadonlyFilesystem True", func(n *corev1.Node) bool {
 		return conditionWas(n, "KernelDeadlock", corev1.ConditionTrue, "DockerHung") &&
 			conditionWas(n, "ReadonlyFilesystem", corev1.ConditionTrue, "FilesystemIsReadOnly")
@@ -139,20 +140,31 @@ func TestKernelLogMonitorOnTheNode(t *testing.T) {
 	// Records the kernel overwrote before they were read: said in an Event.
 	appendKmsg(t, kmsg, kmsgRecord(10, 0, "eth0: link up"))
 	waitEvent(t, c, node, "KernelLogOverrun", 30*time.Second, "kernel-monitor: ", "6 kernel log records after sequence 3 were overwritten")
-	waitNode(t, c, node, 30*time.Second, "the held conditions' state on the Node", func(n *corev1.Node) bool {
-		return n.Annotations[agent.StateAnnotationPrefix+"logmon-KernelDeadlock"] != "" &&
+	waitNode(t, c, node, 30*time.Second, "the held conditions' state and the Events reported on the Node", func(n *corev1.Node) bool {
+		return strings.Contains(n.Annotations[agent.StateAnnotationPrefix+"logmon-KernelDeadlock"], `"eventsThrough":{"seq":3,`) &&
 			n.Annotations[agent.StateAnnotationPrefix+"logmon-ReadonlyFilesystem"] != ""
 	})
 	stop()
 
-	// A restart in the same boot, the lines now 10 minutes old (past the
-	// files' 5m lookback): only the state brings the conditions back. A
+	// A restart in the same boot, the conditions' lines now 10 minutes old
+	// (past the files' 5m lookback): only the state brings the conditions
+	// back. The OOM line, a minute old, is read again within lookback: its
+	// Event was recorded before the restart and is not recorded again. A
 	// fresh OOM line shows the new agent has run and written.
-	old := []string{kmsgRecord(1, 10*time.Minute, hung), kmsgRecord(2, 10*time.Minute, ro)}
+	old := []string{kmsgRecord(1, 10*time.Minute, hung), kmsgRecord(2, 10*time.Minute, ro), kmsgRecord(3, time.Minute, oom)}
 	host, kmsg = logmonHost(t, "boot-1", old...)
 	_, stop = startAgent(t, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: logmonSpecs(t, host)})
-	appendKmsg(t, kmsg, kmsgRecord(3, time.Second, "Out of memory: Killed process 4343 (after-restart) total-vm:1kB, anon-rss:1kB, file-rss:0kB"))
+	appendKmsg(t, kmsg, kmsgRecord(4, 0, "Out of memory: Killed process 4343 (after-restart) total-vm:1kB, anon-rss:1kB, file-rss:0kB"))
 	waitEvent(t, c, node, "OOMKilling", 30*time.Second, "(after-restart)")
+	var stress []corev1.Event
+	for _, e := range nodeEvents(t, c, node, "OOMKilling") {
+		if strings.Contains(e.Message, "(stress)") {
+			stress = append(stress, e)
+		}
+	}
+	if len(stress) != 1 || stress[0].Count != 1 {
+		t.Errorf("OOMKilling Events of the line read before and after the restart: %d (%+v), want one, counted once", len(stress), stress)
+	}
 	n = getNode(t, c, node)
 	if !conditionWas(n, "KernelDeadlock", corev1.ConditionTrue, "DockerHung") || !conditionWas(n, "ReadonlyFilesystem", corev1.ConditionTrue, "FilesystemIsReadOnly") {
 		t.Errorf("after a restart in the same boot: KernelDeadlock %+v, ReadonlyFilesystem %+v, want both still True", condition(n, "KernelDeadlock"), condition(n, "ReadonlyFilesystem"))

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -96,28 +97,90 @@ func (c *Config) CheckProbeSpecs(log *slog.Logger) ([]agent.ProbeSpec, error) {
 
 // CheckProbeSpecsOn is CheckProbeSpecs with the system-log monitors
 // reading host's kernel log and boot (or checks.kmsgPath); closing what it
-// returns stops their sources.
-func (c *Config) CheckProbeSpecsOn(host probes.Host, log *slog.Logger) ([]agent.ProbeSpec, io.Closer, error) {
+// returns stops their sources. Hand it to GPUProbeSpecsOn for the GPU
+// probe to take the kernel's Xid lines from them.
+func (c *Config) CheckProbeSpecsOn(host probes.Host, log *slog.Logger) ([]agent.ProbeSpec, *LogMonitors, error) {
 	sb := specBuilder{fed: map[corev1.NodeConditionType]string{}, named: map[string]string{}}
 	if err := c.customSpecs(&sb, log); err != nil {
 		return nil, nil, err
 	}
+	logs := &LogMonitors{host: host, kmsgPath: c.Checks.KmsgPath, xids: map[string]*kernelXids{}}
 	for i, path := range c.Checks.NPDLogConfigs {
 		from := fmt.Sprintf("checks.npdLogConfigs[%d] (%s)", i, path)
-		ps, mon, err := c.logMonitorSpecs(path, host, log)
+		ps, mon, err := c.logMonitorSpecs(path, host, logs, log)
 		if err != nil {
-			_ = sb.closers.Close()
+			_ = logs.Close()
 			return nil, nil, fmt.Errorf("%s: %w", from, err)
 		}
-		sb.closers = append(sb.closers, mon)
+		logs.closers = append(logs.closers, mon)
 		for _, p := range ps {
 			if err := sb.add(p, from); err != nil {
-				_ = sb.closers.Close()
+				_ = logs.Close()
 				return nil, nil, err
 			}
 		}
 	}
-	return sb.specs, sb.closers, nil
+	return sb.specs, logs, nil
+}
+
+// LogMonitors are the system-log monitors CheckProbeSpecsOn built, reading
+// one host. Close stops their sources.
+type LogMonitors struct {
+	host     probes.Host
+	kmsgPath string // checks.kmsgPath
+	// xids hands the NVRM Xid lines of each kmsg log read to the GPU
+	// probe: one feed per log, on the first monitor that reads it, so a
+	// line two monitors read is filed once.
+	xids    map[string]*kernelXids
+	closers closeAll
+}
+
+// Close implements io.Closer.
+func (l *LogMonitors) Close() error { return l.closers.Close() }
+
+// addFeed keeps k, the Xid feed of a kmsg monitor reading path, unless
+// another monitor's already feeds from path (k then never feeds).
+func (l *LogMonitors) addFeed(path string, k *kernelXids) {
+	if k != nil && l.xids[path] == nil {
+		l.xids[path] = k
+	}
+}
+
+// kernelPath is the kernel log the GPU probe reads: checks.kmsgPath, else
+// the host's /dev/kmsg, as the kmsg log monitors resolve it.
+func (l *LogMonitors) kernelPath() string {
+	if l.kmsgPath != "" {
+		return l.kmsgPath
+	}
+	return l.host.Path(logmon.DefaultKmsgPath)
+}
+
+// kernelXids hands the NVRM Xid lines of a kernel log to the GPU probe
+// (gpu.ParseNVRMXid, then KernelXid), once it is built: the log monitors
+// are built first, and their sources start only when the agent runs.
+type kernelXids struct {
+	to atomic.Pointer[kernelXidSink]
+}
+
+// kernelXidSink is what takes kernel Xids: the GPU monitor.
+type kernelXidSink interface {
+	KernelXid(gpu.KernelXid)
+}
+
+// tap is a log monitor's Tap: it files an NVRM Xid line, stamped with the
+// line's time, with the GPU probe. It does not block (KernelXid makes no
+// NVML call).
+func (k *kernelXids) tap(l logmon.Line) {
+	to := k.to.Load()
+	if to == nil || !strings.Contains(l.Message, "NVRM: Xid") {
+		return
+	}
+	x, ok := gpu.ParseNVRMXid(l.Message)
+	if !ok {
+		return
+	}
+	x.Time = l.Time
+	(*to).KernelXid(x)
 }
 
 // specBuilder gathers the checks' specs, each condition fed from one
@@ -208,7 +271,7 @@ func (c *Config) customSpecs(sb *specBuilder, log *slog.Logger) error {
 // condition, the first carrying the file's Events, or one events-only
 // probe for a file without conditions. NPD sets a log monitor's
 // conditions as soon as a line matches: no damping.
-func (c *Config) logMonitorSpecs(path string, host probes.Host, log *slog.Logger) ([]agent.ProbeSpec, *logmon.Monitor, error) {
+func (c *Config) logMonitorSpecs(path string, host probes.Host, logs *LogMonitors, log *slog.Logger) ([]agent.ProbeSpec, *logmon.Monitor, error) {
 	cfg, err := logmon.LoadConfig(path)
 	if err != nil {
 		return nil, nil, err
@@ -221,10 +284,17 @@ func (c *Config) logMonitorSpecs(path string, host probes.Host, log *slog.Logger
 			return nil, nil, fmt.Errorf("condition %q: %s", cond.Type, msgs[0].Error())
 		}
 	}
-	mon, err := logmon.New(cfg, logmon.Options{Host: host, Path: c.Checks.KmsgPath})
+	opts := logmon.Options{Host: host, Path: c.Checks.KmsgPath}
+	var xids *kernelXids
+	if cfg.Plugin == logmon.PluginKmsg {
+		xids = &kernelXids{}
+		opts.Tap = xids.tap
+	}
+	mon, err := logmon.New(cfg, opts)
 	if err != nil {
 		return nil, nil, err
 	}
+	logs.addFeed(mon.Path(), xids)
 	var specs []agent.ProbeSpec
 	for _, p := range mon.Probes() {
 		specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition())})
@@ -252,6 +322,23 @@ func (c *Config) InitOptions() *agent.InitOptions {
 // what is returned (nil when nothing is); with env.Open set that shuts
 // NVML down too.
 func (c *Config) GPUProbeSpecs(env gpu.Env) ([]agent.ProbeSpec, io.Closer, error) {
+	return c.GPUProbeSpecsOn(env, nil)
+}
+
+// GPUKernelLogName names the GPU probe's own kernel-log reader: its
+// events-only probe is logmon-gpu-kernel-log.
+const GPUKernelLogName = "gpu-kernel-log"
+
+// GPUProbeSpecsOn is GPUProbeSpecs with the GPU probe also taking Xids
+// from the kernel's NVRM lines (probes.gpu.kernelLog, default on): from the
+// kmsg log monitor of logs that reads the kernel log (checks.kmsgPath or
+// the host's /dev/kmsg), else from a reader of its own on logs' host. That
+// reader is a log monitor without rules whose events-only probe
+// (logmon-gpu-kernel-log) is among the specs returned: it says when the
+// kernel log cannot be read (Unknown, LogReadError) or overran, while
+// NVML's Xid events count all the same. With logs nil, or kernelLog
+// false, the probe hears NVML's Xid events only.
+func (c *Config) GPUProbeSpecsOn(env gpu.Env, logs *LogMonitors) ([]agent.ProbeSpec, io.Closer, error) {
 	var specs []agent.ProbeSpec
 	var closers closeAll
 	for _, s := range c.registry() {
@@ -266,6 +353,18 @@ func (c *Config) GPUProbeSpecs(env gpu.Env) ([]agent.ProbeSpec, io.Closer, error
 			return nil, nil, fmt.Errorf("building the %s probe: %w", s.Key, err)
 		}
 		specs = append(specs, probeSpecs(ps, set.Commons())...)
+		if sink, ok := closer.(kernelXidSink); ok && c.Probes.GPU.KernelLog != nil && *c.Probes.GPU.KernelLog && logs != nil {
+			spec, reader, err := logs.feedGPU(sink)
+			if err != nil {
+				_ = closer.Close()
+				_ = closers.Close()
+				return nil, nil, fmt.Errorf("the %s probe's kernel log: %w", s.Key, err)
+			}
+			if reader != nil {
+				specs = append(specs, spec)
+				closer = withKernelReader(closer, reader)
+			}
+		}
 		if closer != nil {
 			closers = append(closers, closer)
 		}
@@ -277,6 +376,40 @@ func (c *Config) GPUProbeSpecs(env gpu.Env) ([]agent.ProbeSpec, io.Closer, error
 		return specs, closers[0], nil // the GPU monitor itself, which counts GPUs for the inventory
 	}
 	return specs, closers, nil
+}
+
+// feedGPU hands the kernel's NVRM Xid lines to sink: from the kmsg log
+// monitor that reads the kernel log, or else from a reader of its own,
+// returned with its events-only spec for the caller to run and close.
+func (l *LogMonitors) feedGPU(sink kernelXidSink) (agent.ProbeSpec, io.Closer, error) {
+	if k := l.xids[l.kernelPath()]; k != nil {
+		k.to.Store(&sink)
+		return agent.ProbeSpec{}, nil, nil
+	}
+	k := &kernelXids{}
+	k.to.Store(&sink)
+	mon, err := logmon.New(logmon.TapConfig(GPUKernelLogName), logmon.Options{Host: l.host, Path: l.kmsgPath, Tap: k.tap})
+	if err != nil {
+		return agent.ProbeSpec{}, nil, err
+	}
+	return agent.ProbeSpec{Entry: mon.Probes()[0].Entry()}, mon, nil
+}
+
+// kernelReaderCloser is the GPU monitor with its own kernel-log reader: it
+// counts GPUs as the monitor does, and closing it stops both.
+type kernelReaderCloser struct {
+	GPUCounter
+	io.Closer
+}
+
+// withKernelReader is closer (the GPU monitor) that also closes reader,
+// still a GPUCounter where closer is one.
+func withKernelReader(closer, reader io.Closer) io.Closer {
+	both := closeAll{closer, reader}
+	if counter, ok := closer.(GPUCounter); ok {
+		return kernelReaderCloser{GPUCounter: counter, Closer: both}
+	}
+	return both
 }
 
 // closeAll closes each, in reverse order.

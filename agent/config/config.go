@@ -388,6 +388,13 @@ type GPUProbe struct {
 	ExpectedGPUs int `json:"expectedGPUs"`
 	// Sustained are the limits of signals judged over a window.
 	Sustained GPUSustained `json:"sustained"`
+	// KernelLog: the probe also takes Xids from the kernel log's NVRM
+	// lines, the channel that still talks while NVML hangs. It reads them
+	// from the kmsg log monitor (checks.npdLogConfigs) that reads
+	// checks.kmsgPath or the host's /dev/kmsg, or, without one, from a
+	// reader of its own (the events-only probe logmon-gpu-kernel-log).
+	// Default true; false reads NVML's Xid events only.
+	KernelLog *bool `json:"kernelLog,omitempty"`
 }
 
 // GPUSustained are the GPU signals judged over a sliding window, so one

@@ -185,6 +185,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"relative npd config", "checks:\n  npdConfigs: [npd.json]\n", []string{"checks.npdConfigs[0]", "absolute"}},
 		{"relative npd log config", "checks:\n  npdLogConfigs: [kernel-monitor.json]\n", []string{"checks.npdLogConfigs[0]", "absolute"}},
 		{"relative kmsg path", "checks:\n  kmsgPath: dev/kmsg\n", []string{"checks.kmsgPath", "absolute"}},
+		{"gpu kernelLog not a bool", "probes:\n  gpu:\n    kernelLog: sometimes\n", []string{"probes.gpu.kernelLog"}},
 		{"relative npd plugin root", "checks:\n  npdPluginRoot: host\n", []string{"checks.npdPluginRoot", "absolute"}},
 		{"network target both", "probes:\n  network:\n    targets: [{tcp: \"a:1\", dns: b}]\n", []string{"probes.network.targets[0]", "exactly one"}},
 		{"network bad route", "probes:\n  network:\n    defaultRoute: sometimes\n", []string{"probes.network", "sometimes"}},
@@ -242,6 +243,9 @@ func TestGPUConfig(t *testing.T) {
 	c := cfg.Probes.GPU.PackageConfig()
 	if c.Xids[63] != "reboot" || c.Xids[999] != "ignore" || len(c.SkipXids) != 1 || c.ExpectedGPUs != 8 {
 		t.Errorf("got xids %v, skip %v, expected %d; want {63: reboot, 999: ignore}, [79], 8", c.Xids, c.SkipXids, c.ExpectedGPUs)
+	}
+	if kl := cfg.Probes.GPU.KernelLog; kl == nil || !*kl {
+		t.Errorf("kernelLog %v, want true by default", kl)
 	}
 	if c.PowerViolationPercent != 0 || c.ThermalViolationPercent != 10 || c.Window != 10*time.Minute {
 		t.Errorf("got power %v, thermal %v, window %v; want 0 (off), 10 (default), 10m", c.PowerViolationPercent, c.ThermalViolationPercent, c.Window)

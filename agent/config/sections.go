@@ -120,6 +120,9 @@ func (g *GPUProbe) SetDefaults() {
 	}
 	defaultDuration(&g.Degraded.For, time.Minute)
 	defaultDuration(&g.Degraded.ClearAfter, 5*time.Minute)
+	if g.KernelLog == nil {
+		g.KernelLog = ptr(true)
+	}
 	d := gpu.DefaultConfig()
 	defaultDuration(&g.Sustained.Window, d.Window)
 	for _, f := range []struct {

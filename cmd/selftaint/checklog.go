@@ -52,8 +52,11 @@ type logMatch struct {
 	Kind      string `json:"kind"`
 	Condition string `json:"condition,omitempty"`
 	// Dropped: the Event was dropped by the rate limit.
-	Dropped bool      `json:"dropped,omitempty"`
-	Lines   []logLine `json:"lines"`
+	Dropped bool `json:"dropped,omitempty"`
+	// Reported: the Event was recorded before the agent restarted (the
+	// line was read again within lookback), so not again.
+	Reported bool      `json:"reported,omitempty"`
+	Lines    []logLine `json:"lines"`
 }
 
 // logLine is one line a rule matched.
@@ -151,7 +154,7 @@ func logReport(v logmon.View, rows []checkRow) logMonitorReport {
 	}
 	recent := v.Recent[max(0, len(v.Recent)-logMatchesShown):]
 	for _, m := range recent {
-		lm := logMatch{Rule: m.Reason, Kind: "temporary", Dropped: m.Dropped}
+		lm := logMatch{Rule: m.Reason, Kind: "temporary", Dropped: m.Dropped, Reported: m.Reported}
 		if m.Permanent {
 			lm.Kind, lm.Condition = "permanent", m.Condition
 		}
@@ -218,6 +221,8 @@ func printLogMatch(tw io.Writer, m logMatch) {
 		kind += " " + m.Condition
 	case m.Dropped:
 		kind += " (Event dropped: rate limit)"
+	case m.Reported:
+		kind += " (Event recorded before a restart)"
 	}
 	for i, l := range m.Lines {
 		rule, k := m.Rule, kind

@@ -80,12 +80,13 @@ func TestLogReportFormat(t *testing.T) {
 
 `},
 		{"events only", logmon.View{Config: "/e.json", Plugin: "filelog", Log: "/host/var/log/kern.log", LinesRead: 1,
-			Recent: []logmon.Match{{Reason: "OOMKilling", Lines: []logmon.Line{line(1, "oom")}}}}, nil,
+			Recent: []logmon.Match{{Reason: "OOMKilling", Lines: []logmon.Line{line(1, "oom")}}, {Reason: "TaskHung", Reported: true, Lines: []logmon.Line{line(2, "hung")}}}}, nil,
 			`Log monitors (checks.npdLogConfigs):
   /e.json: filelog log /host/var/log/kern.log, 1 lines read
     The last 5 lines rules matched, oldest first:
-    TIME                      RULE        KIND       LINE
-    2026-11-27T03:00:01.000Z  OOMKilling  temporary  oom
+    TIME                      RULE        KIND                                         LINE
+    2026-11-27T03:00:01.000Z  OOMKilling  temporary                                    oom
+    2026-11-27T03:00:02.000Z  TaskHung    temporary (Event recorded before a restart)  hung
 
 `},
 	} {

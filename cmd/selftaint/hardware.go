@@ -64,7 +64,7 @@ func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machi
 	if err != nil {
 		return nil, err
 	}
-	m, err := openHardware(cfg, host, checks, log)
+	m, err := openHardware(cfg, host, checks, checksCloser, log)
 	if err != nil {
 		_ = checksCloser.Close()
 		return nil, err
@@ -80,8 +80,9 @@ func openMachine(cfg *config.Config, host probes.Host, log *slog.Logger) (*machi
 }
 
 // openHardware is openMachine once the checks are built: the host probes,
-// the GPU probes and the inventory.
-func openHardware(cfg *config.Config, host probes.Host, checks []agent.ProbeSpec, log *slog.Logger) (*machine, error) {
+// the GPU probes (taking the kernel's Xid lines from logs' kmsg monitor, or
+// a reader of their own) and the inventory.
+func openHardware(cfg *config.Config, host probes.Host, checks []agent.ProbeSpec, logs *config.LogMonitors, log *slog.Logger) (*machine, error) {
 	specs, err := cfg.ProbeSpecs(host, apiServerFromEnv())
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func openHardware(cfg *config.Config, host probes.Host, checks []agent.ProbeSpec
 		GPUsOnPCI: func() ([]string, error) { return hardware.NVIDIAGPUsOnPCI(host) },
 		BootID:    func() (string, error) { return hardware.BootID(host) },
 	}
-	gpuSpecs, closer, err := cfg.GPUProbeSpecs(env)
+	gpuSpecs, closer, err := cfg.GPUProbeSpecsOn(env, logs)
 	if err != nil {
 		if lib != nil {
 			_ = hardware.ShutdownNVML(lib)

@@ -20,6 +20,31 @@ type Line struct {
 	Seq uint64
 }
 
+// Position is where a line stands in its log, to tell after a restart
+// which lines' Events were reported already. A kmsg line is placed by its
+// sequence number; a line of another source (Seq 0) by its time and, among
+// consecutive lines of the same time, its place N (1 for the first), which
+// is the same when the log is read again from its start.
+type Position struct {
+	Seq  uint64    `json:"seq,omitempty"`
+	Time time.Time `json:"time"`
+	N    int       `json:"n,omitempty"`
+}
+
+// Covers reports whether the line at l is at or before p. The zero
+// Position covers nothing.
+func (p Position) Covers(l Position) bool {
+	switch {
+	case p.Time.IsZero():
+		return false
+	case p.Seq != 0 && l.Seq != 0:
+		return l.Seq <= p.Seq
+	case l.Time.Before(p.Time):
+		return true
+	}
+	return l.Time.Equal(p.Time) && l.N <= p.N
+}
+
 // ConditionState is where one of the file's conditions stands.
 type ConditionState struct {
 	Type string
@@ -44,6 +69,9 @@ type Match struct {
 	Condition string
 	Lines     []Line
 	Dropped   bool // a temporary rule's Event that the rate limit dropped
+	// Reported: a temporary rule's Event reported before a restart (see
+	// Matcher.SetReported), not recorded again.
+	Reported bool
 }
 
 // Matcher applies a config's rules to lines as NPD's log monitor does: a
@@ -56,9 +84,23 @@ type Matcher struct {
 	buf   []Line    // the last BufferSize lines, oldest first
 	conds []ConditionState
 	// events are the Events not yet taken; limit paces them per reason.
-	events []probes.Event
+	events []pendingEvent
 	limit  map[string]*bucket
 	recent []Match // the last recentMatches matches, oldest first
+	// reported is the last line whose Events were taken (or restored,
+	// SetReported): a temporary rule matching a line it covers records no
+	// Event again.
+	reported Position
+	// last is the last line pushed, with its place among lines of its
+	// time.
+	last Position
+}
+
+// pendingEvent is an Event not yet taken, with the line that made it (the
+// zero Position for the monitor's own Notes, always reported).
+type pendingEvent struct {
+	ev probes.Event
+	at Position
 }
 
 // recentMatches is how many matches a Matcher keeps for humans.
@@ -95,6 +137,11 @@ func NewMatcher(cfg *Config, since time.Time) *Matcher {
 // the skip list is not matched (and not buffered), as NPD's watchers drop
 // them.
 func (m *Matcher) Push(l Line, now time.Time) bool {
+	n := 1
+	if m.last.Time.Equal(l.Time) {
+		n = m.last.N + 1
+	}
+	m.last = Position{Seq: l.Seq, Time: l.Time, N: n}
 	l.Message = strings.TrimSpace(l.Message)
 	if l.Message == "" || l.Time.Before(m.since) || m.skipped(l.Message) {
 		return false
@@ -183,8 +230,10 @@ func (m *Matcher) apply(r Rule, lines []Line, now time.Time) {
 			c.Problem, c.Reason = true, r.Reason
 			break
 		}
+	} else if m.reported.Covers(m.last) {
+		match.Reported = true
 	} else if m.allow(r.Reason, now) {
-		m.events = append(m.events, probes.Event{Reason: r.Reason, Message: msg})
+		m.events = append(m.events, pendingEvent{probes.Event{Reason: r.Reason, Message: msg}, m.last})
 	} else {
 		match.Dropped = true
 	}
@@ -198,7 +247,7 @@ func (m *Matcher) apply(r Rule, lines []Line, now time.Time) {
 // like the rules' Events.
 func (m *Matcher) Note(reason, msg string, now time.Time) {
 	if m.allow(reason, now) {
-		m.events = append(m.events, probes.Event{Reason: reason, Message: msg})
+		m.events = append(m.events, pendingEvent{ev: probes.Event{Reason: reason, Message: msg}})
 	}
 }
 
@@ -226,11 +275,38 @@ func (m *Matcher) Conditions() []ConditionState {
 	return append([]ConditionState(nil), m.conds...)
 }
 
-// TakeEvents returns the Events recorded since the last call.
+// TakeEvents returns the Events recorded since the last call, but those of
+// lines Reported covers (a position restored after they were recorded),
+// and moves Reported to the last line whose Event it returns.
 func (m *Matcher) TakeEvents() []probes.Event {
-	ev := m.events
+	var out []probes.Event
+	before := m.reported
+	for _, e := range m.events {
+		if e.at.Time.IsZero() {
+			out = append(out, e.ev)
+			continue
+		}
+		if before.Covers(e.at) {
+			continue
+		}
+		out = append(out, e.ev)
+		m.reported = e.at
+	}
 	m.events = nil
-	return ev
+	return out
+}
+
+// Reported is the last line whose Events were taken or restored; the zero
+// Position when none.
+func (m *Matcher) Reported() Position { return m.reported }
+
+// SetReported says the Events of the lines p covers were reported before
+// (by the agent before it restarted, in the same boot): their rules record
+// no Event again. It never moves Reported back.
+func (m *Matcher) SetReported(p Position) {
+	if !m.reported.Covers(p) {
+		m.reported = p
+	}
 }
 
 // Recent returns the last matches, oldest first.

@@ -94,10 +94,13 @@ type Monitor struct {
 	openJournal func(dir string) (journal, error)
 }
 
-// heldState is a problem a condition held before a restart (Restore).
+// heldState is what a probe kept across a restart (State, Restore), in
+// the boot it was seen in: the problem its condition held, and, on the
+// probe carrying the Events, the last line whose Events were reported.
 type heldState struct {
-	BootID string         `json:"bootID"`
-	Cond   ConditionState `json:"condition"`
+	BootID        string          `json:"bootID"`
+	Cond          *ConditionState `json:"condition,omitempty"`
+	EventsThrough *Position       `json:"eventsThrough,omitempty"`
 }
 
 // New makes the monitor of cfg. opts.Path replaces a kmsg file's logPath
@@ -150,6 +153,18 @@ func (mon *Monitor) Probes() []*Probe {
 	return ps
 }
 
+// Path is the log the monitor reads, under its host root.
+func (mon *Monitor) Path() string { return mon.path }
+
+// TapConfig is a kmsg file without conditions or rules named name: a
+// Monitor of it only reads the kernel log for its Tap, from when it starts
+// (no lookback), and reports its own read failures and overruns on its one
+// events-only probe. It is how the GPU probe reads the kernel's NVRM Xid
+// lines when no kmsg log monitor is configured.
+func TapConfig(name string) *Config {
+	return &Config{Path: name, Plugin: PluginKmsg, LogPath: DefaultKmsgPath, BufferSize: DefaultBufferSize, Source: name, MetricsReporting: true}
+}
+
 // Close stops the source.
 func (mon *Monitor) Close() error {
 	mon.cancel()
@@ -188,11 +203,17 @@ func (mon *Monitor) readBootLocked() {
 	mon.held = nil
 }
 
-// holdLocked puts back a problem held before a restart, if it is of this
-// boot. mu is held and the matcher is set.
+// holdLocked puts back a problem held, and the Events reported, before a
+// restart, if they are of this boot. mu is held and the matcher is set.
 func (mon *Monitor) holdLocked(h heldState) {
-	if h.BootID == mon.bootID {
-		mon.m.Hold(h.Cond)
+	if h.BootID != mon.bootID {
+		return
+	}
+	if h.Cond != nil {
+		mon.m.Hold(*h.Cond)
+	}
+	if h.EventsThrough != nil {
+		mon.m.SetReported(*h.EventsThrough)
 	}
 }
 
@@ -405,29 +426,39 @@ func judge(cond string, cs ConditionState, readErr error, path string) (probes.S
 	return probes.StatusOK, cs.Reason, cs.Message
 }
 
-// State is the condition's problem with the boot it was seen in; nil
-// while healthy (or for the events-only probe).
+// State is, with the boot they were seen in, the condition's problem
+// (none while healthy) and, on the probe carrying the Events, the last line
+// whose Events were reported (which changes only when Events are taken);
+// nil when it holds neither.
 func (p *Probe) State() []byte {
 	mon := p.mon
 	mon.mu.Lock()
 	defer mon.mu.Unlock()
-	if p.cond == "" || mon.m == nil {
+	if mon.m == nil {
 		return nil
 	}
+	h := heldState{BootID: mon.bootID}
 	for _, c := range mon.m.Conditions() {
-		if c.Type == p.cond && c.Problem {
-			b, err := json.Marshal(heldState{BootID: mon.bootID, Cond: c})
-			if err != nil {
-				return nil
-			}
-			return b
+		if p.cond != "" && c.Type == p.cond && c.Problem {
+			h.Cond = &c
 		}
 	}
-	return nil
+	if r := mon.m.Reported(); p.events && !r.Time.IsZero() {
+		h.EventsThrough = &r
+	}
+	if h.Cond == nil && h.EventsThrough == nil {
+		return nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
-// Restore takes back a problem held before a restart: it stands again if
-// it was seen in this boot, and is dropped after a reboot.
+// Restore takes back what State kept before a restart: a held problem
+// stands again, and the Events of lines reported before are not recorded
+// again, if they were of this boot; after a reboot both are dropped.
 func (p *Probe) Restore(state []byte) error {
 	if len(state) == 0 {
 		return nil
@@ -436,8 +467,11 @@ func (p *Probe) Restore(state []byte) error {
 	if err := json.Unmarshal(state, &h); err != nil {
 		return fmt.Errorf("reading the held condition: %w", err)
 	}
-	if h.Cond.Type != p.cond || !h.Cond.Problem {
-		return fmt.Errorf("the state holds condition %q (problem %v), not a problem of %q", h.Cond.Type, h.Cond.Problem, p.cond)
+	if c := h.Cond; c != nil && (c.Type != p.cond || !c.Problem) {
+		return fmt.Errorf("the state holds condition %q (problem %v), not a problem of %q", c.Type, c.Problem, p.cond)
+	}
+	if !p.events {
+		h.EventsThrough = nil // the Events moved to another probe
 	}
 	mon := p.mon
 	mon.mu.Lock()

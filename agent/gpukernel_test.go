@@ -66,7 +66,7 @@ func nvrmXid79(bus string) string {
 // NPD log monitor files, none for the GPU probe's own reader.
 func runKernelGPUAgent(t *testing.T, cp *testcp.ControlPlane, node string, lib nvml.Interface, host probes.Host, npdLogs ...string) []agent.ProbeSpec {
 	t.Helper()
-	yaml := "probes:\n  gpu:\n    interval: 500ms\n    timeout: 400ms\n    clearAfter: 2s\n    degraded: {clearAfter: 2s}\n"
+	yaml := "probes:\n  gpu:\n    interval: 500ms\n    timeout: 400ms\n    clearAfter: 2s\n    degraded: {clearAfter: 2s}\n    kernelLog: true\n"
 	if len(npdLogs) > 0 {
 		yaml += fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", strings.Join(npdLogs, ", "))
 	}

@@ -35,14 +35,6 @@ const kernelLogConfigLines = `  # The kernel log monitor: node-problem-detector'
   kmsgPath: /dev/kmsg      # the pod's own mount of the host's /dev/kmsg (daemonset-patch.yaml)
 `
 
-// kernelLogGPUOff is deploy/configmap.yaml's line turning the GPU probe's
-// own kernel log reading off (the pod cannot open /dev/kmsg), and
-// kernelLogGPUOn the component's, which turns it on.
-const (
-	kernelLogGPUOff = "    kernelLog: false         # the kernel's NVRM Xid lines from /dev/kmsg, which this pod cannot open: deploy/kernel-log grants it and turns this on\n"
-	kernelLogGPUOn  = "    kernelLog: true          # the kernel's NVRM Xid lines, tapped from kernel-monitor.json's /dev/kmsg reader: an Xid 79 still taints while NVML hangs\n"
-)
-
 // kernelLogAnchor is the line of deploy/configmap.yaml's config.yaml that
 // kernelLogConfigLines follow.
 const kernelLogAnchor = "  # - /etc/node-problem-detector/config/custom-plugin-monitor.json\n"
@@ -158,8 +150,8 @@ func TestKernelLogComponent(t *testing.T) {
 }
 
 // checkKernelLogConfig checks the component's ConfigMap: config.yaml is
-// deploy/configmap.yaml's plus kernelLogConfigLines and with
-// kernelLogGPUOn for kernelLogGPUOff (and a comment on top), it names its NPD files where the agent container's mount of the
+// deploy/configmap.yaml's plus kernelLogConfigLines (and a comment on
+// top), it names its NPD files where the agent container's mount of the
 // ConfigMap puts them and the kernel log where its /dev/kmsg mount is, and
 // the NPD files are byte-for-byte probes/logmon/testdata/npd's.
 func checkKernelLogConfig(t *testing.T, cm *corev1.ConfigMap, pod corev1.PodSpec, c corev1.Container) {
@@ -172,11 +164,7 @@ func checkKernelLogConfig(t *testing.T, cm *corev1.ConfigMap, pod corev1.PodSpec
 	if !strings.Contains(baseConfig, kernelLogAnchor) {
 		t.Fatalf("deploy/configmap.yaml's config.yaml has no line %q for the component's lines to follow", kernelLogAnchor)
 	}
-	if !strings.Contains(baseConfig, kernelLogGPUOff) {
-		t.Fatalf("deploy/configmap.yaml's config.yaml has no line %q (the GPU probe's kernel log off)", kernelLogGPUOff)
-	}
 	want := strings.Replace(baseConfig, kernelLogAnchor, kernelLogAnchor+kernelLogConfigLines, 1)
-	want = strings.Replace(want, kernelLogGPUOff, kernelLogGPUOn, 1)
 	got := cm.Data["config.yaml"]
 	head, ok := strings.CutSuffix(got, want)
 	if !ok {

@@ -353,8 +353,10 @@ func (c *Config) GPUProbeSpecsOn(env gpu.Env, logs *LogMonitors) ([]agent.ProbeS
 			return nil, nil, fmt.Errorf("building the %s probe: %w", s.Key, err)
 		}
 		specs = append(specs, probeSpecs(ps, set.Commons())...)
-		if sink, ok := closer.(kernelXidSink); ok && c.Probes.GPU.KernelLog != nil && *c.Probes.GPU.KernelLog && logs != nil {
-			spec, reader, err := logs.feedGPU(sink)
+		if kl := c.Probes.GPU.KernelLog; kl != nil && !*kl {
+			// NVML's Xid events only.
+		} else if sink, ok := closer.(kernelXidSink); ok && logs != nil {
+			spec, reader, err := logs.feedGPU(sink, kl != nil)
 			if err != nil {
 				_ = closer.Close()
 				_ = closers.Close()
@@ -379,11 +381,14 @@ func (c *Config) GPUProbeSpecsOn(env gpu.Env, logs *LogMonitors) ([]agent.ProbeS
 }
 
 // feedGPU hands the kernel's NVRM Xid lines to sink: from the kmsg log
-// monitor that reads the kernel log, or else from a reader of its own,
-// returned with its events-only spec for the caller to run and close.
-func (l *LogMonitors) feedGPU(sink kernelXidSink) (agent.ProbeSpec, io.Closer, error) {
+// monitor that reads the kernel log, or else, if own, from a reader of its
+// own, returned with its events-only spec for the caller to run and close.
+func (l *LogMonitors) feedGPU(sink kernelXidSink, own bool) (agent.ProbeSpec, io.Closer, error) {
 	if k := l.xids[l.kernelPath()]; k != nil {
 		k.to.Store(&sink)
+		return agent.ProbeSpec{}, nil, nil
+	}
+	if !own {
 		return agent.ProbeSpec{}, nil, nil
 	}
 	k := &kernelXids{}

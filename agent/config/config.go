@@ -389,11 +389,13 @@ type GPUProbe struct {
 	// Sustained are the limits of signals judged over a window.
 	Sustained GPUSustained `json:"sustained"`
 	// KernelLog: the probe also takes Xids from the kernel log's NVRM
-	// lines, the channel that still talks while NVML hangs. It reads them
-	// from the kmsg log monitor (checks.npdLogConfigs) that reads
-	// checks.kmsgPath or the host's /dev/kmsg, or, without one, from a
-	// reader of its own (the events-only probe logmon-gpu-kernel-log).
-	// Default true; false reads NVML's Xid events only.
+	// lines, the channel that still talks while NVML hangs. Unset, it
+	// takes them from the kmsg log monitor (checks.npdLogConfigs) that
+	// reads checks.kmsgPath or the host's /dev/kmsg, where one is
+	// configured, and opens nothing itself; true, it also reads the kernel
+	// log itself where none is (the events-only probe
+	// logmon-gpu-kernel-log), which needs what a kmsg log monitor needs
+	// (deploy/kernel-log); false, it hears NVML's Xid events only.
 	KernelLog *bool `json:"kernelLog,omitempty"`
 }
 

@@ -244,8 +244,8 @@ func TestGPUConfig(t *testing.T) {
 	if c.Xids[63] != "reboot" || c.Xids[999] != "ignore" || len(c.SkipXids) != 1 || c.ExpectedGPUs != 8 {
 		t.Errorf("got xids %v, skip %v, expected %d; want {63: reboot, 999: ignore}, [79], 8", c.Xids, c.SkipXids, c.ExpectedGPUs)
 	}
-	if kl := cfg.Probes.GPU.KernelLog; kl == nil || !*kl {
-		t.Errorf("kernelLog %v, want true by default", kl)
+	if kl := cfg.Probes.GPU.KernelLog; kl != nil {
+		t.Errorf("kernelLog %v, want unset by default (a kmsg log monitor's lines, no reader of its own)", *kl)
 	}
 	if c.PowerViolationPercent != 0 || c.ThermalViolationPercent != 10 || c.Window != 10*time.Minute {
 		t.Errorf("got power %v, thermal %v, window %v; want 0 (off), 10 (default), 10m", c.PowerViolationPercent, c.ThermalViolationPercent, c.Window)

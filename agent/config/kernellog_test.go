@@ -57,9 +57,9 @@ func kmsgHost(t *testing.T, kmsg bool) probes.Host {
 
 // TestGPUKernelLogFeed: the GPU probe takes the kernel's NVRM Xid lines
 // from the one kmsg log monitor reading the kernel log (never two: two
-// kmsg files read the same lines), else from a reader of its own (an
-// events-only probe); with kernelLog false, or on another log, from none
-// of them.
+// kmsg files read the same lines), else, with kernelLog true, from a
+// reader of its own (an events-only probe), and unset from none; with
+// kernelLog false, or on another log, from none of them.
 func TestGPUKernelLogFeed(t *testing.T) {
 	npd := func(name string) string {
 		p, err := filepath.Abs(filepath.Join("../../probes/logmon/testdata/npd", name))
@@ -78,9 +78,12 @@ func TestGPUKernelLogFeed(t *testing.T) {
 		wantXids     int
 	}{
 		{"two kmsg monitors: one feeds", fmt.Sprintf("checks:\n  npdLogConfigs: [%s, %s]\n", npd("kernel-monitor.json"), npd("readonly-monitor.json")), false, 1},
-		{"no log monitor: its own reader", "", true, 1},
-		{"a filelog monitor only: its own reader", fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", npd("kernel-monitor-filelog.json")), true, 1},
-		{"a kmsg monitor of another log: its own reader", fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", other), true, 1},
+		{"kernelLog true, two kmsg monitors: one feeds", fmt.Sprintf("probes:\n  gpu: {kernelLog: true}\nchecks:\n  npdLogConfigs: [%s, %s]\n", npd("kernel-monitor.json"), npd("readonly-monitor.json")), false, 1},
+		{"no log monitor: none", "", false, 0},
+		{"kernelLog true, no log monitor: its own reader", "probes:\n  gpu: {kernelLog: true}\n", true, 1},
+		{"kernelLog true, a filelog monitor only: its own reader", fmt.Sprintf("probes:\n  gpu: {kernelLog: true}\nchecks:\n  npdLogConfigs: [%s]\n", npd("kernel-monitor-filelog.json")), true, 1},
+		{"a filelog monitor only: none", fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", npd("kernel-monitor-filelog.json")), false, 0},
+		{"kernelLog true, a kmsg monitor of another log: its own reader", fmt.Sprintf("probes:\n  gpu: {kernelLog: true}\nchecks:\n  npdLogConfigs: [%s]\n", other), true, 1},
 		{"kernelLog false", fmt.Sprintf("probes:\n  gpu: {kernelLog: false}\nchecks:\n  npdLogConfigs: [%s]\n", npd("kernel-monitor.json")), false, 0},
 		{"kernelLog false, no log monitor", "probes:\n  gpu: {kernelLog: false}\n", false, 0},
 	} {
@@ -103,8 +106,8 @@ func TestGPUKernelLogFeed(t *testing.T) {
 			t.Cleanup(func() { _ = logs.Close() })
 			sink := &xidSink{}
 			var own agent.ProbeSpec
-			if *cfg.Probes.GPU.KernelLog {
-				spec, reader, err := logs.feedGPU(sink)
+			if kl := cfg.Probes.GPU.KernelLog; kl == nil || *kl {
+				spec, reader, err := logs.feedGPU(sink, kl != nil)
 				if err != nil {
 					t.Fatalf("feedGPU: %v", err)
 				}
@@ -161,7 +164,7 @@ func TestGPUKernelLogUnreadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, reader, err := logs.feedGPU(&xidSink{})
+	spec, reader, err := logs.feedGPU(&xidSink{}, true)
 	if err != nil || reader == nil {
 		t.Fatalf("feedGPU: reader %v, err %v; want a reader", reader, err)
 	}

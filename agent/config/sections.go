@@ -120,9 +120,6 @@ func (g *GPUProbe) SetDefaults() {
 	}
 	defaultDuration(&g.Degraded.For, time.Minute)
 	defaultDuration(&g.Degraded.ClearAfter, 5*time.Minute)
-	if g.KernelLog == nil {
-		g.KernelLog = ptr(true)
-	}
 	d := gpu.DefaultConfig()
 	defaultDuration(&g.Sustained.Window, d.Window)
 	for _, f := range []struct {

@@ -39,7 +39,7 @@ func TestKmsgScanner(t *testing.T) {
 			var lines []Line
 			var gaps []Gap
 			for _, c := range tt.chunks {
-				s.feed([]byte(c), func(l Line) { lines = append(lines, l) }, func(g Gap) { gaps = append(gaps, g) })
+				s.feed([]byte(c), func(l Line) { lines = append(lines, l) }, func(g Gap) { gaps = append(gaps, g) }, func(string) {})
 			}
 			if !reflect.DeepEqual(lines, tt.wantLines) {
 				t.Errorf("lines: got %+v, want %+v", lines, tt.wantLines)

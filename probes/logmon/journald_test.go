@@ -221,10 +221,8 @@ func TestMonitorJournaldCannotOpen(t *testing.T) {
 			_, done := watch(t, p)
 			res := waitFor(t, p, "Unknown", func(r probes.Result) bool { return r.Status == probes.StatusUnknown })
 			probestest.CheckResult(t, res, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonLogReadError, Message: tt.wantMsg})
-			select {
-			case err := <-done:
-				t.Errorf("Watch ended: %v, want it to go on", err)
-			default:
+			if len(done) > 0 { // not taken: the cleanup waits for it
+				t.Errorf("Watch ended, want it to go on")
 			}
 		})
 	}

@@ -126,10 +126,8 @@ func TestMonitorKmsgReopen(t *testing.T) {
 	evs, _ := collect(t, p, "oomA's Event and the read error", func(evs []probes.Event, r probes.Result) bool {
 		return len(evs) > 0 && r.Status == probes.StatusUnknown && strings.Contains(r.Message, "permission denied")
 	})
-	select {
-	case err := <-done:
-		t.Fatalf("Watch ended while the log failed: %v", err)
-	default:
+	if len(done) > 0 { // not taken: the cleanup waits for it
+		t.Fatal("Watch ended while the log failed")
 	}
 	clock.Set(t0.Add(-time.Hour))
 	close(gate)
@@ -302,10 +300,8 @@ func TestMonitorFilelogReopen(t *testing.T) {
 	if len(evs) != 2 || evs[0].Reason != ReasonLogRotated || !strings.Contains(evs[0].Message, "replaced while it could not be read") || evs[1].Message != oom(3) {
 		t.Errorf("Events: got %q, want LogRotated then oom 3", messages(evs))
 	}
-	select {
-	case err := <-done:
-		t.Fatalf("Watch ended: %v", err)
-	default:
+	if len(done) > 0 { // not taken: the cleanup waits for it
+		t.Fatal("Watch ended")
 	}
 }
 
@@ -370,10 +366,8 @@ func TestMonitorJournaldRetry(t *testing.T) {
 	if want := []string{"KubeletStart: " + msg}; !reflect.DeepEqual(messages(evs), want) || res.Status != probes.StatusOK {
 		t.Errorf("got %s, Events %q; want OK, Events %q", res.Status, messages(evs), want)
 	}
-	select {
-	case err := <-done:
-		t.Fatalf("Watch ended: %v", err)
-	default:
+	if len(done) > 0 { // not taken: the cleanup waits for it
+		t.Fatal("Watch ended")
 	}
 }
 
@@ -405,7 +399,7 @@ func TestMonitorJournaldRestartClockStep(t *testing.T) {
 	state := p.State()
 	var h heldState
 	if err := json.Unmarshal(state, &h); err != nil || h.EventsThrough == nil || !strings.HasPrefix(h.EventsThrough.Cursor, "s=") {
-		t.Fatalf("State %s (%v): want the entry's cursor kept", state, err)
+		t.Errorf("State %s (%v): want the entry's cursor kept", state, err)
 	}
 	_ = p.mon.Close()
 

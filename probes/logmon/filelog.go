@@ -55,9 +55,22 @@ type filelogFollower struct {
 	offset   int64       // bytes of it read
 	partial  []byte
 	skipping bool // dropping the rest of a line longer than maxLine
-	line     func(text, file string, end int64)
-	note     func(reason, msg string)
-	bad      func(string)
+	// startID and startSize are the file first opened and its size then:
+	// what follows was logged after reading started.
+	startID   string
+	startSize int64
+	started   bool
+	line      func(text string, at filePlace)
+	note      func(reason, msg string)
+	bad       func(string)
+}
+
+// filePlace is where a filelog line is: its file ("dev:ino"), the byte
+// after it, and whether it was written after reading started (Line.Live).
+type filePlace struct {
+	file string
+	end  int64
+	live bool
 }
 
 // maxLine is the longest filelog line kept; the rest of a longer one is
@@ -69,7 +82,7 @@ const maxLine = 64 << 10
 // it looks for more every poll. It fails when the file cannot be opened
 // at the start or read; a file missing after a rotation is waited for.
 func ReadFilelog(ctx context.Context, path string, poll time.Duration, line func(string), note func(reason, msg string)) error {
-	fl := &filelogFollower{path: path, line: func(text, _ string, _ int64) { line(text) }, note: note, bad: func(string) {}}
+	fl := &filelogFollower{path: path, line: func(text string, _ filePlace) { line(text) }, note: note, bad: func(string) {}}
 	return fl.run(ctx, poll, func() {})
 }
 
@@ -125,6 +138,9 @@ func (fl *filelogFollower) open() error {
 		fl.offset, fl.partial, fl.skipping = 0, nil, false
 	}
 	fl.f, fl.info, fl.id = f, st, fileID(st)
+	if !fl.started {
+		fl.started, fl.startID, fl.startSize = true, fl.id, st.Size()
+	}
 	return nil
 }
 
@@ -185,7 +201,7 @@ func (fl *filelogFollower) lines(data []byte) {
 		case len(text) > maxLine:
 			fl.bad(fmt.Sprintf("line %s: longer than %d bytes", quote(text), maxLine))
 		default:
-			fl.line(text, fl.id, fl.offset-int64(len(fl.partial)))
+			fl.line(text, fl.place(fl.offset-int64(len(fl.partial))))
 		}
 	}
 }
@@ -228,14 +244,20 @@ func (fl *filelogFollower) check() error {
 		}
 		fl.note(ReasonLogTruncated, fmt.Sprintf("%s was truncated to %d bytes after %d were read: reading it again from its start", fl.path, st.Size(), fl.offset))
 		fl.offset, fl.partial, fl.skipping = 0, nil, false
+		fl.startID = "" // written again after reading started
 	}
 	return nil
+}
+
+// place is where the line ending at byte end of the open file is.
+func (fl *filelogFollower) place(end int64) filePlace {
+	return filePlace{file: fl.id, end: end, live: fl.id != fl.startID || end > fl.startSize}
 }
 
 // flush hands on an unfinished last line.
 func (fl *filelogFollower) flush() {
 	if len(fl.partial) > 0 && !fl.skipping {
-		fl.line(string(fl.partial), fl.id, fl.offset)
+		fl.line(string(fl.partial), fl.place(fl.offset))
 	}
 	fl.partial, fl.skipping = nil, false
 }

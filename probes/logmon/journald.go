@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -111,7 +112,10 @@ type journalFollower struct {
 	opened func()       // called when the journal opened
 
 	cursor string // the last entry read; "" before the first
-	read   uint64 // entries read
+	// caughtUp: the end of the journal was reached once (Line.Live);
+	// atomic, as tests look at it.
+	caughtUp atomic.Bool
+	read     uint64 // entries read
 }
 
 // run reads the journal until ctx ends. It fails when the journal cannot
@@ -237,6 +241,7 @@ func (f *journalFollower) follow(ctx context.Context, j journal) error {
 			return fmt.Errorf("reading the next entry: %w", err)
 		}
 		if n == 0 {
+			f.caughtUp.Store(true)
 			if r := j.Wait(f.wait); r < 0 {
 				return fmt.Errorf("waiting for the journal: %w", syscall.Errno(-r))
 			}
@@ -266,6 +271,7 @@ func (f *journalFollower) entry(j journal) {
 			f.bad(fmt.Sprintf("journal entry %s has no MESSAGE", quote(e.Cursor)))
 		}
 	default:
+		l.Live = f.caughtUp.Load()
 		f.line(l)
 	}
 }

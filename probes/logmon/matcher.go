@@ -25,6 +25,11 @@ type Line struct {
 	// ("dev:ino") and the byte after it; "" and 0 for other sources.
 	File   string
 	Offset int64
+	// Live: the line was read after the source reached the end of what
+	// its log held when it was first opened (filelog, journald), so it was
+	// logged after reading started whatever its time says (a wall clock
+	// stepped back): see Matcher.MatchLive.
+	Live bool
 }
 
 // Position is where a line stands in its log, to tell after a restart
@@ -141,6 +146,7 @@ type Match struct {
 type Matcher struct {
 	cfg   *Config
 	since time.Time // lines before it are not matched
+	live  bool      // but Live lines are (MatchLive)
 	buf   []Line    // the last BufferSize lines, oldest first
 	conds []ConditionState
 	// events are the Events not yet taken; limit paces them per reason.
@@ -203,7 +209,7 @@ func (m *Matcher) Push(l Line, now time.Time) bool {
 	}
 	m.last = Position{Seq: l.Seq, Time: l.Time, N: n, Cursor: l.Cursor, File: l.File, Off: l.Offset}
 	l.Message = strings.TrimSpace(l.Message)
-	if l.Message == "" || l.Time.Before(m.since) || m.skipped(l.Message) {
+	if l.Message == "" || m.Old(l) || m.skipped(l.Message) {
 		return false
 	}
 	if len(m.buf) == m.cfg.BufferSize {
@@ -225,6 +231,16 @@ func (m *Matcher) Push(l Line, now time.Time) bool {
 		m.apply(r, lines, now)
 	}
 	return matched
+}
+
+// MatchLive makes Live lines count whatever their time: the start time
+// came from lookback alone (delay was over), and a Live line was logged
+// after it, even when the wall clock was stepped back since.
+func (m *Matcher) MatchLive() { m.live = true }
+
+// Old reports whether l was logged before the start time: not matched.
+func (m *Matcher) Old(l Line) bool {
+	return l.Time.Before(m.since) && !(m.live && l.Live)
 }
 
 func (m *Matcher) skipped(msg string) bool {

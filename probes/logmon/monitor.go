@@ -243,6 +243,9 @@ func (mon *Monitor) readBootLocked() {
 	now := mon.now()
 	mon.boot = now.Add(-time.Duration(secs * float64(time.Second)))
 	mon.m = NewMatcher(mon.cfg, StartTime(now, mon.boot, mon.cfg.Lookback, mon.cfg.Delay))
+	if !mon.boot.Add(mon.cfg.Delay).After(now.Add(-mon.cfg.Lookback)) {
+		mon.m.MatchLive()
+	}
 	for _, h := range mon.held {
 		mon.holdLocked(h)
 	}
@@ -381,7 +384,7 @@ func (mon *Monitor) readFilelog(ctx context.Context) error {
 // filelogLine parses and matches one line of a filelog file, placed by
 // its file and the byte after it. A line not of the format is skipped
 // (NPD skips it too) and counted; an empty one is only skipped.
-func (mon *Monitor) filelogLine(text, file string, end int64) {
+func (mon *Monitor) filelogLine(text string, at filePlace) {
 	if strings.TrimSpace(text) == "" {
 		return
 	}
@@ -390,7 +393,7 @@ func (mon *Monitor) filelogLine(text, file string, end int64) {
 		mon.bad(err.Error())
 		return
 	}
-	l.File, l.Offset = file, end
+	l.File, l.Offset, l.Live = at.file, at.end, at.live
 	mon.line(l)
 }
 
@@ -414,7 +417,7 @@ func (mon *Monitor) line(l Line) {
 	mon.lastSeq = l.Seq
 	l.Message = strings.ToValidUTF8(l.Message, "\uFFFD")
 	matched := mon.m.Push(l, mon.now())
-	fresh := !l.Time.Before(mon.m.since)
+	fresh := !mon.m.Old(l)
 	mon.mu.Unlock()
 	if fresh && mon.tap != nil {
 		mon.tap(l)

@@ -418,3 +418,61 @@ func TestMonitorJournaldRestartClockStep(t *testing.T) {
 		t.Errorf("Events after the restart: got %q, want %q", messages(evs), want)
 	}
 }
+
+// TestMonitorClockSteppedBackWhileRunning: once a filelog or journald
+// source has read what its log held when it started, a line logged after
+// the wall clock was stepped back an hour (stamped before the start time)
+// is matched: it was logged after reading started (the old code took it
+// as before lookback and dropped it). A line written in the file before
+// the start, stamped before lookback, is still not matched.
+func TestMonitorClockSteppedBackWhileRunning(t *testing.T) {
+	const oom = "Out of memory: Killed process 9 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB"
+	stepped := t0.Add(-time.Hour)
+	t.Run("filelog", func(t *testing.T) {
+		host := fixtureHost(t, "boot-1")
+		log := host.Path("/var/log/kern.log")
+		if err := os.MkdirAll(filepath.Dir(log), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		appendFile(t, log, filelogLine(stepped, "Out of memory: Killed process 1 (old) total-vm:1kB, anon-rss:1kB, file-rss:0kB"))
+		clock := &stepClock{now: t0}
+		mon := newFilelogMonitor(t, host, clock.Now)
+		p := byCondition(mon.Probes())["KernelDeadlock"]
+		watch(t, p)
+		waitFor(t, p, "the old line read", func(r probes.Result) bool { return r.Readings[1].Value == "1" })
+		clock.Set(stepped.Add(time.Second))
+		appendFile(t, log, filelogLine(stepped.Add(time.Second), oom))
+		evs, _ := collect(t, p, "both lines read", func(_ []probes.Event, r probes.Result) bool { return r.Readings[1].Value == "2" })
+		evs = append(evs, p.Probe(context.Background()).Events...)
+		if want := []string{"OOMKilling: " + oom}; !reflect.DeepEqual(messages(evs), want) {
+			t.Errorf("Events: got %q, want %q", messages(evs), want)
+		}
+	})
+	t.Run("journald", func(t *testing.T) {
+		requireLibsystemd(t)
+		host := fixtureHost(t, thisBoot)
+		file := hostJournal(host)
+		probestest.WriteJournal(t, file, entry(time.Hour, thisBoot, "systemd", "Started kubelet.service."),
+			entry(time.Minute, thisBoot, "systemd", "Starting containerd.service..."))
+		clock := &stepClock{now: t0}
+		mon, err := New(mustLoad(t, "testdata/npd/systemd-monitor.json"), Options{Host: host, Now: clock.Now, Retry: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = mon.Close() })
+		p := mon.Probes()[0]
+		watch(t, p)
+		// The journal is sought to the start time: the old entry is not
+		// even read. Wait for the source to reach the journal's end.
+		waitFor(t, p, "the source caught up", func(r probes.Result) bool {
+			return r.Readings[1].Value == "1" && mon.jf.caughtUp.Load() // jf is set before the line is read
+		})
+		clock.Set(stepped.Add(time.Second))
+		const msg = "Starting docker.service..."
+		probestest.WriteJournal(t, file, entry(time.Hour-time.Second, thisBoot, "systemd", msg))
+		evs, _ := collect(t, p, "the new entry's Event", func(evs []probes.Event, _ probes.Result) bool { return len(evs) > 0 })
+		if want := []string{"DockerStart: " + msg}; !reflect.DeepEqual(messages(evs), want) {
+			t.Errorf("Events: got %q, want %q", messages(evs), want)
+		}
+	})
+}

@@ -320,7 +320,7 @@ func (mon *Monitor) readJournald(ctx context.Context) error {
 		since = now
 	}
 	f := &journalFollower{dir: mon.path, source: mon.cfg.JournalSource, bootID: journalBootID(bootID), since: since,
-		wait: journalWait, retry: journalRetry, open: open, line: mon.line, note: mon.note, bad: mon.bad, opened: mon.setOpened}
+		wait: journalWait, retry: min(mon.retry, journalRetry), open: open, line: mon.line, note: mon.note, bad: mon.bad, opened: mon.setOpened}
 	mon.jf = f
 	return f.run(ctx)
 }

@@ -256,23 +256,13 @@ func TestMonitorFilelogReopen(t *testing.T) {
 		t.Errorf("reading: got %+v, want 1 skipped naming the garbage line", got)
 	}
 
-	if err := os.Rename(dir, dir+".away"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	breakDir(t, dir)
 	more, _ := collect(t, p, "Unknown", func(_ []probes.Event, r probes.Result) bool {
 		return r.Status == probes.StatusUnknown && strings.Contains(r.Message, "not a directory")
 	})
 	evs = append(evs, more...)
 	appendFile(t, filepath.Join(dir+".away", "kern.log"), filelogLine(t0, oom(2)))
-	if err := os.Remove(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(dir+".away", dir); err != nil {
-		t.Fatal(err)
-	}
+	mustDo(t, os.Remove(dir), os.Rename(dir+".away", dir))
 	more, _ = collect(t, p, "oom 2", func(_ []probes.Event, r probes.Result) bool {
 		return r.Status == probes.StatusOK && r.Readings[1].Value == "2"
 	})
@@ -282,19 +272,9 @@ func TestMonitorFilelogReopen(t *testing.T) {
 	}
 
 	// Another file under the name while it cannot be read: from its start.
-	if err := os.Rename(dir, dir+".away"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	breakDir(t, dir)
 	waitFor(t, p, "Unknown", func(r probes.Result) bool { return r.Status == probes.StatusUnknown })
-	if err := os.Remove(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	mustDo(t, os.Remove(dir), os.MkdirAll(dir, 0o755))
 	appendFile(t, log, filelogLine(t0, oom(3)))
 	evs, _ = collect(t, p, "oom 3 and the rotation", func(evs []probes.Event, r probes.Result) bool { return len(evs) >= 2 })
 	if len(evs) != 2 || evs[0].Reason != ReasonLogRotated || !strings.Contains(evs[0].Message, "replaced while it could not be read") || evs[1].Message != oom(3) {
@@ -302,6 +282,24 @@ func TestMonitorFilelogReopen(t *testing.T) {
 	}
 	if len(done) > 0 { // not taken: the cleanup waits for it
 		t.Fatal("Watch ended")
+	}
+}
+
+// breakDir moves dir to dir.away and puts a file in its place: a look at
+// a log in it fails (not a directory).
+func breakDir(t *testing.T, dir string) {
+	t.Helper()
+	mustDo(t, os.Rename(dir, dir+".away"))
+	mustDo(t, os.WriteFile(dir, nil, 0o644))
+}
+
+// mustDo fails the test at the first error of steps done in order.
+func mustDo(t *testing.T, errs ...error) {
+	t.Helper()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

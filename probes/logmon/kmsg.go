@@ -142,7 +142,7 @@ func parseKmsgRecord(rec string, boot time.Time) (Line, error) {
 // kernel's monotonic clock was 0. See readKmsg; what is not a record is
 // skipped.
 func ReadKmsg(ctx context.Context, r io.Reader, boot time.Time, line func(Line), gap func(Gap)) error {
-	return readKmsg(ctx, r, &kmsgScanner{boot: boot}, line, gap, func(string) {})
+	return readKmsg(ctx, r, &kmsgScanner{boot: boot}, line, gap, func(string) {}, func() error { return nil })
 }
 
 // readKmsg reads records from r with s until ctx ends or r fails. An
@@ -150,9 +150,9 @@ func ReadKmsg(ctx context.Context, r io.Reader, boot time.Time, line func(Line),
 // overrun Gap and reading goes on from the oldest record still there; a
 // skip in sequence numbers as a Gap of its size; what is not a record is
 // said to bad and skipped. At the end of a file or FIFO without writers
-// it waits and reads on. A read blocked on /dev/kmsg returns only when a
+// it asks still (an error ends the read) and waits and reads on. A read blocked on /dev/kmsg returns only when a
 // record comes: close r when ctx ends to stop it at once.
-func readKmsg(ctx context.Context, r io.Reader, s *kmsgScanner, line func(Line), gap func(Gap), bad func(string)) error {
+func readKmsg(ctx context.Context, r io.Reader, s *kmsgScanner, line func(Line), gap func(Gap), bad func(string), still func() error) error {
 	buf := make([]byte, 8192) // the kernel's CONSOLE_EXT_LOG_MAX
 	for ctx.Err() == nil {
 		n, err := r.Read(buf)
@@ -163,6 +163,9 @@ func readKmsg(ctx context.Context, r io.Reader, s *kmsgScanner, line func(Line),
 			gap(Gap{Overrun: true, After: s.last})
 		case errors.Is(err, io.EOF):
 			if n == 0 {
+				if err := still(); err != nil {
+					return err
+				}
 				select {
 				case <-ctx.Done():
 				case <-time.After(50 * time.Millisecond):

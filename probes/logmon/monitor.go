@@ -234,6 +234,10 @@ func (mon *Monitor) readBootLocked() {
 		mon.bootErr = fmt.Errorf("reading the uptime %q: %w", up, err)
 		return
 	}
+	if strings.TrimSpace(string(id)) == "" {
+		mon.bootErr = fmt.Errorf("reading the boot id %s: empty", mon.host.Proc("sys", "kernel", "random", "boot_id"))
+		return
+	}
 	if !(secs >= 0) || math.IsInf(secs, 0) {
 		mon.bootErr = fmt.Errorf("reading the uptime %q: not a number of seconds", up)
 		return
@@ -364,12 +368,34 @@ func (mon *Monitor) readKmsg(ctx context.Context, boot time.Time) error {
 	mon.kscan.reopened()
 	stop := context.AfterFunc(ctx, func() { _ = f.Close() })
 	defer stop()
-	err = readKmsg(ctx, f, mon.kscan, mon.line, mon.gap, mon.bad)
+	err = readKmsg(ctx, f, mon.kscan, mon.line, mon.gap, mon.bad, func() error { return sameFile(mon.path, f) })
 	_ = f.Close()
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// sameFile fails when the file at path is no longer f (a FIFO or file
+// standing in for /dev/kmsg removed or replaced): it is opened again. An f
+// that cannot say what it is passes.
+func sameFile(path string, f io.Reader) error {
+	sf, ok := f.(interface{ Stat() (os.FileInfo, error) })
+	if !ok {
+		return nil
+	}
+	cur, err := sf.Stat()
+	if err != nil {
+		return nil
+	}
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("looking at the kernel log: %w", err)
+	case !os.SameFile(st, cur):
+		return fmt.Errorf("the kernel log %s was replaced: opening it again", path)
+	}
+	return nil
 }
 
 // readFilelog follows a filelog file until ctx ends or reading fails;

@@ -474,3 +474,64 @@ func TestMonitorClockSteppedBackWhileRunning(t *testing.T) {
 		}
 	})
 }
+
+// TestMonitorBootGarbage: a garbage uptime or an empty boot id is an
+// error naming it (Unknown), tried again until the files read well.
+func TestMonitorBootGarbage(t *testing.T) {
+	for _, tt := range []struct{ file, data, want string }{
+		{"uptime", "NaN 12.0\n", "reading the uptime"},
+		{"uptime", "-5 1\n", "reading the uptime"},
+		{"uptime", "\n", "reading the uptime"},
+		{"sys/kernel/random/boot_id", "\n", "reading the boot id"},
+	} {
+		t.Run(tt.file+tt.data, func(t *testing.T) {
+			host := fixtureHost(t, "boot-1")
+			file := host.Proc(strings.Split(tt.file, "/")...)
+			good, err := os.ReadFile(file)
+			mustDo(t, err, os.WriteFile(file, []byte(tt.data), 0o644))
+			path := filepath.Join(t.TempDir(), "kmsg")
+			mustDo(t, os.WriteFile(path, []byte(rec(1, time.Second, "EXT4-fs (sda1): Remounting filesystem read-only")+"\n"), 0o600))
+			mon, err := New(mustLoad(t, "testdata/npd/readonly-monitor.json"), Options{Host: host, Path: path, Now: func() time.Time { return t0 }, Retry: 5 * time.Millisecond})
+			mustDo(t, err)
+			t.Cleanup(func() { _ = mon.Close() })
+			p := mon.Probes()[0]
+			watch(t, p)
+			res := waitFor(t, p, "Unknown", func(r probes.Result) bool { return r.Status == probes.StatusUnknown })
+			if !strings.Contains(res.Message, tt.want) {
+				t.Errorf("got %q, want %q", res.Message, tt.want)
+			}
+			mustDo(t, os.WriteFile(file, good, 0o644))
+			waitFor(t, p, "the problem read once the boot is known", func(r probes.Result) bool { return r.Status == probes.StatusProblem })
+		})
+	}
+}
+
+// TestMonitorKmsgReplaced: a file standing in for /dev/kmsg removed
+// (Unknown) and written again with the same boot's records: the records
+// read before are skipped, the new one read; each Event once.
+func TestMonitorKmsgReplaced(t *testing.T) {
+	oom := func(n int) string {
+		return fmt.Sprintf("Out of memory: Killed process %d (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB", n)
+	}
+	path := filepath.Join(t.TempDir(), "kmsg")
+	mustDo(t, os.WriteFile(path, []byte(rec(1, time.Minute, oom(1))+"\n"), 0o600))
+	mon, err := New(mustLoad(t, "testdata/npd/kernel-monitor.json"), Options{Host: fixtureHost(t, "boot-1"), Path: path,
+		Now: func() time.Time { return t0 }, Retry: 5 * time.Millisecond})
+	mustDo(t, err)
+	t.Cleanup(func() { _ = mon.Close() })
+	p := byCondition(mon.Probes())["KernelDeadlock"]
+	watch(t, p)
+	evs, _ := collect(t, p, "oom 1", func(evs []probes.Event, _ probes.Result) bool { return len(evs) > 0 })
+	mustDo(t, os.Remove(path))
+	more, _ := collect(t, p, "Unknown", func(_ []probes.Event, r probes.Result) bool { return r.Status == probes.StatusUnknown })
+	evs = append(evs, more...)
+	mustDo(t, os.WriteFile(path, []byte(rec(1, time.Minute, oom(1))+"\n"+rec(2, 0, oom(2))+"\n"), 0o600))
+	more, _ = collect(t, p, "oom 2", func(_ []probes.Event, r probes.Result) bool {
+		return r.Status == probes.StatusOK && r.Readings[1].Value == "2"
+	})
+	evs = append(evs, more...)
+	evs = append(evs, p.Probe(context.Background()).Events...)
+	if want := []string{"OOMKilling: " + oom(1), "OOMKilling: " + oom(2)}; !reflect.DeepEqual(messages(evs), want) {
+		t.Errorf("Events: got %q, want %q", messages(evs), want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -107,18 +108,25 @@ type journalFollower struct {
 	open   func(dir string) (journal, error)
 	line   func(Line)
 	note   func(reason, msg string)
+	bad    func(string) // an entry that is not a line (no MESSAGE)
+	opened func()       // called when the journal opened
 
 	cursor string // the last entry read; "" before the first
-	read   uint64 // entries read
+	// caughtUp: the end of the journal was reached once (Line.Live);
+	// atomic, as tests look at it.
+	caughtUp atomic.Bool
+	read     uint64 // entries read
 }
 
 // run reads the journal until ctx ends. It fails when the journal cannot
-// be opened at the start or again after a failed read.
+// be opened at the start or again after a failed read; run again, it
+// opens the journal after the last entry read.
 func (f *journalFollower) run(ctx context.Context) error {
 	j, err := f.openAt()
 	if err != nil {
 		return err
 	}
+	f.opened()
 	for {
 		err := f.follow(ctx, j)
 		_ = j.Close()
@@ -134,6 +142,7 @@ func (f *journalFollower) run(ctx context.Context) error {
 		if j, err = f.openAt(); err != nil {
 			return fmt.Errorf("opening the journal again: %w", err)
 		}
+		f.opened()
 	}
 }
 
@@ -232,6 +241,7 @@ func (f *journalFollower) follow(ctx context.Context, j journal) error {
 			return fmt.Errorf("reading the next entry: %w", err)
 		}
 		if n == 0 {
+			f.caughtUp.Store(true)
 			if r := j.Wait(f.wait); r < 0 {
 				return fmt.Errorf("waiting for the journal: %w", syscall.Errno(-r))
 			}
@@ -249,10 +259,19 @@ func (f *journalFollower) entry(j journal) {
 	e, err := j.GetEntry()
 	if err != nil {
 		f.note(ReasonLogReadError, fmt.Sprintf("entry %d of the journal %s could not be read, skipped: %v", f.read, f.dir, err))
+		f.bad(fmt.Sprintf("entry %d of the journal could not be read: %v", f.read, err))
 		return
 	}
 	f.cursor = e.Cursor
-	if l, ok := journalLine(e, f.bootID); ok {
+	l, ok := journalLine(e, f.bootID)
+	switch {
+	case !ok:
+	case l.Message == "":
+		if _, has := e.Fields[sdjournal.SD_JOURNAL_FIELD_MESSAGE]; !has {
+			f.bad(fmt.Sprintf("journal entry %s has no MESSAGE", quote(e.Cursor)))
+		}
+	default:
+		l.Live = f.caughtUp.Load()
 		f.line(l)
 	}
 }
@@ -265,7 +284,7 @@ func journalLine(e *sdjournal.JournalEntry, bootID string) (Line, bool) {
 	if b := e.Fields[sdjournal.SD_JOURNAL_FIELD_BOOT_ID]; bootID != "" && b != "" && journalBootID(b) != bootID {
 		return Line{}, false
 	}
-	return Line{Time: time.UnixMicro(int64(e.RealtimeTimestamp)), Message: e.Fields[sdjournal.SD_JOURNAL_FIELD_MESSAGE]}, true
+	return Line{Time: time.UnixMicro(int64(e.RealtimeTimestamp)), Message: e.Fields[sdjournal.SD_JOURNAL_FIELD_MESSAGE], Cursor: e.Cursor}, true
 }
 
 // journalBootID is a boot id as the journal writes it (32 lower-case hex
@@ -283,8 +302,13 @@ func wrapIf(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// readJournald follows the journal until ctx ends. The boot is known.
+// readJournald follows the journal until ctx ends or it fails. The boot
+// is known. Run again, it goes on after the last entry read (its cursor),
+// from the start time computed at the first run before any.
 func (mon *Monitor) readJournald(ctx context.Context) error {
+	if mon.jf != nil {
+		return mon.jf.run(ctx)
+	}
 	mon.mu.Lock()
 	since, bootID := mon.m.since, mon.bootID
 	mon.mu.Unlock()
@@ -296,6 +320,7 @@ func (mon *Monitor) readJournald(ctx context.Context) error {
 		since = now
 	}
 	f := &journalFollower{dir: mon.path, source: mon.cfg.JournalSource, bootID: journalBootID(bootID), since: since,
-		wait: journalWait, retry: journalRetry, open: open, line: mon.line, note: mon.note}
+		wait: journalWait, retry: min(mon.retry, journalRetry), open: open, line: mon.line, note: mon.note, bad: mon.bad, opened: mon.setOpened}
+	mon.jf = f
 	return f.run(ctx)
 }

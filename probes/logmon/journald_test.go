@@ -193,8 +193,9 @@ func TestMonitorJournaldCondition(t *testing.T) {
 }
 
 // TestMonitorJournaldCannotOpen: where libsystemd cannot be loaded, or the
-// journal directory is missing, Watch ends with the error and the
-// condition is Unknown (LogReadError) naming the library or directory.
+// journal directory is missing, the condition is Unknown (LogReadError)
+// naming the library or directory, and Watch goes on (the source is
+// tried again).
 func TestMonitorJournaldCannotOpen(t *testing.T) {
 	noLib := errors.New("unable to open a handle to the library")
 	tests := []struct {
@@ -217,10 +218,12 @@ func TestMonitorJournaldCannotOpen(t *testing.T) {
 			mon := newMonitor(t, "docker-monitor.json", host, "")
 			mon.openJournal = tt.open
 			p := mon.Probes()[0]
-			if err := p.Watch(context.Background(), func() {}); err == nil {
-				t.Fatal("Watch: got no error")
+			_, done := watch(t, p)
+			res := waitFor(t, p, "Unknown", func(r probes.Result) bool { return r.Status == probes.StatusUnknown })
+			probestest.CheckResult(t, res, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonLogReadError, Message: tt.wantMsg})
+			if len(done) > 0 { // not taken: the cleanup waits for it
+				t.Errorf("Watch ended, want it to go on")
 			}
-			probestest.CheckResult(t, p.Probe(context.Background()), probestest.Want{Status: probes.StatusUnknown, Reason: ReasonLogReadError, Message: tt.wantMsg})
 		})
 	}
 }
@@ -232,7 +235,7 @@ func followJournal(t *testing.T, dir string, open func(string) (journal, error))
 	lines, notes := make(chan string, 100), make(chan noted, 100)
 	f := &journalFollower{dir: dir, source: "app", bootID: journalBootID(thisBoot), since: t0.Add(-time.Hour),
 		wait: 50 * time.Millisecond, retry: 10 * time.Millisecond, open: open,
-		line: func(l Line) { lines <- l.Message }, note: func(r, m string) { notes <- noted{r, m} }}
+		line: func(l Line) { lines <- l.Message }, note: func(r, m string) { notes <- noted{r, m} }, bad: func(string) {}, opened: func() {}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.run(ctx) }()

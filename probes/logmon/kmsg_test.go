@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,15 @@ func TestKmsgScanner(t *testing.T) {
 			[]Line{{Time: boot.Add(time.Microsecond), Message: "a", Seq: 10}, {Time: boot.Add(2 * time.Microsecond), Message: "b", Seq: 14}},
 			[]Gap{{Lost: 3, After: 10}}},
 		{"garbage is not a record", []string{"hello\n6,x,1,-;a\n"}, nil, nil},
+		{"bad fields are not a record", []string{"x,1,1,-;a\n6,1,-5,-;a\n6,1;a\n6,18446744073709551616,1,-;a\n"}, nil, nil},
+		{"a continuation line without its record", []string{" SUBSYSTEM=net\n6,1,1,-;a\n"}, []Line{{Time: boot.Add(time.Microsecond), Message: "a", Seq: 1}}, nil},
+		{"invalid UTF-8 is replaced", []string{"6,1,1,-;a\xffb\n"}, []Line{{Time: boot.Add(time.Microsecond), Message: "a\uFFFDb", Seq: 1}}, nil},
+		{"a huge record is skipped, the next read", []string{"6,1,1,-;" + strings.Repeat("x", maxRecord), strings.Repeat("y", 100) + "\n6,2,2,-;b\n"},
+			[]Line{{Time: boot.Add(2 * time.Microsecond), Message: "b", Seq: 2}}, nil},
+		{"a huge record in one read", []string{"6,1,1,-;" + strings.Repeat("x", maxRecord) + "\n6,2,2,-;b\n"},
+			[]Line{{Time: boot.Add(2 * time.Microsecond), Message: "b", Seq: 2}}, nil},
+		{"records read again are skipped", []string{"6,1,1,-;a\n6,2,2,-;b\n6,1,1,-;a\n6,2,2,-;b\n6,3,3,-;c\n"},
+			[]Line{{Time: boot.Add(time.Microsecond), Message: "a", Seq: 1}, {Time: boot.Add(2 * time.Microsecond), Message: "b", Seq: 2}, {Time: boot.Add(3 * time.Microsecond), Message: "c", Seq: 3}}, nil},
 		{"semicolons in the message", []string{"6,1,1,-;a;b\n"}, []Line{{Time: boot.Add(time.Microsecond), Message: "a;b", Seq: 1}}, nil},
 	}
 	for _, tt := range tests {
@@ -38,8 +48,14 @@ func TestKmsgScanner(t *testing.T) {
 			s := &kmsgScanner{boot: boot}
 			var lines []Line
 			var gaps []Gap
+			var bad []string
 			for _, c := range tt.chunks {
-				s.feed([]byte(c), func(l Line) { lines = append(lines, l) }, func(g Gap) { gaps = append(gaps, g) })
+				s.feed([]byte(c), func(l Line) { lines = append(lines, l) }, func(g Gap) { gaps = append(gaps, g) }, func(why string) { bad = append(bad, why) })
+			}
+			// What is not a record (but dictionary lines) is said, once each.
+			wantBad := map[string]int{"garbage is not a record": 2, "bad fields are not a record": 4, "a huge record is skipped, the next read": 1, "a huge record in one read": 1}[tt.name]
+			if len(bad) != wantBad {
+				t.Errorf("bad: got %d %q, want %d", len(bad), bad, wantBad)
 			}
 			if !reflect.DeepEqual(lines, tt.wantLines) {
 				t.Errorf("lines: got %+v, want %+v", lines, tt.wantLines)

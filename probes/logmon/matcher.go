@@ -2,6 +2,7 @@ package logmon
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,31 +19,95 @@ type Line struct {
 	Message string
 	// Seq is the kmsg sequence number; 0 for other sources.
 	Seq uint64
+	// Cursor is a journald entry's cursor; "" for other sources.
+	Cursor string
+	// File and Offset place a filelog line: its file's device and inode
+	// ("dev:ino") and the byte after it; "" and 0 for other sources.
+	File   string
+	Offset int64
+	// Live: the line was read after the source reached the end of what
+	// its log held when it was first opened (filelog, journald), so it was
+	// logged after reading started whatever its time says (a wall clock
+	// stepped back): see Matcher.MatchLive.
+	Live bool
 }
 
 // Position is where a line stands in its log, to tell after a restart
-// which lines' Events were reported already. A kmsg line is placed by its
-// sequence number; a line of another source (Seq 0) by its time and, among
+// which lines' Events were reported already, whatever the wall clock did
+// meanwhile where the log says more than the time. A kmsg line is placed
+// by its sequence number; a journald entry by its cursor (its writer's
+// sequence number); a filelog line by its file (device and inode) and the
+// byte after it. Otherwise (another journal writer, another file, a state
+// kept before these were) a line is placed by its time and, among
 // consecutive lines of the same time, its place N (1 for the first), which
 // is the same when the log is read again from its start.
 type Position struct {
-	Seq  uint64    `json:"seq,omitempty"`
-	Time time.Time `json:"time"`
-	N    int       `json:"n,omitempty"`
+	Seq    uint64    `json:"seq,omitempty"`
+	Time   time.Time `json:"time"`
+	N      int       `json:"n,omitempty"`
+	Cursor string    `json:"cursor,omitempty"`
+	File   string    `json:"file,omitempty"`
+	Off    int64     `json:"off,omitempty"`
 }
 
 // Covers reports whether the line at l is at or before p. The zero
-// Position covers nothing.
+// Position covers nothing. In the same file, a line at or before p's
+// offset is covered unless it is later than p (the file was truncated and
+// written again).
 func (p Position) Covers(l Position) bool {
-	switch {
-	case p.Time.IsZero():
+	if p.Time.IsZero() {
 		return false
-	case p.Seq != 0 && l.Seq != 0:
+	}
+	if p.Seq != 0 && l.Seq != 0 {
 		return l.Seq <= p.Seq
-	case l.Time.Before(p.Time):
+	}
+	if c, ok := compareCursors(l.Cursor, p.Cursor); ok {
+		return c <= 0
+	}
+	if p.File != "" && p.File == l.File {
+		return l.Off <= p.Off && !l.Time.After(p.Time)
+	}
+	if l.Time.Before(p.Time) {
 		return true
 	}
 	return l.Time.Equal(p.Time) && l.N <= p.N
+}
+
+// compareCursors compares two journal cursors by their writer's sequence
+// number ("s=<seqnum id>;i=<seqnum, hex>;b=...", as sd_journal_get_cursor
+// writes them): -1, 0 or 1 as a is before, at or after b; ok is false when
+// either is not a cursor or they are of different writers' sequences.
+func compareCursors(a, b string) (int, bool) {
+	ida, sa, oka := cursorSeq(a)
+	idb, sb, okb := cursorSeq(b)
+	if !oka || !okb || ida != idb {
+		return 0, false
+	}
+	switch {
+	case sa < sb:
+		return -1, true
+	case sa > sb:
+		return 1, true
+	}
+	return 0, true
+}
+
+// cursorSeq is a journal cursor's sequence number id and sequence number.
+func cursorSeq(c string) (string, uint64, bool) {
+	var id string
+	var seq uint64
+	var haveSeq bool
+	for _, kv := range strings.Split(c, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "s":
+			id = v
+		case "i":
+			n, err := strconv.ParseUint(v, 16, 64)
+			seq, haveSeq = n, err == nil
+		}
+	}
+	return id, seq, id != "" && haveSeq
 }
 
 // ConditionState is where one of the file's conditions stands.
@@ -81,6 +146,7 @@ type Match struct {
 type Matcher struct {
 	cfg   *Config
 	since time.Time // lines before it are not matched
+	live  bool      // but Live lines are (MatchLive)
 	buf   []Line    // the last BufferSize lines, oldest first
 	conds []ConditionState
 	// events are the Events not yet taken; limit paces them per reason.
@@ -141,9 +207,9 @@ func (m *Matcher) Push(l Line, now time.Time) bool {
 	if m.last.Time.Equal(l.Time) {
 		n = m.last.N + 1
 	}
-	m.last = Position{Seq: l.Seq, Time: l.Time, N: n}
+	m.last = Position{Seq: l.Seq, Time: l.Time, N: n, Cursor: l.Cursor, File: l.File, Off: l.Offset}
 	l.Message = strings.TrimSpace(l.Message)
-	if l.Message == "" || l.Time.Before(m.since) || m.skipped(l.Message) {
+	if l.Message == "" || m.Old(l) || m.skipped(l.Message) {
 		return false
 	}
 	if len(m.buf) == m.cfg.BufferSize {
@@ -165,6 +231,16 @@ func (m *Matcher) Push(l Line, now time.Time) bool {
 		m.apply(r, lines, now)
 	}
 	return matched
+}
+
+// MatchLive makes Live lines count whatever their time: the start time
+// came from lookback alone (delay was over), and a Live line was logged
+// after it, even when the wall clock was stepped back since.
+func (m *Matcher) MatchLive() { m.live = true }
+
+// Old reports whether l was logged before the start time: not matched.
+func (m *Matcher) Old(l Line) bool {
+	return l.Time.Before(m.since) && !(m.live && l.Live)
 }
 
 func (m *Matcher) skipped(msg string) bool {

@@ -3,7 +3,10 @@ package logmon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,11 +49,26 @@ type Options struct {
 	// Poll is how often a filelog source looks for more; 0 means
 	// DefaultPoll.
 	Poll time.Duration
+	// Retry is the pause before a source that failed (to open, to be
+	// read, or the boot to be read) is tried again; it doubles with each
+	// failure in a row up to MaxRetry. 0 means DefaultRetry.
+	Retry time.Duration
 	// Tap, if set, sees every line read that is not before the start
 	// time (lookback, delay: what a restart must not take as new), after
 	// it is matched, on the source's goroutine: how kernel Xid lines
 	// reach the GPU probe (gpu.ParseNVRMXid). It must not block.
 	Tap func(Line)
+}
+
+// How a failed source is tried again.
+const (
+	DefaultRetry = time.Second
+	MaxRetry     = 30 * time.Second
+)
+
+// nextRetry is the pause after pause when the source failed again.
+func nextRetry(pause time.Duration) time.Duration {
+	return max(pause, min(2*pause, MaxRetry))
 }
 
 // DefaultPoll is how often a filelog source looks for appended lines, a
@@ -61,21 +79,30 @@ const DefaultPoll = 100 * time.Millisecond
 // probe per condition (Probes). The source starts with the first Watch or
 // Probe of any of them and stops with Close.
 type Monitor struct {
-	cfg  *Config
-	path string
-	host probes.Host
-	now  func() time.Time
-	loc  *time.Location
-	poll time.Duration
-	tap  func(Line)
+	cfg   *Config
+	path  string
+	host  probes.Host
+	now   func() time.Time
+	loc   *time.Location
+	poll  time.Duration
+	retry time.Duration
+	tap   func(Line)
 
 	start  sync.Once
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the source ended
 
+	// The sources' state across the opens of the log, used only by the
+	// source's goroutine (run): the kmsg scanner, the filelog follower,
+	// the journald follower; nil before the first open.
+	kscan *kmsgScanner
+	fl    *filelogFollower
+	jf    *journalFollower
+
 	mu sync.Mutex // guards the fields below
-	// bootID and boot are the kernel's boot, read once (bootErr if not).
+	// bootID and boot are the kernel's boot, read once; bootErr is why the
+	// last try failed, tried again until it succeeds.
 	bootRead bool
 	bootID   string
 	boot     time.Time
@@ -85,13 +112,22 @@ type Monitor struct {
 	lines    uint64
 	lastSeq  uint64
 	gaps     []string // said in messages, the last few
-	srcErr   error
+	srcErr   error    // why the source last failed; nil once it opened again
+	opened   bool     // the source opened since the last failure
+	// skipped counts what was read but is not a line (a malformed kmsg
+	// record, a filelog line not of the format, a journal entry without
+	// MESSAGE); skipWhy says what was wrong with the last.
+	skipped  uint64
+	skipWhy  string
 	wakes    map[int]func()
 	nextWake int
 
 	// openJournal opens a journald file's journal directory; nil means
 	// with libsystemd (tests stand in for it).
 	openJournal func(dir string) (journal, error)
+	// openKmsg opens the kernel log; nil means os.OpenFile (tests stand
+	// in for it).
+	openKmsg func(path string) (io.ReadCloser, error)
 }
 
 // heldState is what a probe kept across a restart (State, Restore), in
@@ -124,7 +160,7 @@ func New(cfg *Config, opts Options) (*Monitor, error) {
 	default:
 		return nil, fmt.Errorf("%s: plugin %q: selftaint reads only %q, %q and %q logs", cfg.Path, cfg.Plugin, PluginKmsg, PluginFilelog, PluginJournald)
 	}
-	mon := &Monitor{cfg: cfg, path: path, host: opts.Host, now: opts.Now, loc: opts.Location, poll: opts.Poll, tap: opts.Tap,
+	mon := &Monitor{cfg: cfg, path: path, host: opts.Host, now: opts.Now, loc: opts.Location, poll: opts.Poll, retry: opts.Retry, tap: opts.Tap,
 		done: make(chan struct{}), wakes: map[int]func(){}}
 	if mon.now == nil {
 		mon.now = time.Now
@@ -134,6 +170,9 @@ func New(cfg *Config, opts Options) (*Monitor, error) {
 	}
 	if mon.poll <= 0 {
 		mon.poll = DefaultPoll
+	}
+	if mon.retry <= 0 {
+		mon.retry = DefaultRetry
 	}
 	mon.ctx, mon.cancel = context.WithCancel(context.Background())
 	return mon, nil
@@ -171,12 +210,14 @@ func (mon *Monitor) Close() error {
 	return nil
 }
 
-// readBoot reads the boot id and when the kernel booted, once. mu is held.
+// readBootLocked reads the boot id and when the kernel booted, once: a
+// failure is kept in bootErr and the next call tries again. The boot time
+// is now - uptime at the first read, and stays: a later clock step moves
+// neither it, the kmsg lines' times nor the start time. mu is held.
 func (mon *Monitor) readBootLocked() {
 	if mon.bootRead {
 		return
 	}
-	mon.bootRead = true
 	id, err := os.ReadFile(mon.host.Proc("sys", "kernel", "random", "boot_id"))
 	if err != nil {
 		mon.bootErr = fmt.Errorf("reading the boot id: %w", err)
@@ -193,10 +234,22 @@ func (mon *Monitor) readBootLocked() {
 		mon.bootErr = fmt.Errorf("reading the uptime %q: %w", up, err)
 		return
 	}
+	if strings.TrimSpace(string(id)) == "" {
+		mon.bootErr = fmt.Errorf("reading the boot id %s: empty", mon.host.Proc("sys", "kernel", "random", "boot_id"))
+		return
+	}
+	if !(secs >= 0) || math.IsInf(secs, 0) {
+		mon.bootErr = fmt.Errorf("reading the uptime %q: not a number of seconds", up)
+		return
+	}
+	mon.bootRead, mon.bootErr = true, nil
 	mon.bootID = strings.TrimSpace(string(id))
 	now := mon.now()
 	mon.boot = now.Add(-time.Duration(secs * float64(time.Second)))
 	mon.m = NewMatcher(mon.cfg, StartTime(now, mon.boot, mon.cfg.Lookback, mon.cfg.Delay))
+	if !mon.boot.Add(mon.cfg.Delay).After(now.Add(-mon.cfg.Lookback)) {
+		mon.m.MatchLive()
+	}
 	for _, h := range mon.held {
 		mon.holdLocked(h)
 	}
@@ -219,16 +272,60 @@ func (mon *Monitor) holdLocked(h heldState) {
 
 // ensureStarted starts the source once.
 func (mon *Monitor) ensureStarted() {
-	mon.start.Do(func() {
-		go func() {
-			defer close(mon.done)
-			err := mon.read(mon.ctx)
-			mon.mu.Lock()
-			mon.srcErr = err
-			mon.mu.Unlock()
-			mon.wake()
-		}()
-	})
+	mon.start.Do(func() { go mon.run() })
+}
+
+// run reads the source until Close. A failure (the boot, opening the log,
+// reading it) is kept for the probes, which say it (Unknown, a held
+// problem standing), and the source is tried again after a pause that
+// doubles from the Retry option up to MaxRetry, back to Retry once it
+// opened; opened again, it goes on after what it read (see the sources).
+func (mon *Monitor) run() {
+	defer close(mon.done)
+	pause := mon.retry
+	for {
+		err := mon.read(mon.ctx)
+		if mon.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("the source ended")
+		}
+		mon.mu.Lock()
+		mon.srcErr = err
+		opened := mon.opened
+		mon.opened = false
+		mon.mu.Unlock()
+		mon.wake()
+		if opened {
+			pause = mon.retry
+		}
+		select {
+		case <-mon.ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = nextRetry(pause)
+	}
+}
+
+// setOpened says the source opened: a failure before is over.
+func (mon *Monitor) setOpened() {
+	mon.mu.Lock()
+	failed := mon.srcErr != nil
+	mon.srcErr, mon.opened = nil, true
+	mon.mu.Unlock()
+	if failed {
+		mon.wake()
+	}
+}
+
+// bad counts what was read but is not a line, and keeps why.
+func (mon *Monitor) bad(why string) {
+	mon.mu.Lock()
+	mon.skipped++
+	mon.skipWhy = why
+	mon.mu.Unlock()
 }
 
 // read runs the source until ctx ends or it fails.
@@ -246,15 +343,32 @@ func (mon *Monitor) read(ctx context.Context) error {
 	case PluginJournald:
 		return mon.readJournald(ctx)
 	}
+	return mon.readKmsg(ctx, boot)
+}
+
+// readKmsg opens the kernel log and reads it until ctx ends or reading
+// fails. Opened again, it skips the records read before (the kernel hands
+// a new reader its whole ring buffer), and counts those overwritten
+// meanwhile as a Gap; the boot time is the one of the first open.
+func (mon *Monitor) readKmsg(ctx context.Context, boot time.Time) error {
 	// O_NONBLOCK: opening a FIFO standing in for /dev/kmsg does not wait
 	// for a writer; reads still wait in Go's poller.
-	f, err := os.OpenFile(mon.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	open := mon.openKmsg
+	if open == nil {
+		open = func(path string) (io.ReadCloser, error) { return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) }
+	}
+	f, err := open(mon.path)
 	if err != nil {
 		return fmt.Errorf("opening the kernel log: %w", err)
 	}
+	mon.setOpened()
+	if mon.kscan == nil {
+		mon.kscan = &kmsgScanner{boot: boot}
+	}
+	mon.kscan.reopened()
 	stop := context.AfterFunc(ctx, func() { _ = f.Close() })
 	defer stop()
-	err = ReadKmsg(ctx, f, boot, mon.line, mon.gap)
+	err = readKmsg(ctx, f, mon.kscan, mon.line, mon.gap, mon.bad, func() error { return sameFile(mon.path, f) })
 	_ = f.Close()
 	if ctx.Err() != nil {
 		return nil
@@ -262,16 +376,51 @@ func (mon *Monitor) read(ctx context.Context) error {
 	return err
 }
 
-// readFilelog follows a filelog file until ctx ends.
-func (mon *Monitor) readFilelog(ctx context.Context) error {
-	line := func(text string) {
-		l, err := mon.cfg.Filelog.Parse(text, mon.now(), mon.loc)
-		if err != nil {
-			return // not a line of the format: NPD skips it too
-		}
-		mon.line(l)
+// sameFile fails when the file at path is no longer f (a FIFO or file
+// standing in for /dev/kmsg removed or replaced): it is opened again. An f
+// that cannot say what it is passes.
+func sameFile(path string, f io.Reader) error {
+	sf, ok := f.(interface{ Stat() (os.FileInfo, error) })
+	if !ok {
+		return nil
 	}
-	return ReadFilelog(ctx, mon.path, mon.poll, line, mon.note)
+	cur, err := sf.Stat()
+	if err != nil {
+		return nil
+	}
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("looking at the kernel log: %w", err)
+	case !os.SameFile(st, cur):
+		return fmt.Errorf("the kernel log %s was replaced: opening it again", path)
+	}
+	return nil
+}
+
+// readFilelog follows a filelog file until ctx ends or reading fails;
+// opened again, it goes on where it was in the same file.
+func (mon *Monitor) readFilelog(ctx context.Context) error {
+	if mon.fl == nil {
+		mon.fl = &filelogFollower{path: mon.path, line: mon.filelogLine, note: mon.note, bad: mon.bad}
+	}
+	return mon.fl.run(ctx, mon.poll, mon.setOpened)
+}
+
+// filelogLine parses and matches one line of a filelog file, placed by
+// its file and the byte after it. A line not of the format is skipped
+// (NPD skips it too) and counted; an empty one is only skipped.
+func (mon *Monitor) filelogLine(text string, at filePlace) {
+	if strings.TrimSpace(text) == "" {
+		return
+	}
+	l, err := mon.cfg.Filelog.Parse(text, mon.now(), mon.loc)
+	if err != nil {
+		mon.bad(err.Error())
+		return
+	}
+	l.File, l.Offset, l.Live = at.file, at.end, at.live
+	mon.line(l)
 }
 
 // note records something the source saw (a rotation, a truncation): in
@@ -292,8 +441,9 @@ func (mon *Monitor) line(l Line) {
 	mon.mu.Lock()
 	mon.lines++
 	mon.lastSeq = l.Seq
+	l.Message = strings.ToValidUTF8(l.Message, "\uFFFD")
 	matched := mon.m.Push(l, mon.now())
-	fresh := !l.Time.Before(mon.m.since)
+	fresh := !mon.m.Old(l)
 	mon.mu.Unlock()
 	if fresh && mon.tap != nil {
 		mon.tap(l)
@@ -346,8 +496,9 @@ func (p *Probe) Name() string {
 func (p *Probe) Condition() string { return p.cond }
 
 // Watch starts the source (once per monitor) and calls wake when a line
-// matched or records were lost, until ctx ends; it returns the source's
-// error if it fails.
+// matched, records were lost or the source failed or opened again, until
+// ctx ends or the monitor is closed. A source that fails is tried again
+// (see run): Watch goes on meanwhile, and returns nil.
 func (p *Probe) Watch(ctx context.Context, wake func()) error {
 	mon := p.mon
 	mon.mu.Lock()
@@ -365,11 +516,6 @@ func (p *Probe) Watch(ctx context.Context, wake func()) error {
 	case <-ctx.Done():
 		return nil
 	case <-mon.done:
-		mon.mu.Lock()
-		defer mon.mu.Unlock()
-		if mon.srcErr != nil {
-			return fmt.Errorf("%s: %w", mon.path, mon.srcErr)
-		}
 		return nil
 	}
 }
@@ -385,6 +531,7 @@ func (p *Probe) Probe(context.Context) probes.Result {
 		{Name: "log", Value: mon.path},
 		{Name: "lines read", Value: strconv.FormatUint(mon.lines, 10)},
 		{Name: "last sequence", Value: strconv.FormatUint(mon.lastSeq, 10)},
+		{Name: "lines skipped", Value: skippedReading(mon.skipped, mon.skipWhy)},
 	}}
 	var readErr error
 	switch {
@@ -411,6 +558,15 @@ func (p *Probe) Probe(context.Context) probes.Result {
 	return res
 }
 
+// skippedReading says how many things read were not lines, and what was
+// wrong with the last.
+func skippedReading(n uint64, why string) string {
+	if n == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (the last: %s)", n, why)
+}
+
 // judge is a condition's verdict: a held problem stands whatever the
 // source does (a read failure is never a recovery); otherwise a read
 // failure is Unknown, and the default reason and message OK.
@@ -419,7 +575,7 @@ func judge(cond string, cs ConditionState, readErr error, path string) (probes.S
 	case cond != "" && cs.Problem:
 		return probes.StatusProblem, cs.Reason, cs.Message
 	case readErr != nil:
-		return probes.StatusUnknown, ReasonLogReadError, fmt.Sprintf("reading %s: %v", path, readErr)
+		return probes.StatusUnknown, ReasonLogReadError, fmt.Sprintf("reading %s: %v; trying again", path, readErr)
 	case cond == "":
 		return probes.StatusOK, ReasonEventsOnly, "reports Events only, reading " + path
 	}

@@ -241,19 +241,23 @@ func TestMonitorRestartAndReboot(t *testing.T) {
 	}
 }
 
-// TestMonitorReadError: a log that cannot be opened ends Watch with the
-// error and makes a healthy condition Unknown, but never clears a held one.
+// TestMonitorReadError: a log that cannot be opened makes a healthy
+// condition Unknown, naming the error, but never clears a held one; Watch
+// goes on, and once the log is there the source opens it and reads on
+// (the old code gave up for the life of the agent).
 func TestMonitorReadError(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "no-kmsg")
-	mon := newMonitor(t, "readonly-monitor.json", fixtureHost(t, "boot-1"), missing)
-	p := mon.Probes()[0]
-	err := p.Watch(context.Background(), func() {})
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("Watch: got %v, want the open error", err)
+	path := filepath.Join(t.TempDir(), "kmsg") // not there yet
+	mon, err := New(mustLoad(t, "testdata/npd/readonly-monitor.json"), Options{Host: fixtureHost(t, "boot-1"), Path: path,
+		Now: func() time.Time { return t0 }, Retry: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
-	res := p.Probe(context.Background())
-	if res.Status != probes.StatusUnknown || res.Reason != ReasonLogReadError {
-		t.Errorf("got %s %s, want Unknown %s", res.Status, res.Reason, ReasonLogReadError)
+	t.Cleanup(func() { _ = mon.Close() })
+	p := mon.Probes()[0]
+	_, done := watch(t, p)
+	res := waitFor(t, p, "Unknown", func(r probes.Result) bool { return r.Status == probes.StatusUnknown })
+	if res.Reason != ReasonLogReadError || !strings.Contains(res.Message, path) || !strings.Contains(res.Message, "no such file") {
+		t.Errorf("got %s %q, want %s naming %s and the error", res.Reason, res.Message, ReasonLogReadError, path)
 	}
 	held := []byte(`{"bootID":"boot-1","condition":{"Type":"ReadonlyFilesystem","Problem":true,"Reason":"FilesystemIsReadOnly","Message":"m"}}`)
 	if err := p.Restore(held); err != nil {
@@ -267,6 +271,18 @@ func TestMonitorReadError(t *testing.T) {
 	}
 	if res := p.Probe(context.Background()); res.Status != probes.StatusUnknown {
 		t.Errorf("after Clear: got %s, want Unknown", res.Status)
+	}
+	if len(done) > 0 { // not taken: the cleanup waits for it
+		t.Fatal("Watch ended while the log failed")
+	}
+
+	// The log appears (a file standing in for /dev/kmsg).
+	if err := os.WriteFile(path, []byte(rec(1, time.Second, "EXT4-fs (sda1): Remounting filesystem read-only")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res = waitFor(t, p, "the problem read once the log is there", func(r probes.Result) bool { return r.Status == probes.StatusProblem })
+	if res.Reason != "FilesystemIsReadOnly" {
+		t.Errorf("got %s, want FilesystemIsReadOnly", res.Reason)
 	}
 }
 

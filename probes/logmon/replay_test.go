@@ -14,6 +14,8 @@ func TestPositionCovers(t *testing.T) {
 	at := func(seq uint64, sec, n int) Position {
 		return Position{Seq: seq, Time: t0.Add(time.Duration(sec) * time.Second), N: n}
 	}
+	cur := func(p Position, c string) Position { p.Cursor = c; return p }
+	file := func(p Position, id string, off int64) Position { p.File, p.Off = id, off; return p }
 	tests := []struct {
 		name string
 		p, l Position
@@ -29,6 +31,20 @@ func TestPositionCovers(t *testing.T) {
 		{"same time: an earlier place", at(0, 5, 2), at(0, 5, 1), true},
 		{"same time: the same place", at(0, 5, 2), at(0, 5, 2), true},
 		{"same time: a later place", at(0, 5, 2), at(0, 5, 3), false},
+		// A journal entry by its cursor's sequence number, whatever its
+		// time (a clock stepped between the two runs).
+		{"journal: an earlier entry, later by the clock", cur(at(0, 5, 1), "s=ab;i=1f;b=x"), cur(at(0, 9, 1), "s=ab;i=1e;b=x"), true},
+		{"journal: the same entry", cur(at(0, 5, 1), "s=ab;i=1f"), cur(at(0, 5, 1), "s=ab;i=1f"), true},
+		{"journal: a later entry, earlier by the clock", cur(at(0, 5, 1), "s=ab;i=1f"), cur(at(0, -3600, 1), "s=ab;i=20"), false},
+		{"journal: another writer's sequence: by time", cur(at(0, 5, 1), "s=ab;i=1f"), cur(at(0, 4, 1), "s=cd;i=99"), true},
+		{"journal: not a cursor: by time", cur(at(0, 5, 1), "garbage"), cur(at(0, 6, 1), "s=ab;i=1"), false},
+		// A filelog line by its file and offset.
+		{"file: an earlier line, later by the clock", file(at(0, 5, 1), "1:2", 100), file(at(0, 9, 1), "1:2", 50), false},
+		{"file: an earlier line", file(at(0, 5, 1), "1:2", 100), file(at(0, 4, 1), "1:2", 50), true},
+		{"file: the same line", file(at(0, 5, 1), "1:2", 100), file(at(0, 5, 1), "1:2", 100), true},
+		{"file: a later line, earlier by the clock", file(at(0, 5, 1), "1:2", 100), file(at(0, -3600, 1), "1:2", 150), false},
+		{"file: another file: by time", file(at(0, 5, 1), "1:2", 100), file(at(0, 4, 1), "1:3", 150), true},
+		{"file: a state kept before offsets: by time", at(0, 5, 1), file(at(0, 4, 1), "1:2", 150), true},
 	}
 	for _, tt := range tests {
 		if got := tt.p.Covers(tt.l); got != tt.want {

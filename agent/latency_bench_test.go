@@ -75,8 +75,9 @@ type latencyEvent struct {
 	// (and of NPD's 1 s sync) rather than just after the run that showed
 	// the previous one cleared. Set it to the interval.
 	spread time.Duration
-	// pause is an untimed least pause before each cause and each clear.
-	pause time.Duration
+	// pause and clearPause are untimed least pauses before each cause
+	// and each clear.
+	pause, clearPause time.Duration
 }
 
 // nodeWatcher follows one Node with a watch, re-opened from the last
@@ -172,7 +173,7 @@ func measure(b *testing.B, nw *nodeWatcher, name, key string, n int, ev latencyE
 		if ev.cleared != nil {
 			cleared = func(node *corev1.Node) bool { return ev.cleared(i, node) }
 		}
-		time.Sleep(ev.pause)
+		time.Sleep(ev.clearPause)
 		start = time.Now()
 		ev.clear(i)
 		nw.until(time.Minute, fmt.Sprintf("event %d cleared", i), cleared)

@@ -148,7 +148,7 @@ drain-bench: etcd kube-binaries
 # kernel monitor on the same lines (BenchmarkLatency* in agent/; never part
 # of `make test`). The netns rows need root and iproute2, NPD's root and
 # unshare(1). LATENCY_EVENTS (default 100) and LATENCY_POLLED_EVENTS
-# (default 20, also NPD's) set the counts; about 15 minutes.
+# (default 20, also NPD's) set the counts; about 25 minutes on 2 cores.
 latency-bench: etcd kube-binaries npd
 	NPD_BIN=$(BIN)/node-problem-detector KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
 		$(GO) test -run '^$$' -bench 'Latency(Kmsg|Xid|Netns)$$' -benchtime 1x -timeout 60m ./agent/

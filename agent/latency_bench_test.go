@@ -40,10 +40,10 @@ import (
 	"github.com/selftaint/selftaint/taints"
 )
 
-// latencyEvents is how many events a woken path is measured over
-// ($LATENCY_EVENTS, default 100); polledEvents the same for the polled
-// path and node-problem-detector, each of whose events waits for an
-// interval ($LATENCY_POLLED_EVENTS, default 20).
+// latencyEvents is the number of events $env asks for, def when unset:
+// LATENCY_EVENTS (default 100) for the woken paths, LATENCY_POLLED_EVENTS
+// (default 20) for the polled path and node-problem-detector, each of
+// whose events waits for an interval.
 func latencyEvents(b *testing.B, env string, def int) int {
 	b.Helper()
 	s := os.Getenv(env)
@@ -413,7 +413,8 @@ func waitKernelConditionsFalse(b *testing.B, nw *nodeWatcher) {
 // monitor's conditions are not damped). Cleared by the probe's clear
 // request. Against the polled path (the log monitor's 1 s interval) and
 // node-problem-detector v0.8.20 with the same file on the same lines
-// (condition, no taint; see npdKmsgEvents).
+// (condition, no taint; see npdKmsgResult). The taint rules are built
+// here: the config rejects a rule on a condition of an npdLogConfigs file.
 //
 //	make latency-bench   (or LATENCY_EVENTS=100 LATENCY_POLLED_EVENTS=20 KUBE_BIN_DIR=$PWD/bin go test -run '^$' -bench LatencyKmsg -benchtime 1x ./agent/)
 func BenchmarkLatencyKmsg(b *testing.B) {

@@ -19,7 +19,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS))
 
-.PHONY: all deps tools libsystemd etcd kube-binaries build vet fmt-check test check demo demo-intro rss npd cpu drain-bench clean
+.PHONY: all deps tools libsystemd etcd kube-binaries build vet fmt-check test check demo demo-intro rss npd cpu drain-bench latency-bench clean
 
 all: build
 
@@ -165,6 +165,18 @@ cpu: etcd kube-binaries npd
 drain-bench: etcd kube-binaries
 	KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
 		$(GO) test -run '^$$' -bench DrainAgainstKubectl -benchtime 1x -timeout 20m ./agent/drain/
+
+# End-to-end latency from a kernel or driver event to the taint on a Node
+# watch, on one control plane: a kmsg line (NPD's kernel-monitor.json), a
+# fatal Xid from the NVML mock, a link down in a network namespace; woken
+# by the event, against the same agent polled on its interval and NPD's
+# kernel monitor on the same lines (BenchmarkLatency* in agent/; never part
+# of `make test`). The netns rows need root and iproute2, NPD's root and
+# unshare(1). LATENCY_EVENTS (default 100) and LATENCY_POLLED_EVENTS
+# (default 20, also NPD's) set the counts; about 25 minutes on 2 cores.
+latency-bench: etcd kube-binaries npd libsystemd tools
+	NPD_BIN=$(BIN)/node-problem-detector KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
+		$(GO) test -run '^$$' -bench 'Latency(Kmsg|Xid|Netns)$$' -benchtime 1x -timeout 60m ./agent/
 
 vet: libsystemd
 	CGO_ENABLED=1 $(GO) vet ./...

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -120,7 +121,28 @@ func (c *Config) CheckProbeSpecsOn(host probes.Host, log *slog.Logger) ([]agent.
 			}
 		}
 	}
+	if err := c.rulesFedByFiles(sb.fed); err != nil {
+		_ = logs.Close()
+		return nil, nil, err
+	}
 	return sb.specs, logs, nil
+}
+
+// rulesFedByFiles refuses a rule whose condition the config took on trust
+// from the NPD files (Config.fromFiles) when none of them feeds it (fed:
+// the checks' conditions, by who feeds them).
+func (c *Config) rulesFedByFiles(fed map[corev1.NodeConditionType]string) error {
+	var missing []string
+	for cond, rule := range c.fromFiles {
+		if _, ok := fed[cond]; !ok {
+			missing = append(missing, fmt.Sprintf("%s: condition %q is fed by no probe, check or NPD file (checks.npdConfigs, checks.npdLogConfigs)", rule, cond))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	return errors.New(strings.Join(missing, "; "))
 }
 
 // LogMonitors are the system-log monitors CheckProbeSpecsOn built, reading

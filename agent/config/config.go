@@ -108,6 +108,12 @@ type Config struct {
 	// reg is the probe registry; nil means DefaultRegistry. Tests set
 	// another.
 	reg Registry
+	// fromFiles are the conditions rules name that nothing in the config
+	// itself feeds, taken on trust (Validate) because NPD files
+	// (checks.npdConfigs, npdLogConfigs) may feed them: the files are read
+	// where the probes are built, on the node, and CheckProbeSpecsOn
+	// refuses a rule whose condition none of them feeds.
+	fromFiles map[corev1.NodeConditionType]string
 }
 
 // registry is the config's probe registry.
@@ -779,6 +785,7 @@ func (c *Config) Validate() field.ErrorList {
 	errs = append(errs, c.Checks.validate(field.NewPath("checks"), conds, known)...)
 	errs = append(errs, c.Initialization.validate(field.NewPath("initialization"), conds)...)
 	known[c.Initialization.Condition] = true
+	c.fromFiles = c.ruleConditionsFromFiles(field.NewPath("rules"), known)
 
 	errs = append(errs, c.validateRules(field.NewPath("rules"), known)...)
 	errs = append(errs, c.Faults.validate(field.NewPath("faults"))...)
@@ -831,6 +838,31 @@ func (ch Checks) validate(cp *field.Path, conds map[corev1.NodeConditionType]*fi
 		errs = append(errs, field.Invalid(cp.Child("npdPluginRoot"), ch.NPDPluginRoot, "must be an absolute path"))
 	}
 	return errs
+}
+
+// ruleConditionsFromFiles adds to known the conditions rules name that
+// nothing in the config feeds, where NPD files may feed them (the config
+// names some), and returns them with the first rule naming each; nil
+// without NPD files. The files are read where the probes are built
+// (CheckProbeSpecsOn), which refuses a rule none of them feeds.
+func (c *Config) ruleConditionsFromFiles(path *field.Path, known map[corev1.NodeConditionType]bool) map[corev1.NodeConditionType]string {
+	if len(c.Checks.NPDConfigs)+len(c.Checks.NPDLogConfigs) == 0 {
+		return nil
+	}
+	var out map[corev1.NodeConditionType]string
+	for i, r := range c.Rules {
+		if r.Condition == "" || known[r.Condition] || len(validateConditionType(nil, r.Condition)) > 0 {
+			continue
+		}
+		if out == nil {
+			out = map[corev1.NodeConditionType]string{}
+		}
+		if _, seen := out[r.Condition]; !seen {
+			out[r.Condition] = path.Index(i).Child("condition").String()
+		}
+		known[r.Condition] = true
+	}
+	return out
 }
 
 // validateRules checks the rule table: each rule's taint where it makes

@@ -207,3 +207,56 @@ func appendFile(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRulesOnNPDFileConditions: a rule may follow a condition only an NPD
+// file feeds (a log monitor's or a custom plugin's): the config takes it on
+// trust while it names NPD files, and building the checks refuses it, naming
+// the rule, when none of them feeds it; without NPD files it is refused at
+// once, as before.
+func TestRulesOnNPDFileConditions(t *testing.T) {
+	kernelMonitor, err := filepath.Abs("../../probes/logmon/testdata/npd/kernel-monitor.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := func(cond string) string {
+		return fmt.Sprintf("rules:\n- condition: %s\n  taint: {key: selftaint.io/kernel, effect: NoSchedule}\n", cond)
+	}
+	files := fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", kernelMonitor)
+	for _, tc := range []struct {
+		name, config       string
+		wantParse, wantSpec string // "" for no error, else a part of it
+	}{
+		{"a log monitor's condition", files + rule("KernelDeadlock"), "", ""},
+		{"a condition no file feeds", files + rule("KernelDeadlok"), "", `rules[0].condition: condition "KernelDeadlok" is fed by no probe, check or NPD file`},
+		{"no NPD files", rule("KernelDeadlock"), `rules[0].condition: Unsupported value: "KernelDeadlock"`, ""},
+		{"a kubelet condition, NPD files or not", files + rule("MemoryPressure"), `rules[0].condition: Unsupported value: "MemoryPressure"`, ""},
+		{"a built-in condition", files + rule("SelftaintMemoryPressure"), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.config))
+			if tc.wantParse != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantParse) {
+					t.Fatalf("Parse: %v, want an error containing %q", err, tc.wantParse)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			_, logs, err := cfg.CheckProbeSpecsOn(kmsgHost(t, true), slog.Default())
+			if err == nil {
+				defer logs.Close()
+			}
+			switch {
+			case tc.wantSpec == "" && err != nil:
+				t.Fatalf("CheckProbeSpecsOn: %v", err)
+			case tc.wantSpec != "" && (err == nil || !strings.Contains(err.Error(), tc.wantSpec)):
+				t.Fatalf("CheckProbeSpecsOn: %v, want an error containing %q", err, tc.wantSpec)
+			case tc.wantSpec == "":
+				if rs := cfg.TaintRules(); len(rs) != 1 || rs[0].Taint.Key != "selftaint.io/kernel" {
+					t.Errorf("taint rules %+v, want the one rule", rs)
+				}
+			}
+		})
+	}
+}

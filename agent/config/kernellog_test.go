@@ -223,7 +223,7 @@ func TestRulesOnNPDFileConditions(t *testing.T) {
 	}
 	files := fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", kernelMonitor)
 	for _, tc := range []struct {
-		name, config       string
+		name, config        string
 		wantParse, wantSpec string // "" for no error, else a part of it
 	}{
 		{"a log monitor's condition", files + rule("KernelDeadlock"), "", ""},

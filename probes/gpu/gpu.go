@@ -341,6 +341,11 @@ type Monitor struct {
 	// uuidLookup: the watcher has a UUID lookup out (uuidOf).
 	uuidLookup atomic.Bool
 
+	// testAfterRead and testJoined, set by tests only, are called when a
+	// read ended (before it is shared no more) and when a caller joins a
+	// read under way.
+	testAfterRead, testJoined func()
+
 	flightMu sync.Mutex // guards flight and last
 	flight   *refreshCall
 	// last is the latest read that completed, for CountGPUs.
@@ -588,13 +593,24 @@ type refreshCall struct {
 
 // refresh reads all GPUs once, or waits for the read already under way
 // and shares it, so the fatal and degraded probes never queue behind one
-// another on a hung GPU.
+// another on a hung GPU. A shared read that took its records before
+// something was filed that this caller may have been woken for (a fatal
+// Xid filed as the read ended) is not shared: the GPUs are read again.
 func (m *Monitor) refresh(ctx context.Context) (*snapshot, error) {
 	m.flightMu.Lock()
 	if c := m.flight; c != nil {
 		m.flightMu.Unlock()
+		m.mu.Lock()
+		seen := m.seq
+		m.mu.Unlock()
+		if m.testJoined != nil {
+			m.testJoined()
+		}
 		select {
 		case <-c.done:
+			if c.err == nil && c.snap.seq < seen {
+				return m.refresh(ctx)
+			}
 			return c.snap, c.err
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for the GPUs to be read: %w", ctx.Err())
@@ -604,6 +620,9 @@ func (m *Monitor) refresh(ctx context.Context) (*snapshot, error) {
 	m.flight = c
 	m.flightMu.Unlock()
 	c.snap, c.err = m.read(ctx)
+	if m.testAfterRead != nil {
+		m.testAfterRead()
+	}
 	m.flightMu.Lock()
 	m.flight = nil
 	if c.err == nil {

@@ -37,6 +37,9 @@ type snapshot struct {
 	// orphans are records kept from before a restart whose GPU has not
 	// been seen since.
 	orphans []gpuRecord
+	// seq is the Monitor's seq when the read took its records: what was
+	// filed after (an Xid that woke a run) is not in it.
+	seq uint64
 }
 
 // missingGPU is an expected GPU NVML does not see.

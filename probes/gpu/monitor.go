@@ -98,7 +98,9 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 			run.driverErr = m.driverGoneLocked(fmt.Errorf("every GPU's calls say so: %w", err), now)
 		}
 	}
-	return m.integrate(run), nil
+	s := m.integrate(run)
+	s.seq = m.seq
+	return s, nil
 }
 
 // driverGoneLocked notes that NVML's calls say the driver went away

@@ -103,3 +103,47 @@ func TestOnlyFatalXidsWake(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestWokenRunNotServedAStaleRead: a fatal Xid filed after a read under
+// way took its records, and before that read is shared no more, wakes a
+// run that joins the read; the run reads the GPUs again instead of
+// reporting the read that does not have the Xid.
+func TestWokenRunNotServedAStaleRead(t *testing.T) {
+	f := newFake(t)
+	m := newMonitor(t, f, testConfig(), Env{})
+	if got := runProbe(m, NameFatal, runTimeout); got.Status != probes.StatusOK {
+		t.Fatalf("first run: %s %s: %s, want OK", got.Status, got.Reason, got.Message)
+	}
+	joined, wokenDone := make(chan struct{}), make(chan struct{})
+	var once, joinOnce sync.Once
+	m.testJoined = func() { joinOnce.Do(func() { close(joined) }) }
+	m.testAfterRead = func() {
+		once.Do(func() {
+			// The first read has taken its records: the kernel's Xid
+			// 79 comes now, and a woken run joins the read.
+			m.KernelXid(KernelXid{Time: time.Now(), PCIBusID: f.pci(3), Xid: 79, Text: "GPU has fallen off the bus."})
+			woken := make(chan probes.Result, 1)
+			go func() { woken <- runProbe(m, NameFatal, runTimeout) }()
+			select {
+			case <-joined:
+			case <-time.After(30 * time.Second):
+				t.Error("the woken run never joined the read under way")
+			}
+			go func() {
+				got := <-woken
+				if got.Status != probes.StatusProblem || !strings.Contains(got.Message, "79") {
+					t.Errorf("woken run: %s %s: %s, want a Problem naming Xid 79", got.Status, got.Reason, got.Message)
+				}
+				close(wokenDone)
+			}()
+		})
+	}
+	if got := runProbe(m, NameDegraded, runTimeout); got.Status == probes.StatusUnknown {
+		t.Fatalf("the read under way: %s %s: %s", got.Status, got.Reason, got.Message)
+	}
+	select {
+	case <-wokenDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the woken run never ended")
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/selftaint/selftaint/agent/testcp"
@@ -241,15 +242,21 @@ func testVirtualCannotCapture(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 	}
 
 	// Its pods policy: only pods bound to its nodes.
+	// The scheduler still writes the pending pod's status (its
+	// PodScheduled condition, at each retry): a write that lost that race
+	// (409) is tried again on the new version, so what the attack meets is
+	// the policy.
 	running := func(name string) func(context.Context) error {
 		return func(ctx context.Context) error {
-			p, err := admin.CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				p, err := admin.CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				p.Status.Phase = corev1.PodRunning
+				_, err = core.Pods(podNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 				return err
-			}
-			p.Status.Phase = corev1.PodRunning
-			_, err = core.Pods(podNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-			return err
+			})
 		}
 	}
 	for _, a := range []attack{

@@ -24,7 +24,9 @@ import (
 // the count before it, so NPD never matches it either (the message is the
 // last submatch in both).
 func TestShippedConfigsRun(t *testing.T) {
-	syslog := func(msg string) string { return t0.Add(-time.Minute).Format("Jan _2 15:04:05") + " node1 " + msg + "\n" }
+	syslog := func(msg string) string {
+		return t0.Add(-time.Minute).Format("Jan _2 15:04:05") + " node1 " + msg + "\n"
+	}
 	dockerLog := func(msg string) string {
 		return `time="` + t0.Add(-time.Minute).Format("2006-01-02T15:04:05.000000000-07:00") + `" level=error msg="` + msg + "\"\n"
 	}

@@ -348,6 +348,8 @@ func (a *Agent) reportStatePass(node *corev1.Node, sp statePass) {
 			c.probe, c.key, c.requested(), taints.Truncate(c.words, 512))
 		a.log.Info("probe state cleared on request", "probe", c.probe, "annotation", c.key, "by", c.req.By,
 			"requestedAt", c.req.RequestedAt, "targets", c.req.Targets, "result", c.words)
+		// Its next run reports what is left: now, not at its interval.
+		a.runner.Wake(c.probe)
 	}
 	for _, u := range sp.unwritable {
 		a.recorder.Eventf(node, corev1.EventTypeWarning, ReasonProbeStateUnwritable,

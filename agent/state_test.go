@@ -444,6 +444,30 @@ func TestStatefulClear(t *testing.T) {
 	}
 }
 
+// TestStatefulClearRunsTheProbe: a clear request runs the probe at once,
+// so the condition and taint follow within seconds though its interval is
+// an hour.
+func TestStatefulClearRunsTheProbe(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	c := cp.Client()
+	const node = "stateful-clear-runs"
+	cp.CreateNode(t, node, nil)
+	p := newRecordProbe("GPU-1")
+	startAgent(t, agent.Options{
+		NodeName:        node,
+		Client:          c.CoreV1(),
+		Probes:          []agent.ProbeSpec{{Entry: probes.Entry{Probe: p, Interval: time.Hour, Timeout: time.Second}, Condition: cond}},
+		Rules:           rules,
+		HeartbeatPeriod: time.Hour,
+	})
+	waitNode(t, c, node, 20*time.Second, "taint and state", func(n *corev1.Node) bool { return tainted(n) && hasRecords("GPU-1")(n) })
+	setAnnotations(t, c, node, map[string]any{agent.ClearAnnotation(recordProbeName): clearValue(t, agent.ClearRequest{Targets: []string{agent.ClearAll}, RequestedAt: now3339()})})
+	waitNode(t, c, node, 20*time.Second, "no taint, condition False, well before the hour's interval", func(n *corev1.Node) bool {
+		return !hasTaint(n, ourTaint) && conditionIs(corev1.ConditionFalse)(n)
+	})
+}
+
 // TestStatefulClearNewerRequestKept: a second request written between the
 // agent's read and its write (which removes the first) makes the write
 // conflict; the agent re-reads, leaves the second request in place, and

@@ -201,6 +201,9 @@ type Runner struct {
 	rand    func() float64
 	log     *slog.Logger
 	obs     Observer // nil: none
+	// pending holds each entry's one pending wake (see Waker and Wake):
+	// wakes that find it full are coalesced.
+	pending []chan struct{}
 
 	mu    sync.Mutex   // guards stats and last
 	stats []ProbeStats // indexed like entries
@@ -256,6 +259,10 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 		obs:     opts.Observer,
 		stats:   make([]ProbeStats, len(entries)),
 		last:    make([]Result, len(entries)),
+		pending: make([]chan struct{}, len(entries)),
+	}
+	for i := range r.pending {
+		r.pending[i] = make(chan struct{}, 1)
 	}
 	if r.clock == nil {
 		r.clock = RealClock{}
@@ -331,8 +338,7 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 	if !gateOpen(ctx, e.Start) {
 		return
 	}
-	// One pending wake at most: wakes that find it full are coalesced.
-	pending := make(chan struct{}, 1)
+	pending := r.pending[i]
 	if w, ok := e.Probe.(Waker); ok {
 		var watchers sync.WaitGroup
 		defer watchers.Wait()
@@ -361,6 +367,24 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 			ok = r.sleep(ctx, start.Add(r.wakeGap).Sub(r.clock.Now()))
 		}
 	}
+}
+
+// Wake asks for a run of the probe named name now, as its Watch would (see
+// Waker: coalesced, at most one pending, WakeGap after a woken run): what
+// the agent does once a probe's state was cleared, so the way back does
+// not wait for the interval. It never blocks, and reports whether the
+// runner has such a probe.
+func (r *Runner) Wake(name string) bool {
+	for i, e := range r.entries {
+		if e.Probe.Name() == name {
+			select {
+			case r.pending[i] <- struct{}{}:
+			default:
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // wait waits for d on the runner's clock or for a wake on pending,

@@ -212,3 +212,35 @@ func TestRunnerWatchFails(t *testing.T) {
 func okFunc(name string) probestest.FuncProbe {
 	return probestest.FuncProbe{ProbeName: name, Func: ok(name).Probe}
 }
+
+// TestRunnerWakeByName: Wake runs a probe that is no Waker at once, by its
+// name, without the clock moving, and leaves the others to their
+// intervals; an unknown name is reported.
+func TestRunnerWakeByName(t *testing.T) {
+	const interval = time.Hour
+	h := start(t, []probes.Entry{
+		{Probe: ok("cleared"), Interval: interval, Timeout: time.Second},
+		{Probe: ok("other"), Interval: interval, Timeout: time.Second},
+	}, probes.RunnerOptions{Jitter: -1}, nil)
+	for range 2 {
+		h.recv()
+	}
+	h.waiters(2)
+	h.clock.Step(time.Minute)
+	h.quiet()
+	if h.runner.Wake("nosuch") {
+		t.Error(`Wake("nosuch") = true, want false: there is no such probe`)
+	}
+	if !h.runner.Wake("cleared") {
+		t.Fatal(`Wake("cleared") = false, want true`)
+	}
+	res := h.recv()
+	if res.Probe != "cleared" || !res.Time.Equal(t0.Add(time.Minute)) {
+		t.Errorf("woken run %s at %v, want cleared at %v", res.Probe, res.Time, t0.Add(time.Minute))
+	}
+	h.waiters(2)
+	h.quiet()
+	if st := h.runner.Stats(); st[0].Wakes != 1 || st[1].Wakes != 0 || st[1].Runs != 1 {
+		t.Errorf("stats %+v, want one woken run of cleared and the other left alone", st)
+	}
+}

@@ -214,39 +214,8 @@ type Runner struct {
 // must be non-nil with a unique, non-empty name, and 0 < Timeout < Interval.
 // All problems found are reported together.
 func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
-	var errs []error
-	seen := make(map[string]int, len(entries))
-	names := make([]string, len(entries))
-	for i, e := range entries {
-		if e.Probe == nil {
-			errs = append(errs, fmt.Errorf("probe entry %d: probe is nil", i))
-			continue
-		}
-		name := e.Probe.Name()
-		names[i] = name
-		what := fmt.Sprintf("probe %q", name)
-		if name == "" {
-			what = fmt.Sprintf("probe entry %d (%T)", i, e.Probe)
-			errs = append(errs, fmt.Errorf("%s: name is empty", what))
-		} else if j, dup := seen[name]; dup {
-			errs = append(errs, fmt.Errorf("%s: name is used by entries %d and %d", what, j, i))
-		} else {
-			seen[name] = i
-		}
-		if e.Interval <= 0 {
-			errs = append(errs, fmt.Errorf("%s: interval %v must be positive", what, e.Interval))
-		}
-		switch {
-		case e.Timeout <= 0:
-			errs = append(errs, fmt.Errorf("%s: timeout %v must be positive", what, e.Timeout))
-		case e.Interval > 0 && e.Timeout >= e.Interval:
-			errs = append(errs, fmt.Errorf("%s: timeout %v must be less than interval %v", what, e.Timeout, e.Interval))
-		}
-	}
-	if math.IsNaN(opts.Jitter) || opts.Jitter > 1 {
-		errs = append(errs, fmt.Errorf("jitter %v must be at most 1", opts.Jitter))
-	}
-	if err := errors.Join(errs...); err != nil {
+	names, err := validateEntries(entries, opts)
+	if err != nil {
 		return nil, fmt.Errorf("invalid probe configuration: %w", err)
 	}
 
@@ -289,6 +258,44 @@ func NewRunner(entries []Entry, opts RunnerOptions) (*Runner, error) {
 		r.stats[i].Name = name
 	}
 	return r, nil
+}
+
+// validateEntries checks NewRunner's entries and options, returning every
+// problem found together, and the probes' names by entry.
+func validateEntries(entries []Entry, opts RunnerOptions) ([]string, error) {
+	var errs []error
+	seen := make(map[string]int, len(entries))
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		if e.Probe == nil {
+			errs = append(errs, fmt.Errorf("probe entry %d: probe is nil", i))
+			continue
+		}
+		name := e.Probe.Name()
+		names[i] = name
+		what := fmt.Sprintf("probe %q", name)
+		if name == "" {
+			what = fmt.Sprintf("probe entry %d (%T)", i, e.Probe)
+			errs = append(errs, fmt.Errorf("%s: name is empty", what))
+		} else if j, dup := seen[name]; dup {
+			errs = append(errs, fmt.Errorf("%s: name is used by entries %d and %d", what, j, i))
+		} else {
+			seen[name] = i
+		}
+		if e.Interval <= 0 {
+			errs = append(errs, fmt.Errorf("%s: interval %v must be positive", what, e.Interval))
+		}
+		switch {
+		case e.Timeout <= 0:
+			errs = append(errs, fmt.Errorf("%s: timeout %v must be positive", what, e.Timeout))
+		case e.Interval > 0 && e.Timeout >= e.Interval:
+			errs = append(errs, fmt.Errorf("%s: timeout %v must be less than interval %v", what, e.Timeout, e.Interval))
+		}
+	}
+	if math.IsNaN(opts.Jitter) || opts.Jitter > 1 {
+		errs = append(errs, fmt.Errorf("jitter %v must be at most 1", opts.Jitter))
+	}
+	return names, errors.Join(errs...)
 }
 
 // Run runs every probe in its own goroutine until ctx is done, and returns

@@ -208,10 +208,9 @@ func (k *kernelXids) tap(l logmon.Line) {
 // specBuilder gathers the checks' specs, each condition fed from one
 // place and each events-only probe named once.
 type specBuilder struct {
-	specs   []agent.ProbeSpec
-	fed     map[corev1.NodeConditionType]string // condition -> where it comes from
-	named   map[string]string                   // events-only probe -> where it comes from
-	closers closeAll
+	specs []agent.ProbeSpec
+	fed   map[corev1.NodeConditionType]string // condition -> where it comes from
+	named map[string]string                   // events-only probe -> where it comes from
 }
 
 // add adds s, from where it is configured, unless its condition or

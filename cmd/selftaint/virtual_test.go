@@ -266,7 +266,12 @@ func TestVirtualNodeNoExecuteFault(t *testing.T) {
 			t.Errorf("%s: explain said never, but it was deleted at %s", key, at.Format(time.StampMilli))
 		case pred.When != taints.EvictNever && !evicted:
 			t.Errorf("%s: explain said %v at %s, but it was not deleted", key, pred.When, pred.At.Format(time.StampMilli))
-		case evicted && (at.Sub(pred.At) > 2*time.Second || pred.At.Sub(at) > 2*time.Second):
+		// explain's time has a second's resolution, and the taint-eviction
+		// controller acts a moment after it on a loaded machine (a
+		// clean-clone run saw 2.1 s for "Immediately"): up to 2 s early or
+		// 5 s late is explain being right; "twenty" tells 20 s from
+		// immediately either way.
+		case evicted && (at.Sub(pred.At) > 5*time.Second || pred.At.Sub(at) > 2*time.Second):
 			t.Errorf("%s: deleted at %s, explain said %s (%v)", key, at.Format(time.StampMilli), pred.At.Format(time.StampMilli), pred.When)
 		case evicted:
 			t.Logf("%s: eviction began %s after the taint, explain predicted %s", key, at.Sub(tainted).Round(time.Millisecond), pred.At.Sub(tainted).Round(time.Millisecond))

@@ -180,9 +180,12 @@ type Stats struct {
 
 // Agent runs probes and keeps its Node's conditions and taints in step.
 type Agent struct {
-	opts     Options
-	log      *slog.Logger
-	clock    clock.WithTicker
+	opts  Options
+	log   *slog.Logger
+	clock clock.WithTicker
+	// neListed is closed once the NoExecute grant and the guard have been
+	// listed (awaitGuardListed); nil without NoExecute.
+	neListed chan struct{}
 	runner   *probes.Runner
 	byProbe  map[string]ProbeSpec
 	ruleFor  map[taints.TaintID][]taints.Rule
@@ -305,6 +308,7 @@ func New(opts Options) (*Agent, error) {
 		clearSeen:   map[string]string{},
 	}
 	if opts.NoExecute != nil {
+		a.neListed = make(chan struct{})
 		if err := opts.NoExecute.validate(); err != nil {
 			return nil, err
 		}
@@ -470,6 +474,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	a.updateLoop(func(s *LoopState) { s.CacheSynced = true })
+	a.awaitNoExecuteListed(ctx)
 	wg.Go(func() {
 		<-ctx.Done()
 		a.queue.ShutDown()
@@ -478,6 +483,38 @@ func (a *Agent) Run(ctx context.Context) error {
 	for a.processNext(ctx) {
 	}
 	return ctx.Err()
+}
+
+// DefaultNoExecuteListWait is how long the first sync waits for the
+// NoExecute grant and the guard to be listed (NoExecuteOptions.ListWait).
+const DefaultNoExecuteListWait = 5 * time.Second
+
+// awaitNoExecuteListed holds the first sync until the grant and the guard
+// have been listed, for at most NoExecuteOptions.ListWait: a grant not listed yet
+// is not "no grant", and a restarted agent that took it for one would put
+// the fallback in its NoExecute taint's place, forget the taint's
+// timeAdded, and restore it later with a new one (restarting every
+// tolerating pod's eviction clock). Past the wait it syncs anyway: the
+// guard, unread, holds every new taint.
+func (a *Agent) awaitNoExecuteListed(ctx context.Context) {
+	if a.neListed == nil {
+		return
+	}
+	wait := a.opts.NoExecute.ListWait
+	switch {
+	case wait < 0:
+		return
+	case wait == 0:
+		wait = DefaultNoExecuteListWait
+	}
+	t := a.clock.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-a.neListed:
+	case <-t.C():
+		a.log.Warn("the NoExecute grant or the disruption guard is not listed yet; syncing without them", "waited", wait)
+	case <-ctx.Done():
+	}
 }
 
 func (a *Agent) processNext(ctx context.Context) bool {

@@ -37,6 +37,10 @@ type NoExecuteOptions struct {
 	// GuardStaleAfter is how long the guard is trusted for NoExecute
 	// without a renewal.
 	GuardStaleAfter time.Duration
+	// ListWait is how long the first sync waits for the grant and the
+	// guard to be listed (see Agent.awaitNoExecuteListed); 0 means
+	// DefaultNoExecuteListWait, a negative value no wait.
+	ListWait time.Duration
 }
 
 func (o *NoExecuteOptions) validate() error {
@@ -145,7 +149,8 @@ func (a *Agent) runNoExecute(ctx context.Context) {
 			DeleteFunc: func(any) { set(nil) },
 		}
 	}
-	if _, err := grants.AddEventHandler(handlers(a.setGrant)); err != nil {
+	grantReg, err := grants.AddEventHandler(handlers(a.setGrant))
+	if err != nil {
 		a.log.Error("watching the NoExecute grant", "err", err)
 		return
 	}
@@ -155,15 +160,18 @@ func (a *Agent) runNoExecute(ctx context.Context) {
 		return
 	}
 	go grants.RunWithContext(ctx)
-	go a.awaitGuardListed(ctx, reg.HasSynced)
+	// Both first lists: a grant not listed yet is not "no grant" (a
+	// restarted agent would put the fallback in its NoExecute taint's
+	// place and restore that taint later with a new timeAdded).
+	go a.awaitGuardListed(ctx, func() bool { return reg.HasSynced() && grantReg.HasSynced() })
 	guards.RunWithContext(ctx)
 }
 
-// awaitGuardListed marks the guard listed once its informer's first list
-// has been handled (synced: the guard, if there is one, went through
-// setGuard; if there is none, it is confirmed absent by a list that
-// succeeded), and asks for a sync at once: until then the guard holds
-// every new taint. A list that fails (the namespace cannot be read) never
+// awaitGuardListed marks the guard listed once its informer's first list,
+// and the grant's, have been handled (synced: the guard, if there is one,
+// went through setGuard; if there is none, it is confirmed absent by a
+// list that succeeded; the same for this node's grant), and asks for a
+// sync at once: until then the guard holds every new taint. A list that fails (the namespace cannot be read) never
 // marks it. It looks every 10ms at first, backing off to every second (a
 // list that keeps failing must not cost hundreds of virtual nodes' agents
 // a wake-up each 10ms).
@@ -182,6 +190,13 @@ func (a *Agent) awaitGuardListed(ctx context.Context, synced func() bool) {
 	a.guard.listed = true
 	unread := a.guard.unread()
 	a.mu.Unlock()
+	if a.neListed != nil {
+		select {
+		case <-a.neListed:
+		default:
+			close(a.neListed)
+		}
+	}
 	a.log.Debug("the disruption guard has been listed", "unread", unread)
 	a.enqueue()
 }

@@ -449,6 +449,9 @@ func TestRestartedAgentHoldsUntilTheGuardIsRead(t *testing.T) {
 			NoExecute: &agent.NoExecuteOptions{
 				Leases: c.CoordinationV1(), Namespace: coordNS(node), GuardName: fleet.DefaultGuardName,
 				GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
+				// No wait for the lists: the first sync comes before
+				// the guard is read, which is what this test holds.
+				ListWait: -1,
 			},
 		})
 	}

@@ -14,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
@@ -165,6 +168,12 @@ func TestStaleTaintListDoesNotOrphanOurTaint(t *testing.T) {
 // function.
 func startEvictAgent(t *testing.T, c kubernetes.Interface, node string, p probes.Probe) func() {
 	t.Helper()
+	return startEvictAgentOn(t, c, c.CoordinationV1(), node, p)
+}
+
+// startEvictAgentOn is startEvictAgent reading the grant through leases.
+func startEvictAgentOn(t *testing.T, c kubernetes.Interface, leases typedcoordv1.LeasesGetter, node string, p probes.Probe) func() {
+	t.Helper()
 	_, stop := startAgent(t, agent.Options{
 		NodeName: node,
 		Client:   c.CoreV1(),
@@ -174,7 +183,7 @@ func startEvictAgent(t *testing.T, c kubernetes.Interface, node string, p probes
 		}},
 		Rules: evictRules,
 		NoExecute: &agent.NoExecuteOptions{
-			Leases: c.CoordinationV1(), Namespace: coordNS(node), GuardName: fleet.DefaultGuardName,
+			Leases: leases, Namespace: coordNS(node), GuardName: fleet.DefaultGuardName,
 			GrantTTL: 15 * time.Second, GuardStaleAfter: 20 * time.Second,
 		},
 	})
@@ -266,6 +275,71 @@ func TestRestoredNoExecuteKeepsTimeAdded(t *testing.T) {
 		return !hasTaint(n, evictTaint) && !hasTaint(n, fallbackTaint)
 	})
 	checkForeignSurvived(t, w)
+	for i, v := range w.seen() {
+		if tt := findTaint(v, id); tt != nil && (tt.TimeAdded == nil || !tt.TimeAdded.UTC().Equal(t0)) {
+			t.Errorf("update %d (rv %s) carries NoExecute with timeAdded %v, want %s", i, v.ResourceVersion, tt.TimeAdded, t0)
+		}
+	}
+}
+
+// slowLeases lists Leases only after delay: a grant whose first list comes
+// after the guard's.
+type slowLeases struct {
+	typedcoordv1.LeasesGetter
+	delay time.Duration
+}
+
+func (s slowLeases) Leases(ns string) typedcoordv1.LeaseInterface {
+	return slowLeaseList{LeaseInterface: s.LeasesGetter.Leases(ns), delay: s.delay}
+}
+
+type slowLeaseList struct {
+	typedcoordv1.LeaseInterface
+	delay time.Duration
+}
+
+func (s slowLeaseList) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.LeaseInterface.List(ctx, opts)
+}
+
+// TestRestartedAgentWaitsForItsGrantList: an agent restarted while its
+// NoExecute taint is gone (deleted by hand) and whose grant is listed well
+// after the guard restores the taint with its original timeAdded: until
+// the grant is listed it is not "no grant" (the fallback in its place, and
+// the taint back later with a new timeAdded, restarting every tolerating
+// pod's eviction clock).
+func TestRestartedAgentWaitsForItsGrantList(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	c := cp.Client()
+	const node = "ne-restore-slow-grant"
+	created := cp.CreateNode(t, node, withForeign)
+	w := startWatch(t, c, node, created.ResourceVersion)
+	writeGuard(t, c, node, fleet.GuardState{RenewTime: time.Now().Add(time.Minute)})
+	p := newSwitchProbe(probes.StatusProblem)
+	stop := startEvictAgent(t, c, node, p)
+	waitNode(t, c, node, 20*time.Second, "the request", func(n *corev1.Node) bool { _, ok := request(n); return ok })
+	grantLease(t, c, node, time.Now())
+	id := taints.IDOf(evictTaint)
+	n := waitNode(t, c, node, 10*time.Second, "NoExecute, recorded, with a grant", func(n *corev1.Node) bool {
+		return hasTaint(n, evictTaint) && recorded(n, id)
+	})
+	t0 := findTaint(n, id).TimeAdded.UTC()
+	time.Sleep(time.Until(t0.Add(1500 * time.Millisecond))) // a fresh stamp would now differ
+
+	stop()
+	renewGrant(t, c, node)
+	patchTaintsAsKubectl(t, c, node, withoutTaint(getNode(t, c, node).Spec.Taints, id))
+	startEvictAgentOn(t, c, slowLeases{LeasesGetter: c.CoordinationV1(), delay: 2 * time.Second}, node, p)
+	n = waitNode(t, c, node, 20*time.Second, "NoExecute restored by the next agent", func(n *corev1.Node) bool { return hasTaint(n, evictTaint) })
+	if got := findTaint(n, id).TimeAdded; got == nil || !got.UTC().Equal(t0) {
+		t.Errorf("timeAdded restored after a restart = %v, want the original %s", got, t0)
+	}
 	for i, v := range w.seen() {
 		if tt := findTaint(v, id); tt != nil && (tt.TimeAdded == nil || !tt.TimeAdded.UTC().Equal(t0)) {
 			t.Errorf("update %d (rv %s) carries NoExecute with timeAdded %v, want %s", i, v.ResourceVersion, tt.TimeAdded, t0)

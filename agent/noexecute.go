@@ -160,45 +160,51 @@ func (a *Agent) runNoExecute(ctx context.Context) {
 		return
 	}
 	go grants.RunWithContext(ctx)
-	// Both first lists: a grant not listed yet is not "no grant" (a
-	// restarted agent would put the fallback in its NoExecute taint's
-	// place and restore that taint later with a new timeAdded).
-	go a.awaitGuardListed(ctx, func() bool { return reg.HasSynced() && grantReg.HasSynced() })
+	go a.awaitGuardListed(ctx, reg.HasSynced)
+	// The first sync waits for both first lists (awaitNoExecuteListed): a
+	// grant not listed yet is not "no grant". A grant that cannot be
+	// listed holds only NoExecute, as a missing coordinator does.
+	go func() {
+		if waitSynced(ctx, func() bool { return reg.HasSynced() && grantReg.HasSynced() }) {
+			close(a.neListed)
+		}
+	}()
 	guards.RunWithContext(ctx)
 }
 
-// awaitGuardListed marks the guard listed once its informer's first list,
-// and the grant's, have been handled (synced: the guard, if there is one,
-// went through setGuard; if there is none, it is confirmed absent by a
-// list that succeeded; the same for this node's grant), and asks for a
-// sync at once: until then the guard holds every new taint. A list that fails (the namespace cannot be read) never
-// marks it. It looks every 10ms at first, backing off to every second (a
-// list that keeps failing must not cost hundreds of virtual nodes' agents
-// a wake-up each 10ms).
+// awaitGuardListed marks the guard listed once its informer's first list
+// has been handled (synced: the guard, if there is one, went through
+// setGuard; if there is none, it is confirmed absent by a list that
+// succeeded), and asks for a sync at once: until then the guard holds
+// every new taint. A list that fails (the namespace cannot be read) never
+// marks it (see waitSynced).
 func (a *Agent) awaitGuardListed(ctx context.Context, synced func() bool) {
+	if !waitSynced(ctx, synced) {
+		return
+	}
+	a.mu.Lock()
+	a.guard.listed = true
+	unread := a.guard.unread()
+	a.mu.Unlock()
+	a.log.Debug("the disruption guard has been listed", "unread", unread)
+	a.enqueue()
+}
+
+// waitSynced waits until synced, looking every 10ms at first, backing off
+// to every second (a list that keeps failing must not cost hundreds of
+// virtual nodes' agents a wake-up each 10ms); false when ctx ended first.
+func waitSynced(ctx context.Context, synced func() bool) bool {
 	b := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: time.Second}
 	for !synced() {
 		t := time.NewTimer(b.Step())
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return false
 		case <-t.C:
 		}
 	}
-	a.mu.Lock()
-	a.guard.listed = true
-	unread := a.guard.unread()
-	a.mu.Unlock()
-	if a.neListed != nil {
-		select {
-		case <-a.neListed:
-		default:
-			close(a.neListed)
-		}
-	}
-	a.log.Debug("the disruption guard has been listed", "unread", unread)
-	a.enqueue()
+	return true
 }
 
 // byName is an informer on the one object called name: a list and a watch

@@ -487,7 +487,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // DefaultNoExecuteListWait is how long the first sync waits for the
 // NoExecute grant and the guard to be listed (NoExecuteOptions.ListWait).
-const DefaultNoExecuteListWait = 5 * time.Second
+const DefaultNoExecuteListWait = time.Second
 
 // awaitNoExecuteListed holds the first sync until the grant and the guard
 // have been listed, for at most NoExecuteOptions.ListWait: a grant not listed yet

@@ -308,11 +308,11 @@ func (s slowLeaseList) List(ctx context.Context, opts metav1.ListOptions) (*coor
 }
 
 // TestRestartedAgentWaitsForItsGrantList: an agent restarted while its
-// NoExecute taint is gone (deleted by hand) and whose grant is listed well
-// after the guard restores the taint with its original timeAdded: until
-// the grant is listed it is not "no grant" (the fallback in its place, and
-// the taint back later with a new timeAdded, restarting every tolerating
-// pod's eviction clock).
+// NoExecute taint is gone (deleted by hand), whose grant is listed half a
+// second after the guard, restores the taint with its original timeAdded:
+// until the grant is listed it is not "no grant" (the fallback in its
+// place, and the taint back later with a new timeAdded, restarting every
+// tolerating pod's eviction clock).
 func TestRestartedAgentWaitsForItsGrantList(t *testing.T) {
 	t.Parallel()
 	cp := shared.Get(t)
@@ -335,7 +335,7 @@ func TestRestartedAgentWaitsForItsGrantList(t *testing.T) {
 	stop()
 	renewGrant(t, c, node)
 	patchTaintsAsKubectl(t, c, node, withoutTaint(getNode(t, c, node).Spec.Taints, id))
-	startEvictAgentOn(t, c, slowLeases{LeasesGetter: c.CoordinationV1(), delay: 2 * time.Second}, node, p)
+	startEvictAgentOn(t, c, slowLeases{LeasesGetter: c.CoordinationV1(), delay: 500 * time.Millisecond}, node, p)
 	n = waitNode(t, c, node, 20*time.Second, "NoExecute restored by the next agent", func(n *corev1.Node) bool { return hasTaint(n, evictTaint) })
 	if got := findTaint(n, id).TimeAdded; got == nil || !got.UTC().Equal(t0) {
 		t.Errorf("timeAdded restored after a restart = %v, want the original %s", got, t0)

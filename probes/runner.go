@@ -446,8 +446,9 @@ func (r *Runner) watch(ctx context.Context, i int, w Waker, pending chan<- struc
 	if err == nil {
 		err = errors.New("watch returned before the runner stopped")
 	}
-	r.setWatch(i, false, err.Error())
+	// Logged before it is recorded: whoever sees WatchError also finds the log line.
 	r.log.Warn("probe cannot watch for changes; it runs only on its interval", "probe", name, "error", err)
+	r.setWatch(i, false, err.Error())
 }
 
 // setWatch records whether entry i's Watch runs and why it stopped.

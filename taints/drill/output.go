@@ -5,10 +5,24 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
+
+// ExitCode is the exit status for the report: ExitNotRun when the drill
+// could not run to its end (whatever its expectations say), else
+// ExitBreached when an expectation was breached, else ExitPassed.
+func (r *Report) ExitCode() int {
+	switch {
+	case r.Error != "":
+		return ExitNotRun
+	case slices.ContainsFunc(r.Expectations, func(res Result) bool { return !res.Passed }):
+		return ExitBreached
+	}
+	return ExitPassed
+}
 
 // Table is the closing table `selftaint drill` prints: one row per
 // expectation (PASS or FAIL, its name, its measured values in short),

@@ -51,6 +51,21 @@ func sampleReport(t *testing.T) *drill.Report {
 	}
 }
 
+func TestExitCode(t *testing.T) {
+	r := sampleReport(t)
+	if got := r.ExitCode(); got != drill.ExitNotRun {
+		t.Errorf("not run: %d, want %d", got, drill.ExitNotRun)
+	}
+	r.Error = ""
+	if got := r.ExitCode(); got != drill.ExitBreached {
+		t.Errorf("breached: %d, want %d", got, drill.ExitBreached)
+	}
+	r.Expectations = []drill.Result{r.Expectations[0]}
+	if got := r.ExitCode(); got != drill.ExitPassed {
+		t.Errorf("passed: %d, want %d", got, drill.ExitPassed)
+	}
+}
+
 func TestTable(t *testing.T) {
 	r := sampleReport(t)
 	got := drill.Table(r)

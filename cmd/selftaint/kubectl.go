@@ -132,14 +132,15 @@ func kubeFlagNames() []string {
 }
 
 // timeoutFlag is --request-timeout: checked as clientcmd checks it
-// (integer seconds or a duration), kept as given for ConfigOverrides.
+// (integer seconds or a duration; here never negative), kept as given for
+// ConfigOverrides.
 type timeoutFlag struct{ s string }
 
 func (t *timeoutFlag) String() string { return t.s }
 
 func (t *timeoutFlag) Set(v string) error {
-	if _, err := clientcmd.ParseTimeout(v); err != nil {
-		return fmt.Errorf("want seconds or a duration (1s, 2m, 3h), not %q", v)
+	if d, err := clientcmd.ParseTimeout(v); err != nil || d < 0 {
+		return fmt.Errorf("want whole seconds or a duration (1s, 2m, 3h), not negative, not %q", v)
 	}
 	t.s = v
 	return nil

@@ -143,7 +143,7 @@ func parseGPUClear(prog string, args []string, stderr io.Writer) (gpuClearArgs, 
 	all := fs.Bool("all", false, "clear every GPU the probe holds")
 	fs.Var(&wait, "wait", "wait for the agent's answer: --wait (60s) or --wait=DURATION")
 	fs.StringVar(&out.by, "by", defaultClearedBy(), "who asks, recorded in the request and the agent's Event")
-	kf := addKubeFlags(fs, clusterScopedNamespaceUsage)
+	kf := addKubeFlags(fs, "accepted as kubectl takes it, and unused: this command works on a Node, which has no namespace, and --wait reads its Events in default, where Node Events are recorded")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return gpuClearArgs{}, err

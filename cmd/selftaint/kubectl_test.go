@@ -321,8 +321,9 @@ func TestKubectlPlugin(t *testing.T) {
 	if err := os.Symlink(buildStamped(t), plugin); err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir() // no ~/.kube/config of the machine's
-	env := []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + home, "KUBECONFIG=" + kc}
+	// $PATH holds only the plugin, so no plugin of the machine's is listed
+	// or warned about; HOME has no ~/.kube/config.
+	env := []string{"PATH=" + dir, "HOME=" + t.TempDir(), "KUBECONFIG=" + kc}
 	kubectlRun := func(t *testing.T, args ...string) (int, string) {
 		t.Helper()
 		cmd := exec.Command(kubectl, args...)

@@ -219,8 +219,8 @@ demo: demo-intro deps build
 	@$(BIN)/selftaint-demo --selftaint $(BIN)/selftaint $(DEMO_FLAGS)
 
 demo-intro:
-	@if [ ! -x $(BIN)/kube-apiserver ] || [ ! -x $(BIN)/kube-controller-manager ] || [ ! -x $(BIN)/kube-scheduler ]; then \
-		echo "make demo: first run: building kube-apiserver, kube-controller-manager and kube-scheduler $(KUBE_VERSION) from source into bin/"; \
+	@if [ ! -x $(BIN)/kube-apiserver ] || [ ! -x $(BIN)/kube-controller-manager ] || [ ! -x $(BIN)/kube-scheduler ] || [ ! -x $(BIN)/kubectl ]; then \
+		echo "make demo: first run: building kube-apiserver, kube-controller-manager, kube-scheduler and kubectl $(KUBE_VERSION) from source into bin/"; \
 		echo "           (about 5-8 minutes on 2 cores, and etcd from apt-get if missing); later runs start in seconds."; \
 	fi
 

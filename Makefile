@@ -8,10 +8,11 @@ GO ?= go
 BIN := $(CURDIR)/bin
 KUBE_VERSION := v1.35.4
 
-# The control-plane binaries that agent/testcp starts, built from the pinned
+# The control-plane binaries that agent/testcp starts, and kubectl, which
+# the kubectl plugin's test runs the binary under, built from the pinned
 # k8s.io/kubernetes module in hack/kube (a separate module, so the agent does
 # not depend on k8s.io/kubernetes).
-KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler
+KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler kubectl
 KUBE_BINARIES := $(addprefix $(BIN)/,$(KUBE_COMPONENTS))
 KUBE_VERSION_PARTS := $(subst ., ,$(patsubst v%,%,$(KUBE_VERSION)))
 KUBE_LDFLAGS := -s -w \
@@ -218,8 +219,8 @@ demo: demo-intro deps build
 	@$(BIN)/selftaint-demo --selftaint $(BIN)/selftaint $(DEMO_FLAGS)
 
 demo-intro:
-	@if [ ! -x $(BIN)/kube-apiserver ] || [ ! -x $(BIN)/kube-controller-manager ] || [ ! -x $(BIN)/kube-scheduler ]; then \
-		echo "make demo: first run: building kube-apiserver, kube-controller-manager and kube-scheduler $(KUBE_VERSION) from source into bin/"; \
+	@if [ ! -x $(BIN)/kube-apiserver ] || [ ! -x $(BIN)/kube-controller-manager ] || [ ! -x $(BIN)/kube-scheduler ] || [ ! -x $(BIN)/kubectl ]; then \
+		echo "make demo: first run: building kube-apiserver, kube-controller-manager, kube-scheduler and kubectl $(KUBE_VERSION) from source into bin/"; \
 		echo "           (about 5-8 minutes on 2 cores, and etcd from apt-get if missing); later runs start in seconds."; \
 	fi
 

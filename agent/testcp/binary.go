@@ -17,7 +17,7 @@ const rootModule = "module github.com/selftaint/selftaint"
 // How to get each binary the control plane needs; used in skip/fail messages.
 const (
 	etcdHint = "install it with `make etcd` (apt-get install etcd-server) or point $ETCD_BIN at an etcd binary"
-	kubeHint = "build it with `make kube-binaries` or point $KUBE_BIN_DIR at a directory holding kube-apiserver, kube-controller-manager and kube-scheduler"
+	kubeHint = "build it with `make kube-binaries` or point $KUBE_BIN_DIR at a directory holding kube-apiserver, kube-controller-manager, kube-scheduler and kubectl"
 )
 
 // MissingBinaryError reports that a binary the control plane (or a test)

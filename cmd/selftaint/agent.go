@@ -161,33 +161,13 @@ func restConfig(path string) (*rest.Config, error) {
 	return rc, nil
 }
 
-// operatorRESTConfig finds credentials the way kubectl does, for commands an
-// operator runs (explain, fault): --kubeconfig, else $KUBECONFIG, else
-// ~/.kube/config, else the in-cluster config.
-func operatorRESTConfig(kubeconfig string) (*rest.Config, error) {
-	rc, err := operatorClientConfig(kubeconfig).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	return rc, nil
-}
-
-// operatorClientConfig is the kubeconfig an operator command uses, found
-// as operatorRESTConfig says.
-func operatorClientConfig(kubeconfig string) clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-}
-
 // operatorClients are the core and coordination clients of an operator
 // command that reads the NoExecute standing.
-func operatorClients(kubeconfig, userAgent string) (typedcorev1.CoreV1Interface, typedcoordv1.LeasesGetter, error) {
-	rc, err := operatorRESTConfig(kubeconfig)
+func operatorClients(k *kubeFlags, userAgent string) (typedcorev1.CoreV1Interface, typedcoordv1.LeasesGetter, error) {
+	rc, err := k.restConfig(userAgent)
 	if err != nil {
 		return nil, nil, err
 	}
-	rc.UserAgent = userAgent
 	core, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("building API client: %w", err)
@@ -200,13 +180,12 @@ func operatorClients(kubeconfig, userAgent string) (typedcorev1.CoreV1Interface,
 }
 
 // operatorClient is a core client for an operator command, credentials found
-// as operatorRESTConfig finds them.
-func operatorClient(kubeconfig, userAgent string) (*typedcorev1.CoreV1Client, error) {
-	rc, err := operatorRESTConfig(kubeconfig)
+// as kubeFlags.clientConfig finds them.
+func operatorClient(k *kubeFlags, userAgent string) (*typedcorev1.CoreV1Client, error) {
+	rc, err := k.restConfig(userAgent)
 	if err != nil {
 		return nil, err
 	}
-	rc.UserAgent = userAgent
 	client, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("building API client: %w", err)

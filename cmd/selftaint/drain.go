@@ -23,7 +23,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/selftaint/selftaint/taints/fleet"
@@ -67,8 +66,9 @@ request: the coordinator then uncordons it if selftaint cordoned it (never a
 node someone else cordoned) and frees its slot. --done never touches a
 node agent's own request (` + fleet.AgentRequestAnnotation + `).
 
---kubeconfig defaults to $KUBECONFIG, else ~/.kube/config, else in-cluster.
-The request records who asked as the API server knows the credentials.
+--kubeconfig defaults to $KUBECONFIG, else ~/.kube/config, else in-cluster;
+--context, --cluster, --user and --request-timeout are kubectl's. The request
+records who asked as the API server knows the credentials.
 `
 
 // drainFieldManager is the field manager of drain's writes.
@@ -84,21 +84,22 @@ type drainArgs struct {
 	renew       bool
 	wait        bool
 	// follow: --wait without --reason, following requests already made.
-	follow     bool
-	timeout    time.Duration // 0: none
-	kubeconfig string
+	follow  bool
+	timeout time.Duration // 0: none
+	kube    kubeFlags
 	// request is the request to write, less RequestedBy and RequestedAt.
 	request fleet.MaintenanceRequest
 }
 
 // drainFlags are the flags as given, before they are checked together.
 type drainFlags struct {
-	reason, deadline, onDeadline, selector, kubeconfig string
-	maxParallel                                        int
-	timeout                                            time.Duration
-	evictUnreplicated, deleteEmptyDir                  bool
-	done, renew, wait                                  bool
-	set                                                map[string]bool // the flags given
+	reason, deadline, onDeadline, selector string
+	maxParallel                            int
+	timeout                                time.Duration
+	evictUnreplicated, deleteEmptyDir      bool
+	done, renew, wait                      bool
+	kube                                   *kubeFlags
+	set                                    map[string]bool // the flags given
 }
 
 // requestFlags are the flags that shape a request.
@@ -106,10 +107,10 @@ func requestFlags() []string {
 	return []string{"reason", "deadline", "on-deadline", "evict-unreplicated", "delete-emptydir-data", "renew"}
 }
 
-func newDrainFlagSet(stderr io.Writer, f *drainFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("selftaint drain", flag.ContinueOnError)
+func newDrainFlagSet(prog string, stderr io.Writer, f *drainFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet(prog+" drain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, drainUsage, "\nFlags:\n"); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, forProg(prog, drainUsage), "\nFlags:\n"); fs.PrintDefaults() }
 	fs.StringVar(&f.reason, "reason", "", "why the nodes are drained, for the people who see them in maintenance (required to make a request)")
 	fs.StringVar(&f.deadline, "deadline", "", "how long a drain may take once started, as 30m or 2h (default the coordinator's maintenance.defaultDeadline; at most "+fleet.MaxDeadline.String()+")")
 	fs.StringVar(&f.onDeadline, "on-deadline", "", "what happens at the deadline if pods still refuse: "+fleet.OnDeadlineRelease+" (the default: give the node back) or "+fleet.OnDeadlineForce+" (delete them, each with its grace period)")
@@ -121,29 +122,30 @@ func newDrainFlagSet(stderr io.Writer, f *drainFlags) *flag.FlagSet {
 	fs.BoolVar(&f.wait, "wait", false, "follow the drains, a line per change, until every node is Drained (exit 0) or one ends otherwise (exit 1)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "with --wait: give up waiting after this long (exit 1); the requests stay (default: no limit)")
 	fs.BoolVar(&f.done, "done", false, "end maintenance: remove the operator's request from the nodes")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	f.kube = addKubeFlags(fs, clusterScopedNamespaceUsage)
 	return fs
 }
 
 // parseDrain parses `selftaint drain`'s arguments (flags before or after
-// the nodes) and checks them, touching nothing.
-func parseDrain(args []string, stderr io.Writer) (drainArgs, error) {
+// the nodes) and checks them, touching nothing; prog is the program's name
+// for usage.
+func parseDrain(prog string, args []string, stderr io.Writer) (drainArgs, error) {
 	f := drainFlags{set: map[string]bool{}}
-	fs := newDrainFlagSet(stderr, &f)
+	fs := newDrainFlagSet(prog, stderr, &f)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return drainArgs{}, err
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if len(pos) == 0 && !f.set["selector"] {
-		fmt.Fprintln(stderr, "selftaint drain: no nodes: give NODE... or --selector LABELS")
+		fmt.Fprintf(stderr, "%s: no nodes: give NODE... or --selector LABELS\n", fs.Name())
 		fs.Usage()
 		return drainArgs{}, errUsage
 	}
 	if err := checkDrainTargets(pos, f.selector, f.set); err != nil {
 		return drainArgs{}, err
 	}
-	a := drainArgs{selector: f.selector, done: f.done, renew: f.renew, wait: f.wait, timeout: f.timeout, kubeconfig: f.kubeconfig}
+	a := drainArgs{selector: f.selector, done: f.done, renew: f.renew, wait: f.wait, timeout: f.timeout, kube: *f.kube}
 	for _, n := range pos {
 		if !slices.Contains(a.nodes, n) {
 			a.nodes = append(a.nodes, n)
@@ -279,42 +281,28 @@ func drainRequest(f *drainFlags) (fleet.MaintenanceRequest, error) {
 }
 
 func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	prog := progOf(ctx)
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprint(stdout, drainUsage)
+		fmt.Fprint(stdout, forProg(prog, drainUsage))
 		return flag.ErrHelp
 	}
-	a, err := parseDrain(args, stderr)
+	a, err := parseDrain(prog, args, stderr)
 	if err != nil {
 		return err
 	}
-	cc := operatorClientConfig(a.kubeconfig)
-	rc, err := cc.ClientConfig()
+	rc, err := a.kube.restConfig(drainFieldManager)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+		return err
 	}
-	rc.UserAgent = drainFieldManager
 	core, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("building API client: %w", err)
 	}
 	d := &drainer{nodes: core.Nodes(), rest: core.RESTClient(), out: stdout, now: time.Now}
 	if !a.done && !a.follow {
-		d.by = requester(ctx, rc, contextUser(cc))
+		d.by = requester(ctx, rc, a.kube.contextUser())
 	}
 	return d.run(ctx, a)
-}
-
-// contextUser is the user name of the kubeconfig's current context, "" if
-// there is none.
-func contextUser(cc clientcmd.ClientConfig) string {
-	raw, err := cc.RawConfig()
-	if err != nil {
-		return ""
-	}
-	if c := raw.Contexts[raw.CurrentContext]; c != nil {
-		return c.AuthInfo
-	}
-	return ""
 }
 
 // requester is who the request says asked: the user the API server

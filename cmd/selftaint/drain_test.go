@@ -74,7 +74,7 @@ func TestDrainArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			got, err := parseDrain(tt.args, &stderr)
+			got, err := parseDrain(progStandalone, tt.args, &stderr)
 			switch {
 			case tt.wantErr == "usage":
 				if !errors.Is(err, errUsage) || stderr.Len() == 0 {

@@ -29,25 +29,25 @@ func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 const explainPageSize = 500
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("selftaint explain", flag.ContinueOnError)
+	prog := progOf(ctx)
+	fs := flag.NewFlagSet(prog+" explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: selftaint explain NODE [--taint key[=value]:Effect ...] [flags]
+		fmt.Fprint(fs.Output(), forProg(prog, `Usage: selftaint explain NODE [--taint key[=value]:Effect ...] [flags]
 
 Lists the pods bound to NODE and says, for the node's current taints plus any
 proposed with --taint, which pods the taint-eviction controller would delete
 and when, and whether new pods like each could still be scheduled there.
 
 Flags:
-`)
+`))
 		fs.PrintDefaults()
 	}
 	var proposedArgs stringsFlag
 	fs.Var(&proposedArgs, "taint", "a proposed taint, key[=value]:Effect as kubectl taint takes it; repeatable. It replaces a current taint with the same key and effect")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	kf := addKubeFlags(fs, coordinatorNamespaceUsage)
 	output := fs.String("output", "table", "table or json")
 	configPath := fs.String("config", "", "the agents' config file: its NoExecute rules and coordinator settings, to say whether a NoExecute taint would be granted, budgeted, suspended or fall back; empty means the built-in defaults")
-	namespace := fs.String("namespace", "", "the coordinator's namespace (default: the config's coordinator.namespace, else "+config.DefaultCoordinatorNamespace+")")
 	comparison := fs.Bool("comparison-operators", false, "let Lt and Gt tolerations compare values, as with the TaintTolerationComparisonOperators feature gate (alpha and off by default in Kubernetes 1.35)")
 
 	// NODE may come before, between or after the flags.
@@ -56,7 +56,7 @@ Flags:
 		return err
 	}
 	if len(positional) > 1 {
-		fmt.Fprintf(stderr, "selftaint explain: one NODE, not %q\n", positional)
+		fmt.Fprintf(stderr, "%s: one NODE, not %q\n", fs.Name(), positional)
 		return errUsage
 	}
 	var node string
@@ -64,7 +64,7 @@ Flags:
 		node = positional[0]
 	}
 	if node == "" {
-		fmt.Fprintln(stderr, "selftaint explain: missing NODE")
+		fmt.Fprintf(stderr, "%s: missing NODE\n", fs.Name())
 		fs.Usage()
 		return errUsage
 	}
@@ -84,7 +84,7 @@ Flags:
 	if err != nil {
 		return err
 	}
-	client, leases, err := operatorClients(*kubeconfig, "selftaint-explain")
+	client, leases, err := operatorClients(kf, "selftaint-explain")
 	if err != nil {
 		return err
 	}
@@ -107,11 +107,7 @@ Flags:
 	if err := printExplain(stdout, node, considered, isProposed, rep, now); err != nil {
 		return err
 	}
-	ns := *namespace
-	if ns == "" {
-		ns = cfg.Coordinator.NamespaceOr("")
-	}
-	return printStanding(ctx, stdout, client, leases, cfg, ns, n, nil, now)
+	return printStanding(ctx, stdout, client, leases, cfg, kf.coordinatorNamespace(cfg), n, nil, now)
 }
 
 // podsOnNode lists the pods bound to node in all namespaces, page by page.

@@ -36,9 +36,11 @@ func faultUsage(reg config.Registry) string {
 A fault is the annotation fault.selftaint.io/<C> on the Node: the agent there
 publishes condition C (a condition type or a probe name, listed below) with
 the fault's status, without damping, until it expires, then removes it.
-Every command takes --kubeconfig (default $KUBECONFIG, else ~/.kube/config)
-and --config (the agent's config file, for the known conditions, the default
-duration and the maximum; default the built-in one).
+Every command takes kubectl's --kubeconfig (default $KUBECONFIG, else
+~/.kube/config), --context, --cluster, --user and --request-timeout, and
+--config (the agent's config file, for the known conditions, the default
+duration and the maximum; default the built-in one). inject's -n/--namespace
+is the coordinator's (default the config's coordinator.namespace).
 
 Probes, each a fault target by its name, and the condition each feeds by
 default (--config may rename a condition or disable a probe):
@@ -54,12 +56,13 @@ func conditionFlagUsage(reg config.Registry) string {
 
 // faultFlags are the flags every fault subcommand has.
 type faultFlags struct {
-	kubeconfig string
+	kube       *kubeFlags
 	configPath string
 }
 
-func (f *faultFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+// register adds them to fs; namespaceUsage is -n's help.
+func (f *faultFlags) register(fs *flag.FlagSet, namespaceUsage string) {
+	f.kube = addKubeFlags(fs, namespaceUsage)
 	fs.StringVar(&f.configPath, "config", "", "the agents' config file, for the fault targets, default duration and maximum; empty means the built-in defaults")
 }
 
@@ -68,7 +71,7 @@ type faultEnv struct {
 	cfg             *config.Config
 	known           map[corev1.NodeConditionType]bool
 	probeConditions map[string]corev1.NodeConditionType
-	kubeconfig      string
+	kube            *kubeFlags
 }
 
 // env loads the config; connect makes the client.
@@ -78,7 +81,7 @@ func (f *faultFlags) env() (*faultEnv, error) {
 		return nil, err
 	}
 	known, probeConditions := cfg.FaultTargets()
-	return &faultEnv{cfg: cfg, known: known, probeConditions: probeConditions, kubeconfig: f.kubeconfig}, nil
+	return &faultEnv{cfg: cfg, known: known, probeConditions: probeConditions, kube: f.kube}, nil
 }
 
 // anyVirtualNode stands for any virtual node, for what it takes faults on.
@@ -114,7 +117,7 @@ func (e *faultEnv) node(ctx context.Context, name string) (typedcorev1.NodeInter
 }
 
 func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
-	client, err := operatorClient(e.kubeconfig, "selftaint-fault")
+	client, err := operatorClient(e.kube, "selftaint-fault")
 	if err != nil {
 		return nil, err
 	}
@@ -122,18 +125,24 @@ func (e *faultEnv) connect() (typedcorev1.NodeInterface, error) {
 }
 
 // newFaultFlagSet is the flag set of "selftaint fault <sub>" with the flags
-// every fault command shares.
-func newFaultFlagSet(sub string, stderr io.Writer) (*flag.FlagSet, *faultFlags) {
-	fs := flag.NewFlagSet("selftaint fault "+sub, flag.ContinueOnError)
+// every fault command shares. Only inject reads anything namespaced (the
+// coordinator's objects, to tell what a NoExecute rule would do).
+func newFaultFlagSet(ctx context.Context, sub string, stderr io.Writer) (*flag.FlagSet, *faultFlags) {
+	fs := flag.NewFlagSet(progOf(ctx)+" fault "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ff := &faultFlags{}
-	ff.register(fs)
+	nsUsage := clusterScopedNamespaceUsage
+	if sub == "inject" {
+		nsUsage = coordinatorNamespaceUsage
+	}
+	ff.register(fs, nsUsage)
 	return fs, ff
 }
 
 func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	prog := progOf(ctx)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, faultUsage(config.DefaultRegistry()))
+		fmt.Fprint(stderr, forProg(prog, faultUsage(config.DefaultRegistry())))
 		return errUsage
 	}
 	switch args[0] {
@@ -144,10 +153,10 @@ func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "list":
 		return runFaultList(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, faultUsage(config.DefaultRegistry()))
+		fmt.Fprint(stdout, forProg(prog, faultUsage(config.DefaultRegistry())))
 		return flag.ErrHelp
 	default:
-		fmt.Fprintf(stderr, "selftaint fault: unknown command %q\n\n%s", args[0], faultUsage(config.DefaultRegistry()))
+		fmt.Fprintf(stderr, "%s fault: unknown command %q\n\n%s", prog, args[0], forProg(prog, faultUsage(config.DefaultRegistry())))
 		return errUsage
 	}
 }
@@ -158,6 +167,7 @@ func runFault(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // those after a "--").
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
+	args = splitShorthand(fs, args) // kubectl's -nNAMESPACE
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -197,7 +207,7 @@ func defaultInjectedBy() string {
 }
 
 func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, ff := newFaultFlagSet("inject", stderr)
+	fs, ff := newFaultFlagSet(ctx, "inject", stderr)
 	target := fs.String("condition", "", conditionFlagUsage(config.DefaultRegistry()))
 	status := fs.String("status", "True", "the status the condition takes: True, False or Unknown")
 	dur := fs.Duration("for", 0, "how long the fault lasts (default the config's faults.defaultDuration, 10m; at most faults.maxDuration)")
@@ -290,19 +300,19 @@ func (e *faultEnv) tellNoExecute(ctx context.Context, w io.Writer, n *corev1.Nod
 	if !noExecute {
 		return nil
 	}
-	core, leases, err := operatorClients(e.kubeconfig, "selftaint-fault")
+	core, leases, err := operatorClients(e.kube, "selftaint-fault")
 	if err != nil {
 		return err
 	}
 	overrides := map[corev1.NodeConditionType]corev1.ConditionStatus{c: st}
-	if err := printStanding(ctx, w, core, leases, e.cfg, e.cfg.Coordinator.NamespaceOr(""), n, overrides, now); err != nil {
+	if err := printStanding(ctx, w, core, leases, e.cfg, e.kube.coordinatorNamespace(e.cfg), n, overrides, now); err != nil {
 		return fmt.Errorf("the fault is written; %w", err)
 	}
 	return nil
 }
 
 func runFaultClear(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, ff := newFaultFlagSet("clear", stderr)
+	fs, ff := newFaultFlagSet(ctx, "clear", stderr)
 	target := fs.String("condition", "", "clear the faults on this condition type or probe name (by either name)")
 	all := fs.Bool("all", false, "clear every fault on the node")
 	pos, err := parseInterspersed(fs, args)
@@ -404,7 +414,7 @@ func expiresIn(at, now time.Time) string {
 }
 
 func runFaultList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, ff := newFaultFlagSet("list", stderr)
+	fs, ff := newFaultFlagSet(ctx, "list", stderr)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

@@ -24,7 +24,8 @@ import (
 )
 
 const gpuUsage = `Usage:
-  selftaint gpu clear NODE (--gpu GPU [--gpu GPU ...] | --all) [--wait[=60s]] [--by WHO] [--kubeconfig FILE]
+  selftaint gpu clear NODE (--gpu GPU [--gpu GPU ...] | --all) [--wait[=60s]] [--by WHO]
+                      [--kubeconfig FILE] [--context C] [--cluster C] [--user U] [--request-timeout D]
 
 A GPU that raised an Xid needing a reset stays failed until the reset is
 seen, across agent restarts: the gpu probe keeps what it saw in the Node
@@ -40,7 +41,8 @@ and the taint lifts as the condition's damping allows.
 
 --wait waits (60s, or --wait=2m) for the agent's answer and prints it; the
 exit status is 1 when the request was rejected or not answered in time.
---kubeconfig defaults to $KUBECONFIG, else ~/.kube/config.
+--kubeconfig defaults to $KUBECONFIG, else ~/.kube/config; --context,
+--cluster, --user and --request-timeout are kubectl's.
 `
 
 // defaultWait is how long --wait alone waits.
@@ -50,10 +52,10 @@ const defaultWait = 60 * time.Second
 type gpuClearArgs struct {
 	node string
 	// targets are the GPU UUIDs or PCI addresses, or [agent.ClearAll].
-	targets    []string
-	wait       time.Duration // zero: do not wait
-	by         string
-	kubeconfig string
+	targets []string
+	wait    time.Duration // zero: do not wait
+	by      string
+	kube    kubeFlags
 }
 
 // listFlag is a flag that may be given many times; commas also separate
@@ -108,28 +110,30 @@ func defaultClearedBy() string {
 }
 
 func runGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	prog := progOf(ctx)
+	usage := forProg(prog, gpuUsage)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, gpuUsage)
+		fmt.Fprint(stderr, usage)
 		return errUsage
 	}
 	switch args[0] {
 	case "clear":
 		return runGPUClear(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, gpuUsage)
+		fmt.Fprint(stdout, usage)
 		return flag.ErrHelp
 	default:
-		fmt.Fprintf(stderr, "selftaint gpu: unknown command %q\n\n%s", args[0], gpuUsage)
+		fmt.Fprintf(stderr, "%s gpu: unknown command %q\n\n%s", prog, args[0], usage)
 		return errUsage
 	}
 }
 
 // parseGPUClear parses `selftaint gpu clear`'s arguments (flags before or
-// after NODE).
-func parseGPUClear(args []string, stderr io.Writer) (gpuClearArgs, error) {
-	fs := flag.NewFlagSet("selftaint gpu clear", flag.ContinueOnError)
+// after NODE); prog is the program's name for usage.
+func parseGPUClear(prog string, args []string, stderr io.Writer) (gpuClearArgs, error) {
+	fs := flag.NewFlagSet(prog+" gpu clear", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, gpuUsage, "\nFlags:\n"); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, forProg(prog, gpuUsage), "\nFlags:\n"); fs.PrintDefaults() }
 	var (
 		gpus listFlag
 		wait waitFlag
@@ -139,11 +143,12 @@ func parseGPUClear(args []string, stderr io.Writer) (gpuClearArgs, error) {
 	all := fs.Bool("all", false, "clear every GPU the probe holds")
 	fs.Var(&wait, "wait", "wait for the agent's answer: --wait (60s) or --wait=DURATION")
 	fs.StringVar(&out.by, "by", defaultClearedBy(), "who asks, recorded in the request and the agent's Event")
-	fs.StringVar(&out.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+	kf := addKubeFlags(fs, "accepted as kubectl takes it, and unused: this command works on a Node, which has no namespace, and --wait reads its Events in default, where Node Events are recorded")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return gpuClearArgs{}, err
 	}
+	out.kube = *kf
 	if out.node, err = oneNode(fs, pos); err != nil {
 		return gpuClearArgs{}, err
 	}
@@ -168,11 +173,11 @@ func parseGPUClear(args []string, stderr io.Writer) (gpuClearArgs, error) {
 }
 
 func runGPUClear(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a, err := parseGPUClear(args, stderr)
+	a, err := parseGPUClear(progOf(ctx), args, stderr)
 	if err != nil {
 		return err
 	}
-	client, err := operatorClient(a.kubeconfig, "selftaint-gpu")
+	client, err := operatorClient(&a.kube, "selftaint-gpu")
 	if err != nil {
 		return err
 	}

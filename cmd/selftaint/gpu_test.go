@@ -32,7 +32,7 @@ func TestGPUClearArgs(t *testing.T) {
 		{name: "one GPU, flags after the node", args: []string{"n1", "--gpu", "GPU-a", "--by", "alice"},
 			want: gpuClearArgs{node: "n1", targets: []string{"GPU-a"}, by: "alice"}},
 		{name: "flags before the node", args: []string{"--gpu=GPU-a", "--kubeconfig=/k", "n1"},
-			want: gpuClearArgs{node: "n1", targets: []string{"GPU-a"}, kubeconfig: "/k"}},
+			want: gpuClearArgs{node: "n1", targets: []string{"GPU-a"}, kube: kubeFlags{kubeconfig: "/k"}}},
 		{name: "several, repeated and with commas, sorted and deduplicated", args: []string{"n1", "--gpu", "GPU-b", "--gpu", "GPU-a,GPU-c", "--gpu", "GPU-b"},
 			want: gpuClearArgs{node: "n1", targets: []string{"GPU-a", "GPU-b", "GPU-c"}}},
 		{name: "all", args: []string{"n1", "--all"}, want: gpuClearArgs{node: "n1", targets: []string{agent.ClearAll}}},
@@ -56,7 +56,7 @@ func TestGPUClearArgs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("KUBECONFIG", "")
 			var stderr bytes.Buffer
-			got, err := parseGPUClear(tt.args, &stderr)
+			got, err := parseGPUClear(progStandalone, tt.args, &stderr)
 			switch {
 			case tt.wantErr == "usage":
 				if !errors.Is(err, errUsage) {

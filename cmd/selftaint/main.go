@@ -46,7 +46,11 @@ Usage:
                             policy's parameters (its agent.selftaint.io/owned-* annotations)
   selftaint version         print the version, revision and Go version
 
-Run "selftaint <command> -h" for the command's flags.
+Run "selftaint <command> -h" for the command's flags. explain, fault, drain
+and gpu take kubectl's --kubeconfig, --context, --cluster, --user,
+--request-timeout and -n/--namespace (the coordinator's namespace), also
+before the command. As kubectl-selftaint on $PATH, kubectl runs the binary as
+"kubectl selftaint".
 `
 
 // errUsage marks an error already explained by a usage message.
@@ -54,18 +58,26 @@ var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx = withProg(ctx, progName(os.Args[0]))
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run executes one command line and returns the exit code.
+// run executes one command line and returns the exit code; the program's
+// name (withProg) names it in usage and errors.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	prog := progOf(ctx)
+	help := forProg(prog, usage)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, help)
 		return 2
 	}
-	var err error
+	args, err := hoistKubeFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n\n%s", prog, err, help)
+		return 2
+	}
 	switch args[0] {
 	case "agent":
 		err = runAgent(ctx, args[1:], stderr)
@@ -88,10 +100,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "policy-params":
 		err = runPolicyParams(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, help)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "selftaint: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", prog, args[0], help)
 		return 2
 	}
 	switch {
@@ -102,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return 2
 	default:
-		fmt.Fprintf(stderr, "selftaint %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s %s: %v\n", prog, args[0], err)
 		return 1
 	}
 }

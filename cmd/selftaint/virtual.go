@@ -181,7 +181,7 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rc, err := operatorRESTConfig(f.kubeconfig)
+	rc, err := (&kubeFlags{kubeconfig: f.kubeconfig}).restConfig("selftaint-virtual")
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,6 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 	if rc.Burst <= 0 {
 		rc.Burst = int(2 * rc.QPS)
 	}
-	rc.UserAgent = "selftaint-virtual"
 	var requests atomic.Int64
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, &requests} })
 	if f.leaseDuration < 4*time.Second {

@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"os"
@@ -491,6 +492,12 @@ func TestChartConfig(t *testing.T) {
 			}
 		} else if got != tt.want {
 			t.Errorf("%s: config.yaml %q, want %q", tt.name, got, tt.want)
+		}
+		// The pods roll when the config changes.
+		for _, pod := range []metav1.ObjectMeta{find[*appsv1.DaemonSet](t, ms, "selftaint").Spec.Template.ObjectMeta, find[*appsv1.Deployment](t, ms, coordinatorSA).Spec.Template.ObjectMeta} {
+			if sum := pod.Annotations["checksum/config"]; sum != fmt.Sprintf("%x", sha256.Sum256([]byte(got))) {
+				t.Errorf("%s: pod annotation checksum/config %q, want config.yaml's SHA-256", tt.name, sum)
+			}
 		}
 		for _, role := range []string{"selftaint-fleet", coordinatorSA} {
 			r := find[*rbacv1.Role](t, ms, role)

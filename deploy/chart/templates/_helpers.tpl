@@ -134,6 +134,11 @@ namespace selftaint (the Events Roles in default, which stay there).
 {{- if eq $o.kind "Deployment" -}}
 {{- $_ := set $o.spec "replicas" (int $ctx.Values.coordinator.replicas) -}}
 {{- end -}}
+{{- if $ctx.Values.config -}}
+{{- /* selftaint reads its config once: a changed config rolls the pods. */ -}}
+{{- $tm := $o.spec.template.metadata -}}
+{{- $_ := set $tm "annotations" (merge (dict "checksum/config" (include "selftaint.config" $ctx | sha256sum)) ($tm.annotations | default dict)) -}}
+{{- end -}}
 {{- end -}}
 {{- /* Admission policies: the service accounts they match, their parameters. */ -}}
 {{- if eq $o.kind "ValidatingAdmissionPolicy" -}}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -79,6 +80,12 @@ func renderChart(t *testing.T, values map[string]any) (string, error) {
 	if err != nil {
 		t.Fatalf("loading the chart: %v", err)
 	}
+	return renderLoaded(t, ch, values)
+}
+
+// renderLoaded is renderChart for a chart helm has loaded.
+func renderLoaded(t *testing.T, ch *chart.Chart, values map[string]any) (string, error) {
+	t.Helper()
 	// helm template's default is Kubernetes 1.20: the version the tests'
 	// control plane runs instead.
 	kv, err := chartutil.ParseKubeVersion(testKubeVersion)
@@ -315,6 +322,28 @@ func TestChartRendersKustomizeBase(t *testing.T) {
 // dashboardKey is deploy/monitoring's generated Grafana dashboard.
 const dashboardKey = "ConfigMap selftaint/selftaint-dashboard"
 
+// TestChartPackage packages the chart as helm package does and renders
+// the package: it carries the base's files themselves, not the links.
+func TestChartPackage(t *testing.T) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz, err := chartutil.Save(ch, t.TempDir())
+	if err != nil {
+		t.Fatalf("packaging the chart: %v", err)
+	}
+	packaged, err := loader.Load(tgz)
+	if err != nil {
+		t.Fatalf("loading %s: %v", tgz, err)
+	}
+	out, err := renderLoaded(t, packaged, nil)
+	if err != nil {
+		t.Fatalf("helm template %s: %v", tgz, err)
+	}
+	checkSameObjects(t, "the packaged chart", decodeObjects(t, tgz, []byte(out)), fileObjects(t, "."))
+}
+
 // TestChartNamespaceOverride checks the chart with another namespace
 // renders what a kustomize `namespace:` overlay of deploy/ does, which
 // TestPolicyNamespaceOverlay attacks on a control plane, but for two
@@ -382,6 +411,27 @@ func TestChartOverrides(t *testing.T) {
 			t.Errorf("%s: not moved to %s or not renamed %s*", m, overrideNamespace, overrideName)
 		}
 		checkChartReferences(t, m, ref)
+	}
+	// Monitoring (not installable on the test control plane: no Prometheus
+	// operator CRDs) scrapes the new namespace.
+	withMonitoring := chartOverrides()
+	withMonitoring["monitoring"] = map[string]any{"enabled": true}
+	objs, podMonitors := mustRender(t, withMonitoring), 0
+	for k, o := range objs {
+		if o["kind"] != "PodMonitor" {
+			continue
+		}
+		podMonitors++
+		spec, _ := o["spec"].(map[string]any)
+		if sel, _ := spec["namespaceSelector"].(map[string]any); !reflect.DeepEqual(sel["matchNames"], []any{overrideNamespace}) {
+			t.Errorf("%s: namespaceSelector %v, want %s", k, sel, overrideNamespace)
+		}
+	}
+	if podMonitors != 2 {
+		t.Errorf("monitoring: %d PodMonitors, want 2 (the agents', the coordinator's)", podMonitors)
+	}
+	if _, ok := objs["ConfigMap "+overrideNamespace+"/"+overrideName+"-dashboard"]; !ok {
+		t.Errorf("monitoring: no dashboard ConfigMap %s/%s-dashboard", overrideNamespace, overrideName)
 	}
 }
 

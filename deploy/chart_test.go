@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -76,12 +77,16 @@ func decodeObjects(t *testing.T, what string, stream []byte) map[string]object {
 // values.schema.json), or returns helm's error.
 func renderChart(t *testing.T, values map[string]any) (string, error) {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
+	ch, err := loadChart()
 	if err != nil {
 		t.Fatalf("loading the chart: %v", err)
 	}
 	return renderLoaded(t, ch, values)
 }
+
+// loadChart loads the chart once: helm logs a line for each link it
+// follows on every load. Rendering does not change the loaded chart.
+var loadChart = sync.OnceValues(func() (*chart.Chart, error) { return loader.Load(chartDir) })
 
 // renderLoaded is renderChart for a chart helm has loaded.
 func renderLoaded(t *testing.T, ch *chart.Chart, values map[string]any) (string, error) {

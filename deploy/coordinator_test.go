@@ -611,9 +611,16 @@ func coordinatorClient(t *testing.T, cp *testcp.ControlPlane, ns string) kuberne
 // no coordinator writes is refused by it.
 func waitCoordinatorPolicy(t *testing.T, c kubernetes.Interface, ns string) {
 	t.Helper()
-	poll(t, time.Minute, "the coordinator's policy in force in "+ns, func() (bool, error) {
+	waitCoordinatorPolicyNamed(t, c, ns, coordinatorPolicy)
+}
+
+// waitCoordinatorPolicyNamed is waitCoordinatorPolicy for the policy named
+// policy (a renamed install's).
+func waitCoordinatorPolicyNamed(t *testing.T, c kubernetes.Interface, ns, policy string) {
+	t.Helper()
+	poll(t, time.Minute, "the coordinator's policy "+policy+" in force in "+ns, func() (bool, error) {
 		_, err := c.CoordinationV1().Leases(ns).Create(t.Context(), leaseIn(ns, "policy-canary"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+coordinatorPolicy+"'"), err
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+policy+"'"), err
 	})
 }
 

@@ -181,14 +181,21 @@ func checkPodRights(t *testing.T, ms []manifest) {
 // a grace period of a pod that need not exist, are refused by them.
 func waitDrainPolicies(t *testing.T, c kubernetes.Interface, node string) {
 	t.Helper()
-	poll(t, time.Minute, "the coordinator's Node policy in force", func() (bool, error) {
+	waitDrainPoliciesNamed(t, c, namespace, node, coordinatorNodesPolicy, coordinatorPodsPolicy)
+}
+
+// waitDrainPoliciesNamed is waitDrainPolicies for the policies named
+// nodesPolicy and podsPolicy (a renamed install's), the canary pod in ns.
+func waitDrainPoliciesNamed(t *testing.T, c kubernetes.Interface, ns, node, nodesPolicy, podsPolicy string) {
+	t.Helper()
+	poll(t, time.Minute, "the coordinator's Node policy "+nodesPolicy+" in force", func() (bool, error) {
 		_, err := c.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, []byte(`{"metadata":{"labels":{"policy-canary":"x"}}}`),
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+coordinatorNodesPolicy+"'"), err
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+nodesPolicy+"'"), err
 	})
-	poll(t, time.Minute, "the coordinator's pod policy in force", func() (bool, error) {
-		err := evict(c, namespace, "policy-canary", ptrTo[int64](0))(t.Context())
-		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+coordinatorPodsPolicy+"'"), err
+	poll(t, time.Minute, "the coordinator's pod policy "+podsPolicy+" in force", func() (bool, error) {
+		err := evict(c, ns, "policy-canary", ptrTo[int64](0))(t.Context())
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+podsPolicy+"'"), err
 	})
 }
 

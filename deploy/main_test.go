@@ -46,9 +46,11 @@ var (
 	// policy denies everyone for a moment.
 	overlayAndPrefix = testcp.NewShared(testcp.Options{})
 	// kubeSystemOverlays is a bare control plane for deploy/ through an
-	// overlay into kube-system (TestCoordinatorPolicyKubeSystemOverlay)
-	// and deploy/virtual through a namespace overlay
-	// (TestVirtualPolicyNamespaceOverlay).
+	// overlay into kube-system (TestCoordinatorPolicyKubeSystemOverlay),
+	// deploy/virtual through a namespace overlay
+	// (TestVirtualPolicyNamespaceOverlay) and the Helm chart with another
+	// namespace and name (TestChartOverridesOnControlPlane), whose objects
+	// all have names of their own.
 	kubeSystemOverlays = testcp.NewShared(testcp.Options{})
 	// clientGoLogs takes klog's output (client-go's reflectors, leader
 	// election, event broadcasters) for the tests' log buffers.

@@ -435,11 +435,11 @@ func mergeMaps(a, b map[string]string) map[string]string {
 	return out
 }
 
-// kustomizeOverlay renders, with kustomize, an overlay of the
+// kustomizeOverlayYAML renders, with kustomize, an overlay of the
 // kustomization in base (a directory relative to deploy/) with the
 // kustomization field line (e.g. "namespace: x") and the components (also
-// relative to deploy/), and decodes the result.
-func kustomizeOverlay(t *testing.T, base, line string, components ...string) []manifest {
+// relative to deploy/).
+func kustomizeOverlayYAML(t *testing.T, base, line string, components ...string) []byte {
 	t.Helper()
 	abs, err := filepath.Abs(base)
 	if err != nil {
@@ -480,8 +480,14 @@ func kustomizeOverlay(t *testing.T, base, line string, components ...string) []m
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, "rendered.yaml")
-	if err := os.WriteFile(file, out, 0o600); err != nil {
+	return out
+}
+
+// kustomizeOverlay is kustomizeOverlayYAML's result decoded.
+func kustomizeOverlay(t *testing.T, base, line string, components ...string) []manifest {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "rendered.yaml")
+	if err := os.WriteFile(file, kustomizeOverlayYAML(t, base, line, components...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ms, err := decodeFile(file)
@@ -508,27 +514,37 @@ func TestPolicyNamespaceOverlay(t *testing.T) {
 	}
 	cp := overlayAndPrefix.Get(t)
 	installRendered(t, cp, ns, rendered)
+	attackAgentPolicy(t, cp, "overlay", ns, agentSA, policyName)
+}
+
+// attackAgentPolicy attacks, on Nodes named after prefix, the agent
+// policy named policy as installed for the agent's service account sa in
+// ns, with that account's token bound to one of them: the policy denies
+// writes to another node and to what the agent does not own on its own,
+// and lets its own writes through.
+func attackAgentPolicy(t *testing.T, cp *testcp.ControlPlane, prefix, ns, sa, policy string) {
+	t.Helper()
 	admin := cp.Client()
 	ctx := t.Context()
-	const a, b = "overlay-a", "overlay-b"
+	a, b, canary := prefix+"-a", prefix+"-b", prefix+"-canary"
 	for _, n := range []string{a, b} {
 		cp.CreateNode(t, n, kubeletNode)
 	}
-	sa := coreClient(t, asServiceAccountIn(cp, ns, agentSA, a))
+	c := coreClient(t, asServiceAccountIn(cp, ns, sa, a))
 	// The API server loads policies asynchronously: wait until it denies a
 	// write to a canary node, then attack.
-	cp.CreateNode(t, "overlay-canary", nil)
-	poll(t, time.Minute, "the overlay's policy to deny a write to another node", func() (bool, error) {
-		err := mergeMeta(`{"annotations":{"x":"y"}}`).do(sa, "overlay-canary")(ctx)
-		return apierrors.IsForbidden(err) && containsAll(err.Error(), []string{policyName, "bound to node " + a}), err
+	cp.CreateNode(t, canary, nil)
+	poll(t, time.Minute, "the "+prefix+" policy to deny a write to another node", func() (bool, error) {
+		err := mergeMeta(`{"annotations":{"x":"y"}}`).do(c, canary)(ctx)
+		return apierrors.IsForbidden(err) && containsAll(err.Error(), []string{policy, "bound to node " + a}), err
 	})
 	beforeB := getNode(t, admin, b)
 	for _, at := range []attack{
-		{"overlay: set another node's Ready False", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(sa, b), policyName, "bound to node " + a + ", not " + b},
-		{"overlay, own node: overwrite Ready", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(sa, a), policyName, "not Ready"},
-		{"overlay, own node: remove a foreign taint", removeTaint("dedicated").do(sa, a), policyName, "not dedicated:NoSchedule"},
-		{"overlay, own node: remove its own taint", removeTaint("selftaint.io/memory-pressure").do(sa, a), "", ""},
-		{"overlay, own node: apply its own condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"False","reason":"Fine"}]}`, memoryCondition)).do(sa, a), "", ""},
+		{prefix + ": set another node's Ready False", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(c, b), policy, "bound to node " + a + ", not " + b},
+		{prefix + ", own node: overwrite Ready", statusSMP(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Evil"}]}}`).do(c, a), policy, "not Ready"},
+		{prefix + ", own node: remove a foreign taint", removeTaint("dedicated").do(c, a), policy, "not dedicated:NoSchedule"},
+		{prefix + ", own node: remove its own taint", removeTaint("selftaint.io/memory-pressure").do(c, a), "", ""},
+		{prefix + ", own node: apply its own condition", statusApply(fmt.Sprintf(`{"conditions":[{"type":%q,"status":"False","reason":"Fine"}]}`, memoryCondition)).do(c, a), "", ""},
 	} {
 		at.check(t)
 	}

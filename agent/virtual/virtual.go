@@ -169,34 +169,10 @@ func (p SimulatedProbe) Probe(context.Context) probes.Result {
 // touches nothing; if one appears later in a virtual node's place, Run
 // fails when that node's status is next written.
 func Run(ctx context.Context, opts Options) error {
-	if len(opts.Names) == 0 {
-		return errors.New("virtual: no nodes to run")
+	if err := opts.validate(); err != nil {
+		return err
 	}
-	if opts.Core == nil || opts.Leases == nil {
-		return errors.New("virtual: clients are required")
-	}
-	seen := map[string]bool{}
-	for _, n := range opts.Names {
-		if seen[n] {
-			return fmt.Errorf("virtual: node %s named twice", n)
-		}
-		seen[n] = true
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if opts.LeaseDuration <= 0 {
-		opts.LeaseDuration = DefaultLeaseDuration
-	}
-	if opts.StatusUpdateInterval <= 0 {
-		opts.StatusUpdateInterval = DefaultStatusUpdateInterval
-	}
-	if opts.PodSyncWorkers <= 0 {
-		opts.PodSyncWorkers = 2
-	}
+	opts.setDefaults()
 
 	// Before virtual-kubelet touches a Node: on registration it patches an
 	// existing Node of the same name as its own.
@@ -271,6 +247,43 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	return ctx.Err()
+}
+
+// validate checks what Run cannot do without.
+func (opts *Options) validate() error {
+	if len(opts.Names) == 0 {
+		return errors.New("virtual: no nodes to run")
+	}
+	if opts.Core == nil || opts.Leases == nil {
+		return errors.New("virtual: clients are required")
+	}
+	seen := map[string]bool{}
+	for _, n := range opts.Names {
+		if seen[n] {
+			return fmt.Errorf("virtual: node %s named twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// setDefaults fills in the defaults of the fields left zero.
+func (opts *Options) setDefaults() {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
+	if opts.StatusUpdateInterval <= 0 {
+		opts.StatusUpdateInterval = DefaultStatusUpdateInterval
+	}
+	if opts.PodSyncWorkers <= 0 {
+		opts.PodSyncWorkers = 2
+	}
 }
 
 // virtualNode is one node: its virtual-kubelet node and pod controllers,

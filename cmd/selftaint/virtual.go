@@ -30,7 +30,6 @@ import (
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
-	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // virtualFlags are the virtual subcommand's flags.
@@ -323,7 +322,8 @@ func (f *virtualFleet) Stop() error {
 	return f.err
 }
 
-// inProcessCoordinator runs a coordinator in this process, its identity named
+// inProcessCoordinator runs a coordinator in this process (`selftaint
+// coordinator --virtual` runs the same as its own process), its identity named
 // after the virtual nodes, until ctx ends or the returned function, which
 // stops it and waits, is called. Losing leadership to another coordinator is logged, not fatal: the
 // virtual nodes go on. It is the virtual fleet's coordinator: it counts
@@ -334,8 +334,7 @@ func inProcessCoordinator(ctx context.Context, rc *rest.Config, cfg *config.Conf
 		return nil, fmt.Errorf("building API client: %w", err)
 	}
 	host, _ := os.Hostname()
-	policy := cfg.Fleet()
-	policy.Members = fleet.MembersVirtual
+	policy := coordinatorPolicy(cfg, true)
 	log := logger.With("component", "coordinator")
 	log.Info("coordinator configured", "namespace", namespace, "guard", cfg.Coordinator.Guard.Name, "fleet", policy.Members,
 		"maxNoExecute", policy.MaxNoExecute.String(), "ratePerMinute", policy.RatePerMinute, "grantTTL", policy.GrantTTL)

@@ -403,6 +403,7 @@ func TestParseNewKinds(t *testing.T) {
 		{"maintenance unknown field", "maintenance: {atMost: 1}", "maintenance: {atMost: 1, reason: Drained}", `expect[8].maintenance.reason: unknown field`},
 		{"evicted reason", "reason: EvictionByEvictionAPI", "reason: Drained", `expect[9].evicted.reason: "Drained": must be one of EvictionByEvictionAPI, DeletionByTaintManager, DeletionByPodGC, DeletionByDeviceTaintManager, PreemptionByScheduler, TerminationByKubelet`},
 		{"notEvicted reason", "reason: DeletionByTaintManager", "reason: deletionbytaintmanager", `expect[10].notEvicted.reason: "deletionbytaintmanager": must be one of`},
+		{"guard without a coordinator", "count: 2\n", "count: 2\n  coordinator: {replicas: 0}\n", `expect[6].guard: cluster.coordinator.replicas is 0: no coordinator writes the guard`},
 		{"two kinds", "- maintenance: {atMost: 1}", "- maintenance: {atMost: 1}\n  guard: {tripped: true}", `expect[8]: exactly one of ready, pdb, evicted, notEvicted, noExecute, explain, guard, maintenance (got guard, maintenance)`},
 	}
 	for _, tt := range tests {

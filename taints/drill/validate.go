@@ -616,6 +616,9 @@ func (v *validator) guard(p *field.Path, g *GuardExpect) {
 	if g.Tripped == nil {
 		v.add(p.Child("tripped"), "required: true (tripped at some moment) or false (never)")
 	}
+	if r := v.s.Cluster.Coordinator.Replicas; r != nil && *r == 0 && v.s.Cluster.RealNodes == "" {
+		v.add(p, "cluster.coordinator.replicas is 0: no coordinator writes the guard")
+	}
 	if g.Condition != "" {
 		if errs := validation.IsQualifiedName(g.Condition); len(errs) > 0 {
 			v.add(p.Child("condition"), "%q: %s", g.Condition, strings.Join(errs, "; "))

@@ -1,7 +1,8 @@
 package drill
 
 // The recorder: informers on the drill's Pods, PodDisruptionBudgets,
-// workloads and Nodes that keep every version the watches deliver, in the
+// workloads and Nodes, and on the coordinator's guard ConfigMap, that keep
+// every version the watches deliver, in the
 // order seen, as a tdrill.Record for the verdicts; the latest state for the
 // runner's waits; and a line in plain words for the live view each time
 // something meaningful changes.
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +37,12 @@ type Scope struct {
 	// Nodes says which Nodes are the drill's (Nodes are watched cluster-wide
 	// and filtered by it); nil means every Node.
 	Nodes func(name string) bool
+	// CoordinatorNamespace and GuardName name the disruption guard's
+	// ConfigMap (the agents' config: coordinator.namespace and
+	// coordinator.guard.name); the recorder watches that one ConfigMap
+	// when GuardName is set.
+	CoordinatorNamespace string
+	GuardName            string
 }
 
 // Change is one line of the live view: a meaningful transition, said in
@@ -66,6 +74,7 @@ type Recorder struct {
 	nodes     map[string]tdrill.NodeVersion
 	workloads map[tdrill.WorkloadRef]tdrill.WorkloadVersion
 	rsOwners  map[string]tdrill.WorkloadRef // "namespace/name" of a ReplicaSet -> its Deployment (kept after deletion)
+	guard     *tdrill.GuardVersion          // the guard's latest version; nil before the first
 	pending   []Change
 	updated   chan struct{} // closed and replaced at each recorded version
 }
@@ -155,6 +164,18 @@ func (r *Recorder) watch(client kubernetes.Interface, refused chan<- error) ([]c
 	r.factories = append(r.factories, nodes)
 	if err := add("nodes", nodes.Core().V1().Nodes().Informer(), handler(r.node)); err != nil {
 		return nil, err
+	}
+	if r.scope.GuardName != "" {
+		name := r.scope.GuardName
+		f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(r.scope.CoordinatorNamespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+			}))
+		r.factories = append(r.factories, f)
+		what := fmt.Sprintf("the guard ConfigMap %s in %s", name, namespaceName(r.scope.CoordinatorNamespace))
+		if err := add(what, f.Core().V1().ConfigMaps().Informer(), handler(r.guardMap)); err != nil {
+			return nil, err
+		}
 	}
 	namespaces := r.scope.Namespaces
 	if len(namespaces) == 0 {
@@ -410,6 +431,22 @@ func (r *Recorder) node(obj any, deleted bool) {
 	r.recorded()
 }
 
+// guardMap records a version of the guard ConfigMap.
+func (r *Recorder) guardMap(obj any, deleted bool) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || cm.Name != r.scope.GuardName {
+		return
+	}
+	v := guardVersion(cm, deleted)
+	v.Time = r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rec.Guards = append(r.rec.Guards, v)
+	r.say(v.Time, guardLines(r.guard, v))
+	r.guard = &v
+	r.recorded()
+}
+
 func (r *Recorder) workload(obj any, deleted bool) {
 	v, ok := workloadVersion(obj)
 	if !ok {
@@ -447,8 +484,9 @@ func (r *Recorder) workload(obj any, deleted bool) {
 	r.recorded()
 }
 
-// Record is a copy of what the recorder has seen so far: Pods, PDBs, Nodes
-// and Workloads (Start, End, Steps and Predictions are the runner's). Pod
+// Record is a copy of what the recorder has seen so far: Pods, PDBs, Nodes,
+// Workloads and Guards (Start, End, Steps and Predictions are the
+// runner's). Pod
 // owners are resolved to their top workload. The versions' maps and slices
 // are shared: read them, do not change them.
 func (r *Recorder) Record() tdrill.Record {
@@ -464,6 +502,7 @@ func (r *Recorder) Record() tdrill.Record {
 		PDBs:      append([]tdrill.PDBVersion(nil), r.rec.PDBs...),
 		Nodes:     append([]tdrill.NodeVersion(nil), r.rec.Nodes...),
 		Workloads: append([]tdrill.WorkloadVersion(nil), r.rec.Workloads...),
+		Guards:    append([]tdrill.GuardVersion(nil), r.rec.Guards...),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent/testcp"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // recordWait is how long the recorder test waits for anything: generous,
@@ -60,16 +61,19 @@ func (l *lineLog) String() string {
 // disruption controller writes after; an eviction through the Eviction API
 // shows as the pod's Disruption EvictionByEvictionAPI; a Deployment's pod
 // is owned by the Deployment, not its ReplicaSet; only the drill's node is
-// recorded.
+// recorded; every version of the guard ConfigMap (and no other ConfigMap)
+// is recorded: calm, tripped, unreadable, deleted.
 func TestRecorder(t *testing.T) {
 	cp := testcp.Start(t, testcp.Options{ControllerManager: true})
 	c := cp.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	const ns, nodeName = "drill-rec", "rec-node-1"
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace: %v", err)
+	const ns, nodeName, coordNS = "drill-rec", "rec-node-1", "drill-rec-coordinator"
+	for _, name := range []string{ns, coordNS} {
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating namespace %s: %v", name, err)
+		}
 	}
 	cp.CreateNode(t, nodeName, nil)
 	cp.CreateNode(t, "rec-not-ours", nil)
@@ -77,7 +81,8 @@ func TestRecorder(t *testing.T) {
 	recordRefused(ctx, t, cp, ns)
 
 	var log lineLog
-	rec, err := StartRecorder(ctx, c, Scope{Namespaces: []string{ns}, Nodes: func(n string) bool { return n == nodeName }}, clock.RealClock{}, log.add)
+	scope := Scope{Namespaces: []string{ns}, Nodes: func(n string) bool { return n == nodeName }, CoordinatorNamespace: coordNS, GuardName: fleet.DefaultGuardName}
+	rec, err := StartRecorder(ctx, c, scope, clock.RealClock{}, log.add)
 	if err != nil {
 		t.Fatalf("StartRecorder: %v", err)
 	}
@@ -86,6 +91,7 @@ func TestRecorder(t *testing.T) {
 	recordForceDelete(ctx, t, c, rec, ns, nodeName)
 	recordEviction(ctx, t, c, rec, ns, nodeName)
 	recordDeployment(ctx, t, c, rec, ns)
+	recordGuard(ctx, t, c, rec, coordNS)
 
 	for _, n := range rec.Record().Nodes {
 		if n.Name != nodeName {
@@ -102,6 +108,9 @@ func TestRecorder(t *testing.T) {
 		"PDB app: 1 healthy, below its minimum 2",
 		"pod c (" + nodeName + "): evicted (EvictionByEvictionAPI)",
 		"pod d: ready on " + nodeName,
+		"guard: MemoryPressure tripped in zone a (3 of 4 nodes)",
+		"guard: unreadable: guard: no guard.json in the ConfigMap's data",
+		"guard: deleted (nothing tripped)",
 	} {
 		if !log.has(want) {
 			t.Errorf("live view lacks %q; it said:\n%s", want, log.String())
@@ -226,6 +235,65 @@ func recordDeployment(ctx context.Context, t *testing.T, c kubernetes.Interface,
 		if v, ok := rec.Workload(ref); !ok || v.Ref != web || v.Desired != 1 {
 			t.Errorf("Workload(%v) = %+v, %v; want %v with Desired 1", ref, v, ok, web)
 		}
+	}
+}
+
+// recordGuard: the guard ConfigMap written calm, tripped in zone a,
+// without its data, then deleted, is recorded as those four versions in
+// that order; another ConfigMap beside it, holding a tripped guard, is
+// not recorded.
+func recordGuard(ctx context.Context, t *testing.T, c kubernetes.Interface, rec *Recorder, ns string) {
+	t.Helper()
+	cms := c.CoreV1().ConfigMaps(ns)
+	guard := func(zoneA bool) map[string]string {
+		return fleet.EncodeGuard(fleet.GuardState{RenewTime: time.Now(), Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{
+			"MemoryPressure": {"a": {Tripped: zoneA, Since: time.Now(), Unhealthy: 3, Nodes: 4}},
+		}})
+	}
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "selftaint-other"}, Data: fleet.EncodeGuard(fleet.GuardState{
+		RenewTime: time.Now(), Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{"DiskPressure": {fleet.FleetScope: {Tripped: true}}},
+	})}
+	if _, err := cms.Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ConfigMap %s: %v", other.Name, err)
+	}
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fleet.DefaultGuardName}, Data: guard(false)}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the guard: %v", err)
+	}
+	rvs := []string{cm.ResourceVersion}
+	for _, data := range []map[string]string{guard(true), nil} {
+		cm.Data = data
+		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("updating the guard: %v", err)
+		}
+		rvs = append(rvs, cm.ResourceVersion)
+	}
+	if err := cms.Delete(ctx, fleet.DefaultGuardName, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the guard: %v", err)
+	}
+	waitRecorder(ctx, t, rec, "the guard deleted", func() bool {
+		gs := rec.Record().Guards
+		return len(gs) > 0 && gs[len(gs)-1].Deleted
+	})
+	gs := rec.Record().Guards
+	var got []string
+	for _, g := range gs {
+		tripped := g.State.Conditions["MemoryPressure"]["a"].Tripped
+		rv := g.ResourceVersion
+		if g.Deleted {
+			rv = "(the delete's)" // the resourceVersion of the deletion, not known here
+		}
+		got = append(got, fmt.Sprintf("rv=%s tripped=%v deleted=%v error=%q disk=%v", rv, tripped, g.Deleted, g.Error,
+			g.State.Conditions["DiskPressure"] != nil))
+	}
+	want := []string{
+		fmt.Sprintf("rv=%s tripped=false deleted=false error=\"\" disk=false", rvs[0]),
+		fmt.Sprintf("rv=%s tripped=true deleted=false error=\"\" disk=false", rvs[1]),
+		fmt.Sprintf("rv=%s tripped=false deleted=false error=\"guard: no guard.json in the ConfigMap's data\" disk=false", rvs[2]),
+		"rv=(the delete's) tripped=false deleted=true error=\"\" disk=false",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("guard versions:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
 

@@ -5,9 +5,12 @@ package drill
 // churn and anything else that changes nothing here make no line.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
+
+	corev1 "k8s.io/api/core/v1"
 
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 	"github.com/selftaint/selftaint/taints/fleet"
@@ -134,4 +137,62 @@ func workloadLines(name string, prev *tdrill.WorkloadVersion, next tdrill.Worklo
 		return nil
 	}
 	return []string{fmt.Sprintf("%s %s: %d/%d ready", next.Ref.Kind, name, next.Ready, next.Desired)}
+}
+
+// guardLines says which of the guard's scopes tripped or reset since prev
+// (nil for the first version seen), that it was deleted, or that it
+// cannot be read. A scope is tripped only on a readable version: one seen
+// tripped again after an unreadable version or a delete is said again.
+func guardLines(prev *tdrill.GuardVersion, next tdrill.GuardVersion) []string {
+	switch {
+	case next.Deleted:
+		return []string{"guard: deleted (nothing tripped)"}
+	case next.Error != "":
+		if prev != nil && prev.Error == next.Error {
+			return nil
+		}
+		return []string{"guard: unreadable: " + next.Error}
+	}
+	var was fleet.GuardState
+	if prev != nil {
+		was = prev.State
+	}
+	var out []string
+	for _, k := range guardScopes(was, next.State) {
+		before, now := was.Conditions[k.cond][k.scope], next.State.Conditions[k.cond][k.scope]
+		where := "in zone " + k.scope
+		if k.scope == fleet.FleetScope {
+			where = "fleet-wide"
+		}
+		switch {
+		case now.Tripped && !before.Tripped:
+			out = append(out, fmt.Sprintf("guard: %s tripped %s (%d of %d nodes)", k.cond, where, now.Unhealthy, now.Nodes))
+		case before.Tripped && !now.Tripped:
+			out = append(out, fmt.Sprintf("guard: %s reset %s", k.cond, where))
+		}
+	}
+	return out
+}
+
+type guardKey struct {
+	cond  corev1.NodeConditionType
+	scope string
+}
+
+// guardScopes are the condition/scopes of a and b, sorted.
+func guardScopes(a, b fleet.GuardState) []guardKey {
+	var keys []guardKey
+	for _, g := range []fleet.GuardState{a, b} {
+		for cond, scopes := range g.Conditions {
+			for scope := range scopes {
+				if k := (guardKey{cond, scope}); !slices.Contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+		}
+	}
+	slices.SortFunc(keys, func(x, y guardKey) int {
+		return cmp.Or(cmp.Compare(x.cond, y.cond), cmp.Compare(x.scope, y.scope))
+	})
+	return keys
 }

@@ -100,6 +100,23 @@ func nodeVersion(node *corev1.Node) tdrill.NodeVersion {
 	return v
 }
 
+// guardVersion is a version of the guard ConfigMap as the drill records
+// it: the guard it holds, or why it holds none (DecodeGuard's error), or
+// deleted.
+func guardVersion(cm *corev1.ConfigMap, deleted bool) tdrill.GuardVersion {
+	v := tdrill.GuardVersion{ResourceVersion: cm.ResourceVersion, Deleted: deleted}
+	if deleted {
+		return v
+	}
+	g, err := fleet.DecodeGuard(cm.Data)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	v.State = g
+	return v
+}
+
 // workloadVersion is the replica counts of obj, one of the watched
 // workload kinds; ok is false for anything else.
 //

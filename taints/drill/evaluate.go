@@ -13,7 +13,7 @@ import (
 type Result struct {
 	Name string `json:"name"`
 	// Kind is the expectation's kind: ready, pdb, evicted, notEvicted,
-	// noExecute, explain.
+	// noExecute, explain, guard, maintenance.
 	Kind   string `json:"kind"`
 	Passed bool   `json:"passed"`
 	// Message says in one line what was expected and what was measured.
@@ -51,8 +51,9 @@ type Measured struct {
 	FirstViolation   *PDBViolation `json:"firstViolation,omitempty"`
 
 	// evicted, notEvicted: the pods the selector matched (not gone before
-	// After), how many were evicted, and every one that left: evicted
-	// (Reason: its DisruptionTarget reason) or deleted without eviction.
+	// After), how many were evicted (with a reason asked, how many were
+	// evicted for that reason), and every one that left: evicted (Reason:
+	// its DisruptionTarget reason) or deleted without eviction.
 	Matched   *int         `json:"matched,omitempty"`
 	Evictions *int         `json:"evictions,omitempty"`
 	Pods      []PodRemoval `json:"pods,omitempty"`
@@ -68,6 +69,37 @@ type Measured struct {
 	Predictions *int       `json:"predictions,omitempty"`
 	Held        *int       `json:"held,omitempty"`
 	Mismatches  []Mismatch `json:"mismatches,omitempty"`
+
+	// guard: the guard versions judged (from t=0 on, the one in force at
+	// t=0 included), how many of them could not be read, the first
+	// moment a scope that counts was tripped, each such condition/scope
+	// that was ever tripped, and the seconds one was (until the end).
+	GuardVersions      *int       `json:"guardVersions,omitempty"`
+	UnreadableVersions *int       `json:"unreadableVersions,omitempty"`
+	FirstTrip          *GuardTrip `json:"firstTrip,omitempty"`
+	TrippedScopes      []string   `json:"trippedScopes,omitempty"`
+	TrippedSeconds     *float64   `json:"trippedSeconds,omitempty"`
+
+	// maintenance: the most nodes holding a maintenance slot at once,
+	// when that was first reached and which nodes.
+	MaxMaintenanceNodes     *int     `json:"maxMaintenanceNodes,omitempty"`
+	MaxMaintenanceAtSeconds *float64 `json:"maxMaintenanceAtSeconds,omitempty"`
+	MaintenanceNodes        []string `json:"maintenanceNodes,omitempty"`
+}
+
+// GuardTrip is the guard version at which a scope that counts was first
+// seen tripped.
+type GuardTrip struct {
+	AtSeconds float64 `json:"atSeconds"`
+	// Condition is the guarded condition type; Scope a zone name, or "*"
+	// for the whole fleet.
+	Condition string `json:"condition"`
+	Scope     string `json:"scope"`
+	// Unhealthy of Nodes reported the condition at the coordinator's
+	// judgement.
+	Unhealthy       int    `json:"unhealthy"`
+	Nodes           int    `json:"nodes"`
+	ResourceVersion string `json:"resourceVersion"`
 }
 
 // PDBViolation is the version at which a PDB went below its minimum.
@@ -136,6 +168,10 @@ func (ev *evaluator) judge(e *Expectation) Result {
 		return ev.noExecute(e.NoExecute)
 	case e.Explain != nil:
 		return ev.explain(e.Explain)
+	case e.Guard != nil:
+		return ev.guard(e.Guard)
+	case e.Maintenance != nil:
+		return ev.maintenance(e.Maintenance)
 	}
 	return Result{Message: "no expectation set"}
 }
@@ -155,13 +191,13 @@ func ExpectationName(e *Expectation) string {
 	case e.PDB != nil:
 		return "no pdb below its minimum"
 	case e.Evicted != nil:
-		n := fmt.Sprintf("evicted %s%s", e.Evicted.Selector, afterName(e.Evicted.After))
+		n := fmt.Sprintf("evicted %s%s%s", e.Evicted.Selector, byReason(e.Evicted.Reason), afterName(e.Evicted.After))
 		if e.Evicted.Min > 1 {
 			n += fmt.Sprintf(" (at least %d)", e.Evicted.Min)
 		}
 		return n
 	case e.NotEvicted != nil:
-		return fmt.Sprintf("not evicted %s%s", e.NotEvicted.Selector, afterName(e.NotEvicted.After))
+		return fmt.Sprintf("not evicted %s%s%s", e.NotEvicted.Selector, byReason(e.NotEvicted.Reason), afterName(e.NotEvicted.After))
 	case e.NoExecute != nil:
 		n := fmt.Sprintf("at most %d NoExecute %s", e.NoExecute.AtMost, plural(e.NoExecute.AtMost, "node", "nodes"))
 		if len(e.NoExecute.Keys) > 0 {
@@ -170,8 +206,20 @@ func ExpectationName(e *Expectation) string {
 		return n
 	case e.Explain != nil:
 		return "explain holds for " + e.Explain.Step
+	case e.Guard != nil:
+		return guardName(e.Guard)
+	case e.Maintenance != nil:
+		return fmt.Sprintf("at most %d %s in maintenance", e.Maintenance.AtMost, plural(e.Maintenance.AtMost, "node", "nodes"))
 	}
 	return "expectation"
+}
+
+// byReason says " by REASON" for an eviction reason asked.
+func byReason(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " by " + reason
 }
 
 func afterName(step string) string {
@@ -191,25 +239,28 @@ func plural(n int, one, many string) string {
 // evaluator holds the record's versions sorted by time (stable: versions
 // seen at the same time keep the order seen).
 type evaluator struct {
-	rec   *Record
-	pods  []PodVersion
-	pdbs  []PDBVersion
-	nodes []NodeVersion
-	loads []WorkloadVersion
+	rec    *Record
+	pods   []PodVersion
+	pdbs   []PDBVersion
+	nodes  []NodeVersion
+	loads  []WorkloadVersion
+	guards []GuardVersion
 }
 
 func newEvaluator(rec *Record) *evaluator {
 	ev := &evaluator{
-		rec:   rec,
-		pods:  slices.Clone(rec.Pods),
-		pdbs:  slices.Clone(rec.PDBs),
-		nodes: slices.Clone(rec.Nodes),
-		loads: slices.Clone(rec.Workloads),
+		rec:    rec,
+		pods:   slices.Clone(rec.Pods),
+		pdbs:   slices.Clone(rec.PDBs),
+		nodes:  slices.Clone(rec.Nodes),
+		loads:  slices.Clone(rec.Workloads),
+		guards: slices.Clone(rec.Guards),
 	}
 	slices.SortStableFunc(ev.pods, func(a, b PodVersion) int { return a.Time.Compare(b.Time) })
 	slices.SortStableFunc(ev.pdbs, func(a, b PDBVersion) int { return a.Time.Compare(b.Time) })
 	slices.SortStableFunc(ev.nodes, func(a, b NodeVersion) int { return a.Time.Compare(b.Time) })
 	slices.SortStableFunc(ev.loads, func(a, b WorkloadVersion) int { return a.Time.Compare(b.Time) })
+	slices.SortStableFunc(ev.guards, func(a, b GuardVersion) int { return a.Time.Compare(b.Time) })
 	return ev
 }
 

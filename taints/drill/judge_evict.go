@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -68,18 +69,16 @@ func (ev *evaluator) fates(sel labels.Selector, ns string, from time.Time) []*po
 }
 
 // removals lists the pods that left, in the order they left, and how many
-// of them were evicted.
-func (ev *evaluator) removals(fates []*podFate) ([]PodRemoval, int) {
+// of them were evicted (for reason want only, when given).
+func (ev *evaluator) removals(fates []*podFate, want string) ([]PodRemoval, int) {
 	var out []PodRemoval
 	evicted := 0
 	for _, f := range fates {
 		if !f.left {
 			continue
 		}
-		reason := f.disruption
-		if reason == "" {
-			reason = ReasonDeleted
-		} else {
+		reason := cmp.Or(f.disruption, ReasonDeleted)
+		if f.disruption != "" && (want == "" || f.disruption == want) {
 			evicted++
 		}
 		out = append(out, PodRemoval{Namespace: f.ns, Name: f.name, Node: f.node, Reason: reason, AtSeconds: ev.at(f.leftAt)})
@@ -116,11 +115,18 @@ func (ev *evaluator) evicted(e *EvictExpect) Result {
 		return failed("%s", msg)
 	}
 	fates := ev.fates(sel, ns, from)
-	pods, n := ev.removals(fates)
+	pods, n := ev.removals(fates, e.Reason)
 	res := Result{Passed: n >= e.Min, Measured: Measured{Matched: ptr(len(fates)), Evictions: ptr(n), Pods: pods}}
-	res.Message = fmt.Sprintf("%d of %d %s %s%s evicted %s%s, expected at least %d",
-		n, len(fates), plural(len(fates), "pod", "pods"), e.Selector, inNamespace(ns), since(e.After), reasons(pods), e.Min)
-	if d := len(pods) - n; d > 0 {
+	seen := ""
+	if e.Reason == "" {
+		seen = reasons(pods, "")
+	}
+	res.Message = fmt.Sprintf("%d of %d %s %s%s evicted%s %s%s, expected at least %d",
+		n, len(fates), plural(len(fates), "pod", "pods"), e.Selector, inNamespace(ns), byReason(e.Reason), since(e.After), seen, e.Min)
+	if others := evictedOtherwise(pods, e.Reason); others > 0 {
+		res.Message += fmt.Sprintf("; %d evicted otherwise%s", others, reasons(pods, e.Reason))
+	}
+	if d := deletedCount(pods); d > 0 {
 		res.Message += fmt.Sprintf("; %d deleted without eviction", d)
 	}
 	return res
@@ -134,7 +140,10 @@ func (ev *evaluator) notEvicted(e *EvictExpect) Result {
 		return failed("%s", msg)
 	}
 	fates := ev.fates(sel, ns, from)
-	pods, n := ev.removals(fates)
+	pods, n := ev.removals(fates, e.Reason)
+	if e.Reason != "" {
+		return ev.notEvictedFor(e, ns, fates, pods, n)
+	}
 	res := Result{Passed: len(fates) > 0 && len(pods) == 0, Measured: Measured{Matched: ptr(len(fates)), Evictions: ptr(n), Pods: pods}}
 	switch {
 	case len(fates) == 0:
@@ -155,11 +164,66 @@ func (ev *evaluator) notEvicted(e *EvictExpect) Result {
 	return res
 }
 
-// reasons lists the eviction reasons seen, " (A, B)".
-func reasons(pods []PodRemoval) string {
+// notEvictedFor judges NotEvicted with a Reason: no matching pod evicted
+// for that reason after After (n of them were); pods that left otherwise
+// are reported, not counted.
+func (ev *evaluator) notEvictedFor(e *EvictExpect, ns string, fates []*podFate, pods []PodRemoval, n int) Result {
+	res := Result{Passed: len(fates) > 0 && n == 0, Measured: Measured{Matched: ptr(len(fates)), Evictions: ptr(n), Pods: pods}}
+	otherwise := ""
+	if len(pods) > n {
+		otherwise = fmt.Sprintf("; %d left otherwise%s", len(pods)-n, reasons(pods, e.Reason))
+		if d := deletedCount(pods); d > 0 {
+			otherwise += fmt.Sprintf(", %d deleted without eviction", d)
+		}
+	}
+	switch {
+	case len(fates) == 0:
+		res.Message = fmt.Sprintf("no pod matches %s%s: nothing to keep", e.Selector, inNamespace(ns))
+	case n == 0:
+		res.Message = fmt.Sprintf("none of %d %s %s evicted%s %s%s", len(fates), plural(len(fates), "pod", "pods"), e.Selector, byReason(e.Reason), since(e.After), otherwise)
+	default:
+		i := slices.IndexFunc(pods, func(p PodRemoval) bool { return p.Reason == e.Reason })
+		p := pods[i]
+		res.Message = fmt.Sprintf("pod %s/%s evicted (%s) at %.1fs on %s, expected none of %s evicted%s", p.Namespace, p.Name, p.Reason, p.AtSeconds, p.Node, e.Selector, byReason(e.Reason))
+		if n > 1 {
+			res.Message += fmt.Sprintf("; %d more evicted so", n-1)
+		}
+		res.Message += otherwise
+	}
+	return res
+}
+
+// deletedCount is how many of pods were deleted without eviction.
+func deletedCount(pods []PodRemoval) int {
+	n := 0
+	for _, p := range pods {
+		if p.Reason == ReasonDeleted {
+			n++
+		}
+	}
+	return n
+}
+
+// evictedOtherwise is how many of pods were evicted for a reason other
+// than want (none when want is empty).
+func evictedOtherwise(pods []PodRemoval, want string) int {
+	if want == "" {
+		return 0
+	}
+	n := 0
+	for _, p := range pods {
+		if p.Reason != ReasonDeleted && p.Reason != want {
+			n++
+		}
+	}
+	return n
+}
+
+// reasons lists the eviction reasons seen but except, " (A, B)".
+func reasons(pods []PodRemoval, except string) string {
 	var rs []string
 	for _, p := range pods {
-		if p.Reason != ReasonDeleted && !slices.Contains(rs, p.Reason) {
+		if p.Reason != ReasonDeleted && p.Reason != except && !slices.Contains(rs, p.Reason) {
 			rs = append(rs, p.Reason)
 		}
 	}

@@ -7,32 +7,36 @@ import (
 	"time"
 )
 
-// noExecute judges NoExecuteExpect: at every node version from t=0 on
-// (and at t=0), the nodes whose latest version has a NoExecute taint (of
-// Keys, when given) are at most AtMost.
-func (ev *evaluator) noExecute(e *NoExecuteExpect) Result {
-	if len(ev.nodes) == 0 {
-		return failed("no node of the drill was seen, expected at most %d with NoExecute", e.AtMost)
-	}
-	tainted := map[string]bool{}
-	best, bestAt := -1, time.Time{}
-	var which []string
+// atOnce is the most of the drill's nodes that were in some state at
+// once, from t=0 on: how many, when that was first reached, which.
+type atOnce struct {
+	most  int
+	at    time.Time
+	which []string
+}
+
+// maxAtOnce counts, at t=0 (each node's latest version before it) and at
+// every node version from then on, the nodes whose latest version is in
+// the state in says; it returns the most at once.
+func (ev *evaluator) maxAtOnce(in func(NodeVersion) bool) atOnce {
+	state := map[string]bool{}
+	best := atOnce{most: -1}
 	check := func(at time.Time) {
 		n := 0
-		for _, t := range tainted {
-			if t {
+		for _, s := range state {
+			if s {
 				n++
 			}
 		}
-		if n > best {
-			best, bestAt = n, at
-			which = which[:0]
-			for name, t := range tainted {
-				if t {
-					which = append(which, name)
+		if n > best.most {
+			best.most, best.at = n, at
+			best.which = best.which[:0]
+			for name, s := range state {
+				if s {
+					best.which = append(best.which, name)
 				}
 			}
-			slices.Sort(which)
+			slices.Sort(best.which)
 		}
 	}
 	checkedStart := false
@@ -41,9 +45,7 @@ func (ev *evaluator) noExecute(e *NoExecuteExpect) Result {
 			check(ev.rec.Start)
 			checkedStart = true
 		}
-		tainted[v.Name] = slices.ContainsFunc(v.NoExecute, func(k string) bool {
-			return len(e.Keys) == 0 || slices.Contains(e.Keys, k)
-		})
+		state[v.Name] = in(v)
 		if checkedStart {
 			check(v.Time)
 		}
@@ -51,18 +53,38 @@ func (ev *evaluator) noExecute(e *NoExecuteExpect) Result {
 	if !checkedStart {
 		check(ev.rec.Start)
 	}
+	best.which = slices.Clone(best.which)
+	return best
+}
+
+// noExecute judges NoExecuteExpect: at every node version from t=0 on
+// (and at t=0), the nodes whose latest version has a NoExecute taint (of
+// Keys, when given) are at most AtMost.
+func (ev *evaluator) noExecute(e *NoExecuteExpect) Result {
+	if len(ev.nodes) == 0 {
+		return failed("no node of the drill was seen, expected at most %d with NoExecute", e.AtMost)
+	}
+	best := ev.maxAtOnce(func(v NodeVersion) bool {
+		return slices.ContainsFunc(v.NoExecute, func(k string) bool {
+			return len(e.Keys) == 0 || slices.Contains(e.Keys, k)
+		})
+	})
 	res := Result{
-		Passed: best <= e.AtMost,
+		Passed: best.most <= e.AtMost,
 		Measured: Measured{
-			MaxNoExecuteNodes: ptr(best), MaxNoExecuteAtSeconds: ptr(ev.at(bestAt)),
-			NoExecuteNodes: slices.Clone(which),
+			MaxNoExecuteNodes: ptr(best.most), MaxNoExecuteAtSeconds: ptr(ev.at(best.at)),
+			NoExecuteNodes: best.which,
 		},
 	}
-	on := ""
-	if best > 0 {
-		on = fmt.Sprintf(" (%s at %.1fs)", strings.Join(which, ", "), ev.at(bestAt))
-	}
 	res.Message = fmt.Sprintf("at most %d %s with NoExecute at once%s, expected at most %d",
-		best, plural(best, "node", "nodes"), on, e.AtMost)
+		best.most, plural(best.most, "node", "nodes"), ev.onAt(best), e.AtMost)
 	return res
+}
+
+// onAt says " (a, b at 12.0s)" for a count above zero.
+func (ev *evaluator) onAt(best atOnce) string {
+	if best.most <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%s at %.1fs)", strings.Join(best.which, ", "), ev.at(best.at))
 }

@@ -98,22 +98,54 @@ func shortMeasured(m Measured) string {
 	if m.MinHealthy != nil {
 		add("fewest healthy %d", *m.MinHealthy)
 	}
-	if m.Evictions != nil && m.Matched != nil {
-		add("%d of %d evicted", *m.Evictions, *m.Matched)
-		if d := len(m.Pods) - *m.Evictions; d > 0 {
-			add("%d deleted without eviction", d)
-		}
-	}
+	evictMeasured(m, add)
 	if m.MaxNoExecuteNodes != nil {
 		add("max %d NoExecute %s", *m.MaxNoExecuteNodes, plural(*m.MaxNoExecuteNodes, "node", "nodes"))
 	}
 	if m.Predictions != nil && m.Held != nil {
 		add("%d/%d predictions held", *m.Held, *m.Predictions)
 	}
+	guardMeasured(m, add)
+	if m.MaxMaintenanceNodes != nil {
+		add("max %d %s in maintenance", *m.MaxMaintenanceNodes, plural(*m.MaxMaintenanceNodes, "node", "nodes"))
+	}
 	if len(parts) == 0 {
 		return "-"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// evictMeasured adds an evicted or notEvicted verdict's figures in short.
+func evictMeasured(m Measured, add func(format string, args ...any)) {
+	if m.Evictions == nil || m.Matched == nil {
+		return
+	}
+	add("%d of %d evicted", *m.Evictions, *m.Matched)
+	// With a reason asked, Evictions counts that reason only.
+	deleted := deletedCount(m.Pods)
+	if o := len(m.Pods) - deleted - *m.Evictions; o > 0 {
+		add("%d evicted otherwise", o)
+	}
+	if deleted > 0 {
+		add("%d deleted without eviction", deleted)
+	}
+}
+
+// guardMeasured adds a guard verdict's figures in short.
+func guardMeasured(m Measured, add func(format string, args ...any)) {
+	switch {
+	case m.FirstTrip != nil:
+		f := m.FirstTrip
+		add("tripped at %.1fs (%s %s)", f.AtSeconds, f.Condition, scopeName(f.Scope))
+		if m.TrippedSeconds != nil {
+			add("%.1fs in all", *m.TrippedSeconds)
+		}
+	case m.GuardVersions != nil:
+		add("never tripped (%d %s)", *m.GuardVersions, plural(*m.GuardVersions, "version", "versions"))
+	}
+	if m.UnreadableVersions != nil && *m.UnreadableVersions > 0 {
+		add("%d unreadable", *m.UnreadableVersions)
+	}
 }
 
 // WriteJSON writes the report as JSON (its schema: report.schema.json

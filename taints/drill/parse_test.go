@@ -138,7 +138,7 @@ func TestParseErrors(t *testing.T) {
 		{"within missing", "within: 2m, ", "", []string{`expect[0].ready.within: must be greater than zero`}},
 		{"explain needs a fault step", "explain: {step: xid}", "explain: {step: step-2}", []string{`expect[5].explain.step: step "step-2" is a notReady step; explain's predictions are taken for fault steps`}},
 		{"explain unknown step", "explain: {step: xid}", "explain: {step: nope}", []string{`expect[5].explain.step: no step named "nope"`}},
-		{"two kinds", "- pdb: {name: train}", "- pdb: {name: train}\n  noExecute: {atMost: 1}", []string{`expect[1]: exactly one of ready, pdb, evicted, notEvicted, noExecute, explain (got pdb, noExecute)`}},
+		{"two kinds", "- pdb: {name: train}", "- pdb: {name: train}\n  noExecute: {atMost: 1}", []string{`expect[1]: exactly one of ready, pdb, evicted, notEvicted, noExecute, explain, guard, maintenance (got pdb, noExecute)`}},
 		{"selector required", "notEvicted: {selector: app=web}", "notEvicted: {namespace: x}", []string{`expect[3].notEvicted.selector: required`}},
 		{"min only for evicted", "notEvicted: {selector: app=web}", "notEvicted: {selector: app=web, min: 2}", []string{`expect[3].notEvicted.min: only for evicted`}},
 		{"atMost negative", "atMost: 1", "atMost: -1", []string{`expect[4].noExecute.atMost: -1 must not be negative`}},

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/selftaint/selftaint/taints"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // Record is everything a drill saw: every watched version of the objects
@@ -29,6 +30,8 @@ type Record struct {
 	Workloads []WorkloadVersion
 	// Predictions are explain's verdicts taken before fault steps.
 	Predictions []Prediction
+	// Guards are every version of the coordinator's guard ConfigMap.
+	Guards []GuardVersion
 }
 
 // StepRecord is when a step ran and on which nodes.
@@ -114,4 +117,20 @@ type Prediction struct {
 	Step string
 	Node string
 	taints.Eviction
+}
+
+// GuardVersion is one watched version of the disruption guard's
+// ConfigMap: the guard it holds (fleet.DecodeGuard), or why it holds
+// none.
+type GuardVersion struct {
+	Time            time.Time
+	ResourceVersion string
+	// State is the decoded guard; the zero GuardState when Deleted or
+	// Error.
+	State fleet.GuardState
+	// Deleted: the watch's delete event (no guard: nothing is tripped).
+	Deleted bool
+	// Error is why the ConfigMap's data is not a guard (DecodeGuard's
+	// error); the guard is unknown at this version.
+	Error string
 }

@@ -221,12 +221,14 @@ type Expectation struct {
 	// derived from its kind and target).
 	Name string `json:"name,omitempty"`
 
-	Ready      *ReadyExpect     `json:"ready,omitempty"`
-	PDB        *PDBExpect       `json:"pdb,omitempty"`
-	Evicted    *EvictExpect     `json:"evicted,omitempty"`
-	NotEvicted *EvictExpect     `json:"notEvicted,omitempty"`
-	NoExecute  *NoExecuteExpect `json:"noExecute,omitempty"`
-	Explain    *ExplainExpect   `json:"explain,omitempty"`
+	Ready       *ReadyExpect       `json:"ready,omitempty"`
+	PDB         *PDBExpect         `json:"pdb,omitempty"`
+	Evicted     *EvictExpect       `json:"evicted,omitempty"`
+	NotEvicted  *EvictExpect       `json:"notEvicted,omitempty"`
+	NoExecute   *NoExecuteExpect   `json:"noExecute,omitempty"`
+	Explain     *ExplainExpect     `json:"explain,omitempty"`
+	Guard       *GuardExpect       `json:"guard,omitempty"`
+	Maintenance *MaintenanceExpect `json:"maintenance,omitempty"`
 }
 
 // ReadyExpect: the workload is back to its desired ready replicas within
@@ -251,11 +253,18 @@ type PDBExpect struct {
 // (deleted with a DisruptionTarget condition: the Eviction API or the
 // taint-eviction controller) after step After. NotEvicted: none is
 // evicted or deleted at all.
+//
+// With Reason (one of EvictionReasons), only evictions whose
+// DisruptionTarget reason is Reason count: Evicted wants at least Min
+// evicted that way, NotEvicted none evicted that way (pods that left
+// otherwise, evicted for another reason or deleted, are reported but
+// breach nothing).
 type EvictExpect struct {
 	Selector  string `json:"selector"`
 	Namespace string `json:"namespace,omitempty"`
 	Min       int    `json:"min,omitempty"`
 	After     string `json:"after,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // NoExecuteExpect: at no watched moment do more than AtMost of the drill's
@@ -263,6 +272,29 @@ type EvictExpect struct {
 type NoExecuteExpect struct {
 	AtMost int      `json:"atMost"`
 	Keys   []string `json:"keys,omitempty"`
+}
+
+// GuardExpect judges the disruption guard: the coordinator's guard
+// ConfigMap (coordinator.guard.name in coordinator.namespace), every
+// version of it watched. Tripped true: at some watched moment from t=0
+// on, a scope of the guard was tripped; false: at none (and the guard
+// was seen, and readable at every version). Condition and Zone narrow
+// the scopes that count: a condition type, and a zone name, or "*"
+// (fleet.FleetScope) for the fleet-wide scope.
+type GuardExpect struct {
+	// Tripped is required: true or false.
+	Tripped   *bool  `json:"tripped"`
+	Condition string `json:"condition,omitempty"`
+	Zone      string `json:"zone,omitempty"`
+}
+
+// MaintenanceExpect: at no watched moment do more than AtMost of the
+// drill's nodes hold a maintenance slot, that is, have selftaint's
+// maintenance condition (SelftaintMaintenance) True with reason Draining,
+// Drained or DrainBlocked (a node that waits for a slot, reason Waiting,
+// holds none; see SlotReasons).
+type MaintenanceExpect struct {
+	AtMost int `json:"atMost"`
 }
 
 // ExplainExpect: `selftaint explain`'s predictions, taken for each node of

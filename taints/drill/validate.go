@@ -38,13 +38,56 @@ const (
 
 // Expectation kinds, as Result.Kind names them.
 const (
-	KindReady      = "ready"
-	KindPDB        = "pdb"
-	KindEvicted    = "evicted"
-	KindNotEvicted = "notEvicted"
-	KindNoExecute  = "noExecute"
-	KindExplain    = "explain"
+	KindReady       = "ready"
+	KindPDB         = "pdb"
+	KindEvicted     = "evicted"
+	KindNotEvicted  = "notEvicted"
+	KindNoExecute   = "noExecute"
+	KindExplain     = "explain"
+	KindGuard       = "guard"
+	KindMaintenance = "maintenance"
 )
+
+// The DisruptionTarget reasons an evicted or notEvicted expectation may
+// name that k8s.io/api/core/v1 has no constant for; each is written by
+// one component of kubernetes v1.35 (the file that sets it named).
+const (
+	// ReasonEvictionAPI: the Eviction API (the pods/eviction
+	// subresource: drains, `kubectl drain`), in
+	// pkg/registry/core/pod/storage/eviction.go.
+	ReasonEvictionAPI = "EvictionByEvictionAPI"
+	// ReasonTaintManager: the taint-eviction controller (a NoExecute
+	// taint the pod does not tolerate), in
+	// pkg/controller/tainteviction/taint_eviction.go.
+	ReasonTaintManager = "DeletionByTaintManager"
+	// ReasonPodGC: the pod garbage collector (an orphan pod, or one on an
+	// out-of-service node), in pkg/controller/podgc/gc_controller.go.
+	ReasonPodGC = "DeletionByPodGC"
+	// ReasonDeviceTaintManager: the device-taint eviction controller
+	// (DRA), in pkg/controller/devicetainteviction.
+	ReasonDeviceTaintManager = "DeletionByDeviceTaintManager"
+)
+
+// EvictionReasons are the DisruptionTarget reasons an expectation's
+// reason may name: the four above and core/v1's
+// PodReasonPreemptionByScheduler and PodReasonTerminationByKubelet.
+func EvictionReasons() []string {
+	return []string{
+		ReasonEvictionAPI, ReasonTaintManager, ReasonPodGC, ReasonDeviceTaintManager,
+		corev1.PodReasonPreemptionByScheduler, corev1.PodReasonTerminationByKubelet,
+	}
+}
+
+// SlotReasons are the reasons of selftaint's maintenance condition, while
+// True, of a node that holds a maintenance slot: the coordinator writes
+// Draining when it takes the slot and cordons (startSlot), Draining or
+// DrainBlocked while the drain runs or is refused and retries
+// (followDrain), Drained once it is done, until the slot is given back
+// (endSlot sets the condition False: Released, or DrainBlocked at the
+// deadline). Waiting (True) is a node in line, without a slot.
+func SlotReasons() []string {
+	return []string{fleet.ReasonDraining, fleet.ReasonDrained, fleet.ReasonDrainBlocked}
+}
 
 // workloadKinds are the kinds a WorkloadRef may name.
 func workloadKinds() []string {
@@ -148,6 +191,7 @@ func (e *Expectation) kinds() []string {
 	}{
 		{KindReady, e.Ready != nil}, {KindPDB, e.PDB != nil}, {KindEvicted, e.Evicted != nil},
 		{KindNotEvicted, e.NotEvicted != nil}, {KindNoExecute, e.NoExecute != nil}, {KindExplain, e.Explain != nil},
+		{KindGuard, e.Guard != nil}, {KindMaintenance, e.Maintenance != nil},
 	} {
 		if a.set {
 			k = append(k, a.name)
@@ -519,12 +563,13 @@ func (v *validator) after(p *field.Path, name string) {
 
 func (v *validator) expectation(p *field.Path, e *Expectation) {
 	kinds := e.kinds()
+	all := strings.Join(expectKinds(), ", ")
 	switch len(kinds) {
 	case 0:
-		v.add(p, "no expectation: exactly one of ready, pdb, evicted, notEvicted, noExecute, explain")
+		v.add(p, "no expectation: exactly one of %s", all)
 	case 1:
 	default:
-		v.add(p, "exactly one of ready, pdb, evicted, notEvicted, noExecute, explain (got %s)", strings.Join(kinds, ", "))
+		v.add(p, "exactly one of %s (got %s)", all, strings.Join(kinds, ", "))
 	}
 	switch {
 	case e.Ready != nil:
@@ -533,14 +578,7 @@ func (v *validator) expectation(p *field.Path, e *Expectation) {
 		v.duration(p.Child("ready", "within"), r.Within, false)
 		v.after(p.Child("ready", "after"), r.After)
 	case e.PDB != nil:
-		if e.PDB.Name != "" {
-			if errs := validation.IsDNS1123Subdomain(e.PDB.Name); len(errs) > 0 {
-				v.add(p.Child("pdb", "name"), "%q: %s", e.PDB.Name, strings.Join(errs, "; "))
-			}
-		}
-		if e.PDB.Namespace != "" {
-			v.dns1123Label(p.Child("pdb", "namespace"), e.PDB.Namespace)
-		}
+		v.pdb(p.Child("pdb"), e.PDB)
 	case e.Evicted != nil:
 		v.evict(p.Child("evicted"), e.Evicted, true)
 	case e.NotEvicted != nil:
@@ -549,6 +587,47 @@ func (v *validator) expectation(p *field.Path, e *Expectation) {
 		v.noExecute(p.Child("noExecute"), e.NoExecute)
 	case e.Explain != nil:
 		v.explain(p.Child("explain"), e.Explain)
+	case e.Guard != nil:
+		v.guard(p.Child("guard"), e.Guard)
+	case e.Maintenance != nil:
+		if e.Maintenance.AtMost < 0 {
+			v.add(p.Child("maintenance", "atMost"), "%d must not be negative", e.Maintenance.AtMost)
+		}
+	}
+}
+
+// expectKinds are the expectation kinds, in the order of the format.
+func expectKinds() []string {
+	return []string{KindReady, KindPDB, KindEvicted, KindNotEvicted, KindNoExecute, KindExplain, KindGuard, KindMaintenance}
+}
+
+func (v *validator) pdb(p *field.Path, e *PDBExpect) {
+	if e.Name != "" {
+		if errs := validation.IsDNS1123Subdomain(e.Name); len(errs) > 0 {
+			v.add(p.Child("name"), "%q: %s", e.Name, strings.Join(errs, "; "))
+		}
+	}
+	if e.Namespace != "" {
+		v.dns1123Label(p.Child("namespace"), e.Namespace)
+	}
+}
+
+func (v *validator) guard(p *field.Path, g *GuardExpect) {
+	if g.Tripped == nil {
+		v.add(p.Child("tripped"), "required: true (tripped at some moment) or false (never)")
+	}
+	if r := v.s.Cluster.Coordinator.Replicas; r != nil && *r == 0 && v.s.Cluster.RealNodes == "" {
+		v.add(p, "cluster.coordinator.replicas is 0: no coordinator writes the guard")
+	}
+	if g.Condition != "" {
+		if errs := validation.IsQualifiedName(g.Condition); len(errs) > 0 {
+			v.add(p.Child("condition"), "%q: %s", g.Condition, strings.Join(errs, "; "))
+		}
+	}
+	if g.Zone != "" && g.Zone != fleet.FleetScope {
+		if errs := validation.IsValidLabelValue(g.Zone); len(errs) > 0 {
+			v.add(p.Child("zone"), "%q: a zone name (a label value) or %q for the fleet-wide scope: %s", g.Zone, fleet.FleetScope, strings.Join(errs, "; "))
+		}
 	}
 }
 
@@ -566,6 +645,9 @@ func (v *validator) evict(p *field.Path, e *EvictExpect, evicted bool) {
 		v.add(p.Child("min"), "only for evicted")
 	case e.Min < 0:
 		v.add(p.Child("min"), "%d must not be negative", e.Min)
+	}
+	if e.Reason != "" && !slices.Contains(EvictionReasons(), e.Reason) {
+		v.add(p.Child("reason"), "%q: must be one of %s", e.Reason, strings.Join(EvictionReasons(), ", "))
 	}
 	v.after(p.Child("after"), e.After)
 }

@@ -350,22 +350,19 @@ func TestChartPackage(t *testing.T) {
 }
 
 // TestChartNamespaceOverride checks the chart with another namespace
-// renders what a kustomize `namespace:` overlay of deploy/ does, which
-// TestPolicyNamespaceOverlay attacks on a control plane, but for two
-// things the overlay gets wrong: it sets a namespace on the cluster-scoped
-// admission policies and their bindings (which the API server drops), and
-// it moves the Events Roles out of "default", where client-go files the
-// Events about Nodes (the chart leaves them there, as deploy/ has them).
+// renders what the README's kustomize `namespace:` overlay of deploy/ (with
+// the transformer events-in-default, which keeps the Events Roles in
+// "default", where client-go files the Events about Nodes) does, which
+// TestPolicyNamespaceOverlay and TestCoordinatorPolicyKubeSystemOverlay
+// attack on a control plane, but for one thing the overlay gets wrong: it
+// sets a namespace on the cluster-scoped admission policies and their
+// bindings (which the API server drops).
 func TestChartNamespaceOverride(t *testing.T) {
 	const ns = "selftaint-system"
 	overlay := map[string]object{}
-	for _, o := range decodeObjects(t, "kustomize overlay", kustomizeOverlayYAML(t, ".", "namespace: "+ns)) {
-		meta := o["metadata"].(map[string]any)
-		switch {
-		case strings.HasPrefix(o["kind"].(string), "ValidatingAdmissionPolicy"):
-			delete(meta, "namespace")
-		case strings.HasSuffix(meta["name"].(string), "-events"):
-			meta["namespace"] = metav1.NamespaceDefault
+	for _, o := range decodeObjects(t, "kustomize overlay", renderOverlay(t, ".", "namespace: "+ns, []string{eventsInDefaultDir}, nil)) {
+		if strings.HasPrefix(o["kind"].(string), "ValidatingAdmissionPolicy") {
+			delete(o["metadata"].(map[string]any), "namespace")
 		}
 		overlay[o.key()] = o
 	}

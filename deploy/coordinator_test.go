@@ -903,7 +903,8 @@ func grantEverything(t *testing.T, admin kubernetes.Interface, ns, saNS string) 
 }
 
 // TestCoordinatorPolicyKubeSystemOverlay installs deploy/ through a
-// kustomize overlay that puts it all into kube-system (as selftaint was
+// kustomize overlay that puts it all into kube-system, but for the Events
+// Roles that events-in-default keeps in "default" (as selftaint was
 // before it had a namespace of its own), on a control plane where deploy/
 // is not installed otherwise (shared, see kubeSystemOverlays), and
 // attacks the control plane's leader Leases there with the coordinator's
@@ -914,7 +915,7 @@ func TestCoordinatorPolicyKubeSystemOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	t.Parallel()
 	sys := metav1.NamespaceSystem
-	rendered := kustomizeOverlay(t, ".", "namespace: "+sys)
+	rendered := namespaceOverlay(t, sys)
 	for _, m := range rendered {
 		if ns := m.meta().GetNamespace(); ns != "" && ns != sys && ns != metav1.NamespaceDefault {
 			t.Errorf("%s: left in %s by the overlay", m, ns)
@@ -922,6 +923,7 @@ func TestCoordinatorPolicyKubeSystemOverlay(t *testing.T) {
 	}
 	cp := kubeSystemOverlays.Get(t)
 	installRendered(t, cp, sys, rendered)
+	waitNodeEventsAllowed(t, cp, sys)
 	admin := cp.Client()
 	c := coordinatorClient(t, cp, sys)
 	waitCoordinatorPolicy(t, c, sys)

@@ -13,7 +13,10 @@
 // deploy/kernel-log/ is an opt-in kustomize component over deploy/ that
 // turns the kernel log monitor on (a privileged, root agent container with
 // /dev/kmsg mounted, and NPD's kernel-monitor.json and
-// readonly-monitor.json in its config).
+// readonly-monitor.json in its config). deploy/events-in-default/ holds no
+// objects but a transformer that a `namespace:` overlay of deploy/ lists
+// under `transformers:`, to keep the Events Roles in "default", where the
+// Events about Nodes must be created.
 //
 // The package has no code. Its tests decode every manifest strictly into the
 // typed API objects, check that each kustomization lists exactly the files

@@ -441,31 +441,38 @@ func mergeMaps(a, b map[string]string) map[string]string {
 // relative to deploy/).
 func kustomizeOverlayYAML(t *testing.T, base, line string, components ...string) []byte {
 	t.Helper()
-	abs, err := filepath.Abs(base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return renderOverlay(t, base, line, nil, components)
+}
+
+// renderOverlay is kustomizeOverlayYAML with the overlay's transformers
+// (directories relative to deploy/, e.g. eventsInDefaultDir) too.
+func renderOverlay(t *testing.T, base, line string, transformers, components []string) []byte {
+	t.Helper()
 	dir := t.TempDir()
 	// kustomize takes no absolute path, and one outside the overlay only
 	// without load restrictions.
-	rel, err := filepath.Rel(dir, abs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + line + "\nresources:\n- " + rel + "\n"
-	if len(components) > 0 {
-		k += "components:\n"
-	}
-	for _, c := range components {
-		abs, err := filepath.Abs(c)
+	rel := func(p string) string {
+		abs, err := filepath.Abs(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rel, err := filepath.Rel(dir, abs)
+		r, err := filepath.Rel(dir, abs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		k += "- " + rel + "\n"
+		return r
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + line + "\nresources:\n- " + rel(base) + "\n"
+	for _, f := range []struct {
+		field string
+		dirs  []string
+	}{{"transformers", transformers}, {"components", components}} {
+		if len(f.dirs) > 0 {
+			k += f.field + ":\n"
+		}
+		for _, d := range f.dirs {
+			k += "- " + rel(d) + "\n"
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
@@ -486,8 +493,14 @@ func kustomizeOverlayYAML(t *testing.T, base, line string, components ...string)
 // kustomizeOverlay is kustomizeOverlayYAML's result decoded.
 func kustomizeOverlay(t *testing.T, base, line string, components ...string) []manifest {
 	t.Helper()
+	return decodeRendered(t, kustomizeOverlayYAML(t, base, line, components...))
+}
+
+// decodeRendered decodes what kustomize rendered.
+func decodeRendered(t *testing.T, rendered []byte) []manifest {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "rendered.yaml")
-	if err := os.WriteFile(file, kustomizeOverlayYAML(t, base, line, components...), 0o600); err != nil {
+	if err := os.WriteFile(file, rendered, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ms, err := decodeFile(file)
@@ -501,7 +514,10 @@ func kustomizeOverlay(t *testing.T, base, line string, components ...string) []m
 // that moves it to another namespace, on a control plane where deploy/ is
 // not installed otherwise (shared, see overlayAndPrefix), and attacks it:
 // the policy still confines the agent's service account (now in that
-// namespace), and the agent's own writes still go through.
+// namespace), and the agent's own writes still go through. The overlay is
+// a plain `namespace:` one: its agent's and coordinator's Node Events are
+// refused until what the transformer events-in-default keeps in "default"
+// is installed too (testPlainOverlayEvents).
 func TestPolicyNamespaceOverlay(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	t.Parallel()
@@ -515,6 +531,7 @@ func TestPolicyNamespaceOverlay(t *testing.T) {
 	cp := overlayAndPrefix.Get(t)
 	installRendered(t, cp, ns, rendered)
 	attackAgentPolicy(t, cp, "overlay", ns, agentSA, policyName)
+	testPlainOverlayEvents(t, cp, ns)
 }
 
 // attackAgentPolicy attacks, on Nodes named after prefix, the agent

@@ -1,0 +1,137 @@
+package drill
+
+// The live view's lines: each says in plain words what a new version
+// changed that a person watching a drill cares about. Heartbeats, status
+// churn and anything else that changes nothing here make no line.
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	tdrill "github.com/selftaint/selftaint/taints/drill"
+	"github.com/selftaint/selftaint/taints/fleet"
+)
+
+// nodeLines says what next changed on a node since prev (the zero
+// version for a node first seen).
+func nodeLines(prev, next tdrill.NodeVersion) []string {
+	var out []string
+	say := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf("node %s: ", next.Name)+fmt.Sprintf(format, args...))
+	}
+	for _, k := range next.NoExecute {
+		if !slices.Contains(prev.NoExecute, k) {
+			say("taint %s:NoExecute on", k)
+		}
+	}
+	for _, k := range prev.NoExecute {
+		if !slices.Contains(next.NoExecute, k) {
+			say("taint %s:NoExecute off", k)
+		}
+	}
+	if next.Ready != prev.Ready {
+		say("Ready %s", orNone(next.Ready))
+	}
+	if next.Unschedulable != prev.Unschedulable {
+		if next.Unschedulable {
+			say("cordoned")
+		} else {
+			say("uncordoned")
+		}
+	}
+	if next.Maintenance != prev.Maintenance {
+		if next.Maintenance == "" {
+			say("maintenance ended")
+		} else {
+			say("maintenance %s", next.Maintenance)
+		}
+	}
+	// Other conditions (a probe's), in a stable order; Ready and the
+	// maintenance condition are said above.
+	types := make([]string, 0, len(next.Conditions)+len(prev.Conditions))
+	for t := range next.Conditions {
+		types = append(types, t)
+	}
+	for t := range prev.Conditions {
+		if _, ok := next.Conditions[t]; !ok {
+			types = append(types, t)
+		}
+	}
+	sort.Strings(types)
+	for _, t := range types {
+		if t == "Ready" || t == string(fleet.MaintenanceCondition) || next.Conditions[t] == prev.Conditions[t] {
+			continue
+		}
+		say("%s %s", t, orNone(next.Conditions[t]))
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// podLines says what next changed on a pod since prev (nil for a pod first
+// seen). name is how the line names the pod.
+func podLines(name string, prev *tdrill.PodVersion, next tdrill.PodVersion) []string {
+	var zero tdrill.PodVersion
+	if prev == nil {
+		prev = &zero
+	}
+	where := ""
+	if next.Node != "" {
+		where = " (" + next.Node + ")"
+	}
+	var out []string
+	say := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf("pod %s", name)+fmt.Sprintf(format, args...))
+	}
+	switch {
+	case next.Disruption != "" && next.Disruption != prev.Disruption:
+		say("%s: evicted (%s)", where, next.Disruption)
+	case next.Deleted && next.Disruption == "":
+		say("%s: deleted without eviction", where)
+	case next.Deleted:
+		say("%s: deleted", where)
+	case next.Terminating && !prev.Terminating:
+		say("%s: terminating", where)
+	}
+	if next.Deleted || next.Terminating {
+		return out
+	}
+	switch {
+	case next.Ready && !prev.Ready:
+		say(": ready on %s", orNone(next.Node))
+	case !next.Ready && prev.Ready:
+		say("%s: not ready", where)
+	case next.Node != "" && prev.Node == "":
+		say(": scheduled on %s", next.Node)
+	}
+	return out
+}
+
+// pdbLines says when a PDB goes below its minimum, changes its healthy
+// count while below, and comes back to it.
+func pdbLines(name string, prev *tdrill.PDBVersion, next tdrill.PDBVersion) []string {
+	was := prev != nil && belowMinimum(*prev)
+	switch {
+	case belowMinimum(next) && (!was || prev.Healthy != next.Healthy || prev.Desired != next.Desired):
+		return []string{fmt.Sprintf("PDB %s: %d healthy, below its minimum %d", name, next.Healthy, next.Desired)}
+	case was && !belowMinimum(next):
+		return []string{fmt.Sprintf("PDB %s: %d healthy, at or above its minimum %d again", name, next.Healthy, next.Desired)}
+	}
+	return nil
+}
+
+// workloadLines says a workload's ready count when it or its desired
+// count changed.
+func workloadLines(name string, prev *tdrill.WorkloadVersion, next tdrill.WorkloadVersion) []string {
+	if prev != nil && prev.Desired == next.Desired && prev.Ready == next.Ready {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s %s: %d/%d ready", next.Ref.Kind, name, next.Ready, next.Desired)}
+}

@@ -119,7 +119,8 @@ func StartRecorder(ctx context.Context, client kubernetes.Interface, scope Scope
 	return r, nil
 }
 
-// Stop ends the watches and returns once the last line was delivered.
+// Stop ends the watches and returns once the last line was delivered. It
+// may be called more than once.
 func (r *Recorder) Stop() {
 	r.cancel()
 	for _, f := range r.factories {

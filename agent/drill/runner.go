@@ -145,6 +145,7 @@ func Run(ctx context.Context, opts Options) Outcome {
 	}
 	err := r.run(ctx, &rep)
 	rec := r.record()
+	r.stopRecording()
 	switch {
 	case err == nil || errors.Is(err, errTimeout):
 		if opts.Evaluate != nil {

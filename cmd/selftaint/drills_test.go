@@ -74,7 +74,7 @@ func TestExampleDrills(t *testing.T) {
 			if code != tdrill.ExitPassed {
 				t.Errorf("selftaint drill %s exited %d, want 0; output:\n%s", name, code, out)
 			}
-			checkReport(t, rep, true)
+			checkDrillReport(t, rep, true)
 			t.Logf("%s: wall time %.1fs (control plane start %.1fs), %d steps, %d expectations",
 				name, rep.DurationSeconds, rep.ControlPlaneStartSeconds, len(rep.Steps), len(rep.Expectations))
 		})
@@ -92,7 +92,7 @@ func TestDrillWrongExpectationFails(t *testing.T) {
 	if code != tdrill.ExitBreached {
 		t.Fatalf("exit %d, want %d (breached); output:\n%s", code, tdrill.ExitBreached, out)
 	}
-	checkReport(t, rep, false)
+	checkDrillReport(t, rep, false)
 	const name = "frontend rides out a memory fault"
 	if len(rep.Expectations) != 1 || rep.Expectations[0].Name != name || rep.Expectations[0].Passed {
 		t.Fatalf("expectations %+v, want %q failed", rep.Expectations, name)
@@ -210,7 +210,7 @@ func TestDrillCatchesForceDelete(t *testing.T) {
 	if r.code != tdrill.ExitBreached {
 		t.Fatalf("exit %d, want %d (breached): the force delete of %s went unseen; output:\n%s", r.code, tdrill.ExitBreached, victim, r.out)
 	}
-	checkReport(t, r.rep, false)
+	checkDrillReport(t, r.rep, false)
 	const name = "guarded's PDB never below its minimum"
 	if len(r.rep.Expectations) != 1 || r.rep.Expectations[0].Name != name || r.rep.Expectations[0].Passed {
 		t.Fatalf("expectations %+v, want %q failed", r.rep.Expectations, name)
@@ -251,9 +251,9 @@ func runDrillFile(t *testing.T, bin, file string, extra ...string) (tdrill.Repor
 	return rep, code, out.String()
 }
 
-// checkReport checks what every finished drill's report says: it ran to
+// checkDrillReport checks what every finished drill's report says: it ran to
 // its end, cleaned up, and passed as wanted.
-func checkReport(t *testing.T, rep tdrill.Report, passed bool) {
+func checkDrillReport(t *testing.T, rep tdrill.Report, passed bool) {
 	t.Helper()
 	if rep.Schema != tdrill.ReportSchema {
 		t.Errorf("report schema %q, want %q", rep.Schema, tdrill.ReportSchema)

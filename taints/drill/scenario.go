@@ -24,7 +24,13 @@ const (
 )
 
 // Duration is a time.Duration written as Go writes one ("90s", "2m30s").
-type Duration struct{ time.Duration }
+// A value that is not one decodes without error and is reported by
+// Validate with its field path (a decoding error could not name it).
+type Duration struct {
+	time.Duration
+	// bad is the text as written when it is not a duration.
+	bad string
+}
 
 // Scenario is one drill file.
 type Scenario struct {
@@ -178,8 +184,9 @@ type CoordinatorStep struct {
 // WaitStep holds the timeline until a state is reached, or fails the
 // drill's run after Timeout (default 2m).
 type WaitStep struct {
-	// Nodes: every picked node has Condition / Taint / Maintenance.
-	Nodes       *Nodes          `json:"nodes,omitempty"`
+	// Nodes: every picked node has Condition / Taint / Maintenance
+	// (inline, as in the other steps: nodes: [a-1], selector: x=y).
+	Nodes       `json:",inline"`
 	Condition   *ConditionState `json:"condition,omitempty"`
 	Taint       *TaintState     `json:"taint,omitempty"`
 	Maintenance string          `json:"maintenance,omitempty"`

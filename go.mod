@@ -77,9 +77,11 @@ require (
 
 require (
 	github.com/coreos/go-systemd/v22 v22.6.0
+	github.com/joshdk/go-junit v1.0.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.67.5
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	go.yaml.in/yaml/v2 v2.4.3
 	k8s.io/kubectl v0.35.4
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730

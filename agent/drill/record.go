@@ -484,9 +484,12 @@ func (r *Recorder) Node(name string) (tdrill.NodeVersion, bool) {
 	return v, ok
 }
 
-// Workload is the latest version of a workload; ref's Namespace must be
-// set.
+// Workload is the latest version of a workload. An empty Namespace in ref
+// is the drill's, when it has one.
 func (r *Recorder) Workload(ref tdrill.WorkloadRef) (tdrill.WorkloadVersion, bool) {
+	if ref.Namespace == "" && len(r.scope.Namespaces) == 1 {
+		ref.Namespace = r.scope.Namespaces[0]
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v, ok := r.workloads[ref]

@@ -12,9 +12,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
@@ -50,15 +52,16 @@ func (l *lineLog) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
-// TestRecorderPDBAndEviction is the recorder on a real control plane (with
-// the disruption controller): a force delete (grace 0) that takes a PDB of
+// TestRecorder is the recorder on a real control plane (with the
+// disruption controller): a watch the API server refuses fails
+// StartRecorder at once; a force delete (grace 0) that takes a PDB of
 // minAvailable 2 from 2 healthy pods to 1 is a recorded PDB version with
 // Healthy 1 < Desired 2, caused by the pod's delete, whatever the
 // disruption controller writes after; an eviction through the Eviction API
 // shows as the pod's Disruption EvictionByEvictionAPI; a Deployment's pod
 // is owned by the Deployment, not its ReplicaSet; only the drill's node is
 // recorded.
-func TestRecorderPDBAndEviction(t *testing.T) {
+func TestRecorder(t *testing.T) {
 	cp := testcp.Start(t, testcp.Options{ControllerManager: true})
 	c := cp.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -70,6 +73,8 @@ func TestRecorderPDBAndEviction(t *testing.T) {
 	}
 	cp.CreateNode(t, nodeName, nil)
 	cp.CreateNode(t, "rec-not-ours", nil)
+
+	recordRefused(ctx, t, cp, ns)
 
 	var log lineLog
 	rec, err := StartRecorder(ctx, c, Scope{Namespaces: []string{ns}, Nodes: func(n string) bool { return n == nodeName }}, clock.RealClock{}, log.add)
@@ -101,6 +106,28 @@ func TestRecorderPDBAndEviction(t *testing.T) {
 		if !log.has(want) {
 			t.Errorf("live view lacks %q; it said:\n%s", want, log.String())
 		}
+	}
+}
+
+// recordRefused: a user that may not list pods makes StartRecorder fail
+// with the API server's refusal, not wait for a cache that never syncs.
+func recordRefused(ctx context.Context, t *testing.T, cp *testcp.ControlPlane, ns string) {
+	t.Helper()
+	cfg := cp.RESTConfig()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "drill-nobody"}
+	nobody, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("client for drill-nobody: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, recordWait)
+	defer cancel()
+	rec, err := StartRecorder(rctx, nobody, Scope{Namespaces: []string{ns}}, clock.RealClock{}, nil)
+	if err == nil {
+		rec.Stop()
+		t.Fatalf("StartRecorder as a user with no rights = nil error, want forbidden")
+	}
+	if !apierrors.IsForbidden(err) || rctx.Err() != nil {
+		t.Fatalf("StartRecorder as a user with no rights = %v, want a forbidden error before the deadline", err)
 	}
 }
 
@@ -195,8 +222,10 @@ func recordDeployment(ctx context.Context, t *testing.T, c kubernetes.Interface,
 		}
 		return false
 	})
-	if v, ok := rec.Workload(web); !ok || v.Desired != 1 {
-		t.Errorf("Workload(%v) = %+v, %v; want Desired 1", web, v, ok)
+	for _, ref := range []tdrill.WorkloadRef{web, {Kind: "Deployment", Name: "web"}} {
+		if v, ok := rec.Workload(ref); !ok || v.Ref != web || v.Desired != 1 {
+			t.Errorf("Workload(%v) = %+v, %v; want %v with Desired 1", ref, v, ok, web)
+		}
 	}
 }
 

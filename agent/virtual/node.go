@@ -74,10 +74,7 @@ func (t NodeTemplate) newNode(name string, index int) *corev1.Node {
 	if capacity == nil {
 		capacity = DefaultCapacity()
 	}
-	ip := t.InternalIP
-	if ip == "" {
-		ip = "127.0.0.1"
-	}
+	ip := t.internalIP()
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.NodeSpec{
@@ -104,6 +101,14 @@ func (t NodeTemplate) newNode(name string, index int) *corev1.Node {
 			},
 		},
 	}
+}
+
+// internalIP is the node's address, 127.0.0.1 by default.
+func (t NodeTemplate) internalIP() string {
+	if t.InternalIP == "" {
+		return "127.0.0.1"
+	}
+	return t.InternalIP
 }
 
 // podCIDR is virtual node index's pod range: 10.64.0.0/10 cut into /24s.

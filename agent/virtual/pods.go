@@ -198,6 +198,21 @@ func (p *pods) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	return p.remove(ctx, pod)
 }
 
+// resend reports every running pod's status again, as a kubelet's status
+// manager does when it starts: a pod controller started after a Stop has
+// not sent any yet, and the API may have them marked not ready.
+func (p *pods) resend() {
+	p.mu.Lock()
+	running := make([]*corev1.Pod, 0, len(p.byKey))
+	for _, pod := range p.byKey {
+		running = append(running, pod.DeepCopy())
+	}
+	p.mu.Unlock()
+	for _, pod := range running {
+		p.send(pod)
+	}
+}
+
 // GetPod returns the pod as it runs here, or nil if it does not.
 func (p *pods) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
 	p.mu.Lock()

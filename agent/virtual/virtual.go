@@ -89,6 +89,9 @@ type Options struct {
 	// Clock is the agents' clock; defaults to the real clock.
 	// virtual-kubelet's controllers always use the real clock.
 	Clock clock.WithTicker
+	// Control, if set, stops and resumes single nodes' kubelets while Run
+	// runs (see Control).
+	Control *Control
 }
 
 // Names returns n node names: prefix1 ... prefixN.
@@ -166,34 +169,10 @@ func (p SimulatedProbe) Probe(context.Context) probes.Result {
 // touches nothing; if one appears later in a virtual node's place, Run
 // fails when that node's status is next written.
 func Run(ctx context.Context, opts Options) error {
-	if len(opts.Names) == 0 {
-		return errors.New("virtual: no nodes to run")
+	if err := opts.validate(); err != nil {
+		return err
 	}
-	if opts.Core == nil || opts.Leases == nil {
-		return errors.New("virtual: clients are required")
-	}
-	seen := map[string]bool{}
-	for _, n := range opts.Names {
-		if seen[n] {
-			return fmt.Errorf("virtual: node %s named twice", n)
-		}
-		seen[n] = true
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if opts.LeaseDuration <= 0 {
-		opts.LeaseDuration = DefaultLeaseDuration
-	}
-	if opts.StatusUpdateInterval <= 0 {
-		opts.StatusUpdateInterval = DefaultStatusUpdateInterval
-	}
-	if opts.PodSyncWorkers <= 0 {
-		opts.PodSyncWorkers = 2
-	}
+	opts.setDefaults()
 
 	// Before virtual-kubelet touches a Node: on registration it patches an
 	// existing Node of the same name as its own.
@@ -219,20 +198,47 @@ func Run(ctx context.Context, opts Options) error {
 		services:   newInformer[corelisters.ServiceLister](&corev1.Service{}, corelisters.NewServiceLister),
 	}
 
-	nodes := make([]*virtualNode, len(opts.Names))
+	var wg sync.WaitGroup
+	runners := make([]*nodeRunner, len(opts.Names))
 	for i, name := range opts.Names {
-		n, err := newVirtualNode(opts, name, i, regs[name], broadcaster, unused, cancel)
-		if err != nil {
+		// Pods outlive a stopped kubelet, as containers do.
+		pods := newPods(name, opts.Template.internalIP(), podIPs(i), removeWith(opts.Core), opts.Clock)
+		runners[i] = &nodeRunner{
+			name: name, parent: ctx, wg: &wg, fail: cancel,
+			build: func() (*virtualNode, error) {
+				return newVirtualNode(opts, name, i, regs[name], pods, broadcaster, unused, cancel)
+			},
+		}
+	}
+	if opts.Control != nil {
+		if err := opts.Control.attach(runners); err != nil {
 			return err
 		}
-		nodes[i] = n
+		// Also when a node cannot be built below.
+		defer opts.Control.detach()
 	}
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		n.start(ctx, &wg, cancel)
+	// Every node is built before any starts: one that cannot be fails
+	// the set before anything touches the API.
+	first := make([]*virtualNode, len(runners))
+	for i, r := range runners {
+		if first[i], err = r.build(); err != nil {
+			return err
+		}
 	}
-	opts.Logger.Info("virtual nodes starting", "nodes", len(nodes))
+	for i, r := range runners {
+		r.mu.Lock()
+		r.startLocked(first[i])
+		r.mu.Unlock()
+	}
+	opts.Logger.Info("virtual nodes starting", "nodes", len(runners))
 	<-ctx.Done()
+	if opts.Control != nil {
+		opts.Control.detach()
+	}
+	// Once closed, no runner starts an incarnation: wg.Wait sees them all.
+	for _, r := range runners {
+		r.close()
+	}
 	wg.Wait()
 	if opts.DeleteOnExit {
 		deleteNodes(opts.Core.Nodes(), regs, opts.Names, opts.Logger)
@@ -243,22 +249,61 @@ func Run(ctx context.Context, opts Options) error {
 	return ctx.Err()
 }
 
+// validate checks what Run cannot do without.
+func (opts *Options) validate() error {
+	if len(opts.Names) == 0 {
+		return errors.New("virtual: no nodes to run")
+	}
+	if opts.Core == nil || opts.Leases == nil {
+		return errors.New("virtual: clients are required")
+	}
+	seen := map[string]bool{}
+	for _, n := range opts.Names {
+		if seen[n] {
+			return fmt.Errorf("virtual: node %s named twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// setDefaults fills in the defaults of the fields left zero.
+func (opts *Options) setDefaults() {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
+	if opts.StatusUpdateInterval <= 0 {
+		opts.StatusUpdateInterval = DefaultStatusUpdateInterval
+	}
+	if opts.PodSyncWorkers <= 0 {
+		opts.PodSyncWorkers = 2
+	}
+}
+
 // virtualNode is one node: its virtual-kubelet node and pod controllers,
 // its pod informer and its selftaint agent.
 type virtualNode struct {
-	name    string
-	log     *slog.Logger
-	nodes   *vknode.NodeController
-	pods    *vknode.PodController
-	podInf  cache.SharedIndexInformer
-	agent   *agent.Agent
-	workers int
+	name  string
+	log   *slog.Logger
+	nodes *vknode.NodeController
+	pods  *vknode.PodController
+	// provider is the node's running pods, kept across its incarnations.
+	provider *pods
+	podInf   cache.SharedIndexInformer
+	agent    *agent.Agent
+	workers  int
 }
 
 // newVirtualNode builds node name's parts; reg records the Node it
 // registers, and fail stops the whole set when the Node turns out not to
 // be virtual.
-func newVirtualNode(opts Options, name string, index int, reg *registration, broadcaster record.EventBroadcaster, unused unusedInformers, fail context.CancelCauseFunc) (*virtualNode, error) {
+func newVirtualNode(opts Options, name string, index int, reg *registration, provider *pods, broadcaster record.EventBroadcaster, unused unusedInformers, fail context.CancelCauseFunc) (*virtualNode, error) {
 	log := opts.Logger.With("node", name)
 	template := opts.Template.newNode(name, index)
 	nodeClient := guardedNodes{NodeInterface: opts.Core.Nodes(), reg: reg}
@@ -300,7 +345,7 @@ func newVirtualNode(opts Options, name string, index int, reg *registration, bro
 		PodClient:                 podClient,
 		PodInformer:               informer[corelisters.PodLister]{podInf, corelisters.NewPodLister},
 		EventRecorder:             broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint-virtual", Host: name}),
-		Provider:                  newPods(name, template.Status.Addresses[0].Address, podIPs(index), removeWith(podClient), opts.Clock),
+		Provider:                  provider,
 		ConfigMapInformer:         unused.configMaps,
 		SecretInformer:            unused.secrets,
 		ServiceInformer:           unused.services,
@@ -331,7 +376,7 @@ func newVirtualNode(opts Options, name string, index int, reg *registration, bro
 	if err != nil {
 		return nil, fmt.Errorf("virtual node %s: %w", name, err)
 	}
-	return &virtualNode{name: name, log: log, nodes: nc, pods: pc, podInf: podInf, agent: a, workers: opts.PodSyncWorkers}, nil
+	return &virtualNode{name: name, log: log, nodes: nc, pods: pc, provider: provider, podInf: podInf, agent: a, workers: opts.PodSyncWorkers}, nil
 }
 
 // noExecute is the agents' NoExecute options, reading grants with the
@@ -368,6 +413,18 @@ func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail contex
 			return nil
 		}
 		return n.pods.Run(ctx, n.workers)
+	})
+	run("pod status resync", func(ctx context.Context) error {
+		// A kubelet started again writes its pods' statuses back (the
+		// node lifecycle controller marked them not ready meanwhile).
+		// The first incarnation has no pods yet.
+		select {
+		case <-n.pods.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+		n.provider.resend()
+		return nil
 	})
 	run("agent", func(ctx context.Context) error {
 		// The agent writes to the Node once it is known to be virtual

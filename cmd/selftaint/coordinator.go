@@ -19,6 +19,7 @@ import (
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/coordinator"
 	"github.com/selftaint/selftaint/agent/metrics"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // defaultCoordinatorMetricsAddress is where the coordinator serves
@@ -39,6 +40,7 @@ type coordinatorFlags struct {
 	logLevel       string
 	qps            float64
 	burst          int
+	virtual        bool
 }
 
 func (f *coordinatorFlags) register(fs *flag.FlagSet) {
@@ -54,6 +56,17 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Float64Var(&f.qps, "kube-api-qps", 20, "client-side limit on API requests per second")
 	fs.IntVar(&f.burst, "kube-api-burst", 30, "client-side burst of API requests")
+	fs.BoolVar(&f.virtual, "virtual", false, "be the virtual fleet's coordinator, as `selftaint virtual --coordinator` runs one in-process: count and grant only virtual Nodes (labelled "+fleet.VirtualLabel+"=true), whatever the config's coordinator.fleet says; as its own process, so that several replicas fail over (a drill kills or pauses the leader). --metrics-address defaults to none with it, so that replicas share a host")
+}
+
+// coordinatorPolicy is the coordinator's policy from the config: the virtual
+// fleet's when virtual, whatever coordinator.fleet says.
+func coordinatorPolicy(cfg *config.Config, virtual bool) fleet.Config {
+	policy := cfg.Fleet()
+	if virtual {
+		policy.Members = fleet.MembersVirtual
+	}
+	return policy
 }
 
 // namespaceFor is the coordinator's namespace: the flag, else the
@@ -86,6 +99,11 @@ func runCoordinator(ctx context.Context, args []string, stderr io.Writer) error 
 	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	metricsSet := false
+	fs.Visit(func(fl *flag.Flag) { metricsSet = metricsSet || fl.Name == "metrics-address" })
+	if f.virtual && !metricsSet {
+		f.metricsAddress = ""
 	}
 	selector, err := labels.Parse(f.nodeSelector)
 	if err != nil {
@@ -124,7 +142,7 @@ func newCoordinator(f coordinatorFlags, cfg *config.Config, identity string, sel
 	opts := coordinator.Options{
 		Namespace:     f.namespaceFor(cfg),
 		Identity:      identity,
-		Config:        cfg.Fleet(),
+		Config:        coordinatorPolicy(cfg, f.virtual),
 		GuardName:     cfg.Coordinator.Guard.Name,
 		LeaseDuration: f.leaseDuration,
 		RenewDeadline: f.renewDeadline,

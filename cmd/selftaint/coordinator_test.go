@@ -201,3 +201,78 @@ func stealLeaderLease(t *testing.T, cp *testcp.ControlPlane, ns string) {
 		t.Fatalf("taking the leader Lease: %v", err)
 	}
 }
+
+// TestVirtualCoordinatorFailover runs two replicas of `selftaint
+// coordinator --virtual`, each its own process on one host (no metrics
+// port by default, so they do not clash): one leads, as the virtual
+// fleet's coordinator (its guard says so); SIGKILLed, it is replaced by
+// the other within a few lease durations.
+func TestVirtualCoordinatorFailover(t *testing.T) {
+	testcp.SkipIfShort(t, "runs two coordinator processes and kills one")
+	t.Parallel()
+	// The shared control plane: the replicas keep to their namespace and
+	// count only the Nodes of their selector, of which there are none.
+	cp := shared.Get(t)
+	const ns = "selftaint-vcoord"
+	if _, err := cp.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replica := func(identity string) *proc {
+		return startProc(t, identity, "coordinator", "--virtual", "--kubeconfig="+cp.KubeconfigPath, "--namespace="+ns,
+			"--identity="+identity, "--node-selector=selftaint.test/group=vcoord",
+			"--leader-elect-lease-duration="+leaseDuration.String(), "--leader-elect-renew-deadline="+renewDeadline.String(),
+			"--leader-elect-retry-period="+retryPeriod.String())
+	}
+	replicas := map[string]*proc{"vcoord-a": replica("vcoord-a"), "vcoord-b": replica("vcoord-b")}
+	leases := cp.Client().CoordinationV1().Leases(ns)
+	holder := func() (string, error) {
+		l, err := leases.Get(t.Context(), fleet.DefaultLeaderLease, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return "", err
+		}
+		return *l.Spec.HolderIdentity, nil
+	}
+	var leader string
+	if err := testcp.Poll(t.Context(), time.Minute, 100*time.Millisecond, func() (bool, error) {
+		h, err := holder()
+		leader = h
+		return replicas[h] != nil, err
+	}); err != nil {
+		t.Fatalf("no replica leads: %v; holder %q", err, leader)
+	}
+	// The virtual fleet's guard, whatever the config's coordinator.fleet.
+	if err := testcp.Poll(t.Context(), time.Minute, 100*time.Millisecond, func() (bool, error) {
+		cm, err := cp.Client().CoreV1().ConfigMaps(ns).Get(t.Context(), fleet.DefaultGuardName, metav1.GetOptions{})
+		return err == nil && cm.Annotations[fleet.FleetAnnotation] == string(fleet.MembersVirtual), err
+	}); err != nil {
+		t.Errorf("the guard does not say it is the virtual fleet's: %v", err)
+	}
+	for name, p := range replicas {
+		select {
+		case <-p.done:
+			t.Fatalf("replica %s exited: %v; stderr:\n%s", name, p.err, p.stderr)
+		default:
+		}
+		if strings.Contains(p.stderr.String(), "serving metrics") {
+			t.Errorf("replica %s serves metrics without --metrics-address", name)
+		}
+	}
+
+	standby := "vcoord-a"
+	if leader == standby {
+		standby = "vcoord-b"
+	}
+	if err := replicas[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-replicas[leader].done
+	killed := time.Now()
+	if err := testcp.Poll(t.Context(), time.Minute, 100*time.Millisecond, func() (bool, error) {
+		h, err := holder()
+		return h == standby, err
+	}); err != nil {
+		h, _ := holder()
+		t.Fatalf("%s did not take over from the killed %s: %v; holder %q; its stderr:\n%s", standby, leader, err, h, replicas[standby].stderr)
+	}
+	t.Logf("%s took over %s after %s was killed", standby, time.Since(killed).Round(time.Millisecond), leader)
+}

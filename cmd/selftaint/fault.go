@@ -30,12 +30,18 @@ import (
 func faultUsage(reg config.Registry) string {
 	return `Usage:
   selftaint fault inject NODE --condition C [--status True] [--for 10m] [--reason R] [--message M]
+  selftaint fault inject NODE --gpu-xid N [--for 10m]
   selftaint fault clear NODE (--condition C | --all)
   selftaint fault list [NODE]
 
 A fault is the annotation fault.selftaint.io/<C> on the Node: the agent there
 publishes condition C (a condition type or a probe name, listed below) with
 the fault's status, without damping, until it expires, then removes it.
+--gpu-xid N injects what the GPU probe reports after one of the node's GPUs
+raised Xid N (NVIDIA's Xid catalog with --config's probes.gpu.xids
+overrides): its condition, reason and message, e.g. GPURebootRequired for
+Xid 79 (GPU has fallen off the bus). An Xid the probe ignores or leaves to
+the application (ignore, restart-app) is refused: it changes no condition.
 Every command takes --kubeconfig (default $KUBECONFIG, else ~/.kube/config)
 and --config (the agent's config file, for the known conditions, the default
 duration and the maximum; default the built-in one).
@@ -204,6 +210,7 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	reason := fs.String("reason", faults.DefaultReason, "the condition's reason (CamelCase)")
 	message := fs.String("message", faults.DefaultMessage, "the condition's message")
 	injectedBy := fs.String("injected-by", defaultInjectedBy(), "free text recorded in the fault: who or what injected it")
+	gpuXid := fs.Uint64("gpu-xid", 0, "inject what the GPU probe reports after a GPU raised this Xid (its condition, reason and message, from NVIDIA's catalog and --config's probes.gpu.xids); not with --condition, --status, --reason or --message")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -212,17 +219,26 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	if *target == "" {
-		return errors.New("--condition is required")
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := injectTargetFlags(set, *target); err != nil {
+		return err
 	}
-	forSet := false
-	fs.Visit(func(f *flag.Flag) { forSet = forSet || f.Name == "for" })
+	forSet := set["for"]
 	if forSet && *dur <= 0 {
 		return fmt.Errorf("--for must be greater than zero, got %s", *dur)
 	}
 	env, err := ff.env()
 	if err != nil {
 		return err
+	}
+	if set["gpu-xid"] {
+		xf, err := env.cfg.GPUXidFault(*gpuXid, 0, time.Now())
+		if err != nil {
+			return fmt.Errorf("--gpu-xid %d: %w", *gpuXid, err)
+		}
+		*target, *status, *reason, *message = xf.Target, string(xf.Status), xf.Reason, xf.Message
+		fmt.Fprintf(stdout, "the GPU probe reports %s as %s on %s\n", xf.Info, xf.Reason, xf.Condition)
 	}
 	if !forSet {
 		*dur = env.cfg.Faults.DefaultDuration.D
@@ -277,6 +293,24 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 		node, f.Condition, f.Status, f.Reason, expiresIn(f.ExpiresAt, now))
 	fmt.Fprintf(stdout, "annotation %s=%s\n", key, value)
 	return env.tellNoExecute(ctx, stdout, n, f.Condition, f.Status, now)
+}
+
+// injectTargetFlags checks that inject's flags, set, name its target one
+// way: --condition (with --status, --reason, --message) or --gpu-xid;
+// condition is --condition's value.
+func injectTargetFlags(set map[string]bool, condition string) error {
+	if !set["gpu-xid"] {
+		if condition == "" {
+			return errors.New("--condition is required (or --gpu-xid)")
+		}
+		return nil
+	}
+	for _, f := range []string{"condition", "status", "reason", "message"} {
+		if set[f] {
+			return fmt.Errorf("--gpu-xid sets the condition, status, reason and message: not with --%s", f)
+		}
+	}
+	return nil
 }
 
 // tellNoExecute says, after a fault on condition c of node n, whether a

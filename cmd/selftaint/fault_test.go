@@ -179,6 +179,33 @@ func TestFaultCLIRoundTrip(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "longer than the maximum fault duration 2m0s") {
 		t.Errorf("inject --for beyond the configured maximum: exit %d, stderr %q", code, errs)
 	}
+
+	// A GPU Xid by number: the GPU probe's condition, reason and message.
+	code, out, errs = runCLI(t, "fault", "inject", "n2", "--gpu-xid", "79", "--for=2m", "--injected-by=ci", kc)
+	if code != 0 {
+		t.Fatalf("inject --gpu-xid 79: exit %d: %s", code, errs)
+	}
+	for _, w := range []string{"the GPU probe reports Xid 79 (GPU has fallen off the bus; reboot the node) as GPURebootRequired on SelftaintGPUFailure",
+		"injected fault on node n2: SelftaintGPUFailure is True (GPURebootRequired)", "annotation fault.selftaint.io/gpu="} {
+		if !strings.Contains(out, w) {
+			t.Errorf("inject --gpu-xid output %q does not contain %q", out, w)
+		}
+	}
+	gkey := faults.AnnotationKey("gpu")
+	gf, err := faults.Parse(gkey, nodeNow(t, c, "n2").Annotations[gkey], nil, map[string]corev1.NodeConditionType{"gpu": "SelftaintGPUFailure"})
+	if err != nil {
+		t.Fatalf("the injected Xid fault does not parse: %v", err)
+	}
+	if gf.Condition != "SelftaintGPUFailure" || gf.Status != corev1.ConditionTrue || gf.Reason != "GPURebootRequired" ||
+		!strings.HasPrefix(gf.Message, "GPU 0: Xid 79 (GPU has fallen off the bus) at ") || !strings.HasSuffix(gf.Message, "; reboot the node") {
+		t.Errorf("injected Xid fault = %+v", gf)
+	}
+	// The config's override decides: 79 turned off is refused.
+	off := writeFile(t, "probes:\n  gpu:\n    xids: {79: ignore}\n")
+	code, _, errs = runCLI(t, "fault", "inject", "n1", "--gpu-xid=79", "--config="+off, kc)
+	if code != 1 || !strings.Contains(errs, "its action is ignore, by the config") {
+		t.Errorf("inject --gpu-xid 79 with 79 ignored: exit %d, stderr %q", code, errs)
+	}
 }
 
 // fieldsAre reports whether line's leading whitespace-separated fields are
@@ -219,6 +246,11 @@ func TestFaultCLIErrors(t *testing.T) {
 		{"inject bad status", []string{"fault", "inject", "n1", "--condition=memory", "--status=true"}, 1, `status "true" is not True, False or Unknown`},
 		{"inject bad reason", []string{"fault", "inject", "n1", "--condition=memory", "--reason=two words"}, 1, "must be CamelCase"},
 		{"inject bad flag", []string{"fault", "inject", "n1", "--condtion=memory"}, 2, "flag provided but not defined: -condtion"},
+		{"inject Xid and condition", []string{"fault", "inject", "n1", "--gpu-xid=79", "--condition=memory"}, 1, "--gpu-xid sets the condition, status, reason and message: not with --condition"},
+		{"inject Xid and reason", []string{"fault", "inject", "n1", "--gpu-xid=79", "--reason=Mine"}, 1, "not with --reason"},
+		{"inject Xid not a number", []string{"fault", "inject", "n1", "--gpu-xid=seventy-nine"}, 2, "invalid value"},
+		{"inject ignored Xid", []string{"fault", "inject", "n1", "--gpu-xid=63"}, 1, "--gpu-xid 63: Xid 63 (GPU memory remapping event; none): its action is ignore, by NVIDIA's catalog: the GPU probe raises no condition for it"},
+		{"inject application Xid", []string{"fault", "inject", "n1", "--gpu-xid=13"}, 1, "its action is restart-app"},
 		{"clear without what", []string{"fault", "clear", "n1"}, 1, "give exactly one of --condition or --all"},
 		{"clear with both", []string{"fault", "clear", "n1", "--all", "--condition=memory"}, 1, "give exactly one of --condition or --all"},
 		{"list two nodes", []string{"fault", "list", "a", "b"}, 2, "want at most one NODE"},

@@ -30,7 +30,6 @@ import (
 	"github.com/selftaint/selftaint/hardware"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
-	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // virtualFlags are the virtual subcommand's flags.
@@ -198,51 +197,133 @@ func runVirtual(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.leaseDuration < 4*time.Second {
 		return fmt.Errorf("--lease-duration must be at least 4s, got %s", f.leaseDuration)
 	}
-	core, err := typedcorev1.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("building API client: %w", err)
-	}
-	leases, err := typedcoordv1.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("building API client: %w", err)
-	}
 	if f.statsInterval > 0 {
 		go logStats(ctx, logger, f.statsInterval, f.nodes, &requests)
 	}
-	namespace := cfg.Coordinator.NamespaceOr(os.Getenv("POD_NAMESPACE"))
-	if f.coordinator {
-		stop, err := inProcessCoordinator(ctx, rc, cfg, namespace, f.namePrefix, logger)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	err = virtual.Run(ctx, virtual.Options{
-		Names:    names,
-		Core:     core,
-		Leases:   leases,
-		Template: template,
-		Probes: func(string) []agent.ProbeSpec {
-			return cfg.SimulatedProbeSpecs(func(name string) probes.Probe { return virtual.SimulatedProbe{ProbeName: name} })
-		},
-		Rules:           cfg.TaintRules(),
-		DrainRules:      cfg.DrainRules(),
-		HeartbeatPeriod: cfg.HeartbeatPeriod.D,
-		Faults:          cfg.FaultOptions(),
-		Limiter:         cfg.Limiter(),
-		NoExecute:       cfg.NoExecuteOptions(leases, namespace),
-		DeleteOnExit:    f.deleteOnExit,
-		LeaseDuration:   f.leaseDuration,
-		Logger:          logger,
+	fleet, err := startVirtualFleet(ctx, virtualFleetOptions{
+		Names:         names,
+		NamePrefix:    f.namePrefix,
+		Template:      template,
+		Config:        cfg,
+		REST:          rc,
+		Logger:        logger,
+		Namespace:     cfg.Coordinator.NamespaceOr(os.Getenv("POD_NAMESPACE")),
+		Coordinator:   f.coordinator,
+		DeleteOnExit:  f.deleteOnExit,
+		LeaseDuration: f.leaseDuration,
 	})
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if err != nil {
+		return err
+	}
+	<-fleet.Done()
+	if err := fleet.Err(); err != nil {
 		return err
 	}
 	logger.Info("virtual nodes stopped")
 	return nil
 }
 
-// inProcessCoordinator runs a coordinator in this process, its identity named
+// virtualFleetOptions start virtual nodes in this process: `selftaint
+// virtual` and the drill.
+type virtualFleetOptions struct {
+	// Names of the nodes; NamePrefix names the in-process coordinator's
+	// identity.
+	Names      []string
+	NamePrefix string
+	Template   virtual.NodeTemplate
+	// Config is the agents' config: rules, damping, faults, the
+	// coordinator's policy.
+	Config *config.Config
+	// REST is the API server and the client's limits (QPS, burst, user
+	// agent), as the caller wants them.
+	REST   *rest.Config
+	Logger *slog.Logger
+	// Namespace is the coordinator's: its grants and guard.
+	Namespace string
+	// Coordinator also runs the virtual fleet's coordinator in this
+	// process (see inProcessCoordinator).
+	Coordinator   bool
+	DeleteOnExit  bool
+	LeaseDuration time.Duration
+}
+
+// virtualFleet is virtual nodes running in this process, from
+// startVirtualFleet.
+type virtualFleet struct {
+	// Control stops and resumes single nodes' kubelets.
+	Control *virtual.Control
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error // Run's, set before done is closed; nil for a cancel
+}
+
+// startVirtualFleet starts virtual nodes (and the coordinator, if asked)
+// until ctx ends or Stop is called.
+func startVirtualFleet(ctx context.Context, o virtualFleetOptions) (*virtualFleet, error) {
+	core, err := typedcorev1.NewForConfig(o.REST)
+	if err != nil {
+		return nil, fmt.Errorf("building API client: %w", err)
+	}
+	leases, err := typedcoordv1.NewForConfig(o.REST)
+	if err != nil {
+		return nil, fmt.Errorf("building API client: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stopCoordinator := func() {}
+	if o.Coordinator {
+		if stopCoordinator, err = inProcessCoordinator(ctx, o.REST, o.Config, o.Namespace, o.NamePrefix, o.Logger); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	cfg := o.Config
+	fl := &virtualFleet{Control: virtual.NewControl(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(fl.done)
+		defer stopCoordinator()
+		err := virtual.Run(ctx, virtual.Options{
+			Names:    o.Names,
+			Core:     core,
+			Leases:   leases,
+			Template: o.Template,
+			Probes: func(string) []agent.ProbeSpec {
+				return cfg.SimulatedProbeSpecs(func(name string) probes.Probe { return virtual.SimulatedProbe{ProbeName: name} })
+			},
+			Rules:           cfg.TaintRules(),
+			DrainRules:      cfg.DrainRules(),
+			HeartbeatPeriod: cfg.HeartbeatPeriod.D,
+			Faults:          cfg.FaultOptions(),
+			Limiter:         cfg.Limiter(),
+			NoExecute:       cfg.NoExecuteOptions(leases, o.Namespace),
+			DeleteOnExit:    o.DeleteOnExit,
+			LeaseDuration:   o.LeaseDuration,
+			Logger:          o.Logger,
+			Control:         fl.Control,
+		})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			fl.err = err
+		}
+	}()
+	return fl, nil
+}
+
+// Done is closed once the nodes (and the coordinator) have stopped.
+func (f *virtualFleet) Done() <-chan struct{} { return f.done }
+
+// Err is why the nodes stopped, once Done is closed: nil when they were
+// stopped (ctx or Stop).
+func (f *virtualFleet) Err() error { return f.err }
+
+// Stop stops the nodes and the coordinator, waits for them (the Nodes are
+// deleted first with DeleteOnExit) and returns Err.
+func (f *virtualFleet) Stop() error {
+	f.cancel()
+	<-f.done
+	return f.err
+}
+
+// inProcessCoordinator runs a coordinator in this process (`selftaint
+// coordinator --virtual` runs the same as its own process), its identity named
 // after the virtual nodes, until ctx ends or the returned function, which
 // stops it and waits, is called. Losing leadership to another coordinator is logged, not fatal: the
 // virtual nodes go on. It is the virtual fleet's coordinator: it counts
@@ -253,8 +334,7 @@ func inProcessCoordinator(ctx context.Context, rc *rest.Config, cfg *config.Conf
 		return nil, fmt.Errorf("building API client: %w", err)
 	}
 	host, _ := os.Hostname()
-	policy := cfg.Fleet()
-	policy.Members = fleet.MembersVirtual
+	policy := coordinatorPolicy(cfg, true)
 	log := logger.With("component", "coordinator")
 	log.Info("coordinator configured", "namespace", namespace, "guard", cfg.Coordinator.Guard.Name, "fleet", policy.Members,
 		"maxNoExecute", policy.MaxNoExecute.String(), "ratePerMinute", policy.RatePerMinute, "grantTTL", policy.GrantTTL)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -572,5 +573,58 @@ func TestVirtualFlags(t *testing.T) {
 				t.Error(msg)
 			}
 		})
+	}
+}
+
+// TestStartVirtualFleet starts virtual nodes in this process as the drill
+// does: they register, their Control stops and resumes one, and Stop
+// returns once they are gone (deleted on exit).
+func TestStartVirtualFleet(t *testing.T) {
+	cp := shared.Get(t)
+	c := cp.Client()
+	cfg, err := config.Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testkit.LogBuffer
+	fl, err := startVirtualFleet(t.Context(), virtualFleetOptions{
+		Names: []string{"inproc-1", "inproc-2"}, NamePrefix: "inproc-", Config: cfg, REST: cp.RESTConfig(),
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})), Namespace: "selftaint",
+		DeleteOnExit: true, LeaseDuration: virtual.DefaultLeaseDuration,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = fl.Stop()
+		}
+		if t.Failed() {
+			t.Logf("virtual nodes' log:\n%s", logs.String())
+		}
+	})
+	for _, n := range []string{"inproc-1", "inproc-2"} {
+		pollNode(t, c, n, time.Minute, "Ready True", func(n *corev1.Node) bool { return conditionStatus(n, corev1.NodeReady) == corev1.ConditionTrue })
+	}
+	if err := fl.Control.Stop("inproc-1"); err != nil {
+		t.Errorf("Control.Stop: %v", err)
+	}
+	if err := fl.Control.Resume("inproc-1"); err != nil {
+		t.Errorf("Control.Resume: %v", err)
+	}
+	if err := fl.Stop(); err != nil {
+		t.Errorf("Stop = %v, want nil", err)
+	}
+	stopped = true
+	select {
+	case <-fl.Done():
+	default:
+		t.Errorf("Done not closed after Stop")
+	}
+	for _, n := range []string{"inproc-1", "inproc-2"} {
+		if _, err := c.CoreV1().Nodes().Get(t.Context(), n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("node %s after Stop: %v, want NotFound (deleted on exit)", n, err)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Action is what to do about an Xid, after NVIDIA's Xid catalog.
@@ -114,6 +115,20 @@ type XidInfo struct {
 // String is e.g. "Xid 79 (GPU has fallen off the bus; reboot the node)".
 func (i XidInfo) String() string {
 	return fmt.Sprintf("Xid %d (%s; %s)", i.Xid, i.Name, i.Action.Advice())
+}
+
+// Problem is what the fatal probe ("gpu") reports for GPU number index
+// after it raised this Xid once, at: the condition's reason and message,
+// as the probe words them. fatal is false, and reason and message empty,
+// for an Xid whose action is not fatal (ignore, restart-app): no probe
+// reports one, so no condition changes.
+func (i XidInfo) Problem(index int, at time.Time) (reason, message string, fatal bool) {
+	if !i.Action.Fatal() {
+		return "", "", false
+	}
+	r := xidRecord{Xid: i.Xid, Action: i.Action, Name: i.Name, Count: 1, First: at}
+	reason, message = xidProblem(gpuLabel(index, ""), []xidRecord{r})
+	return reason, message, true
 }
 
 // xidsCSV is NVIDIA's Xid catalog; its header comment says where the data

@@ -295,6 +295,10 @@ func (c Config) window() time.Duration {
 	return c.Window
 }
 
+// Catalog is NVIDIA's catalog with the config's overrides (Xids, then
+// SkipXids where Xids does not name the Xid), as the probe judges Xids.
+func (c Config) Catalog() *Catalog { return c.catalog() }
+
 // catalog is NVIDIA's catalog with the config's overrides.
 func (c Config) catalog() *Catalog {
 	over := make(map[uint64]Action, len(c.Xids)+len(c.SkipXids))

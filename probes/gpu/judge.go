@@ -216,8 +216,8 @@ func notSeen(missing []missingGPU) string {
 // gpu judges one GPU.
 func (v *verdict) gpu(s *snapshot, g gpuView) {
 	if v.probe == NameFatal && len(g.xids) > 0 {
-		a := worstAction(g.xids)
-		v.problem(a.Reason(), "%s: %s; %s", g.label(), describeXids(g.xids), a.Advice())
+		reason, message := xidProblem(g.label(), g.xids)
+		v.problem(reason, "%s", message)
 	}
 	v.findings(g.label(), g.findings, g.sigs, g.unreadable != nil)
 	complete := true
@@ -283,8 +283,8 @@ func (v *verdict) findings(label string, fs map[string][]finding, sigs map[strin
 func (v *verdict) orphan(o gpuRecord) {
 	label := fmt.Sprintf("GPU %s (last seen as index %d, before the agent restarted or the driver reloaded; not seen since)", o.key(), o.Index)
 	if v.probe == NameFatal && len(o.Xids) > 0 {
-		a := worstAction(o.Xids)
-		v.problem(a.Reason(), "%s: %s; %s", label, describeXids(o.Xids), a.Advice())
+		reason, message := xidProblem(label, o.Xids)
+		v.problem(reason, "%s", message)
 	}
 	v.findings(label, o.Findings, nil, true)
 }
@@ -487,6 +487,16 @@ func sigValue(g gpuView, sig string) string {
 		return "valid " + yesNo(!v.inforomBad)
 	}
 	return "ok"
+}
+
+// xidProblem is the fatal probe's problem for the fatal Xids a GPU (named
+// by label) raised: the worst action's reason, and a message naming them
+// and what to do, e.g. "GPU 0: Xid 79 (GPU has fallen off the bus) at
+// 2026-11-23T12:00:00Z; reboot the node". XidInfo.Problem says the same of
+// one Xid.
+func xidProblem(label string, xids []xidRecord) (reason, message string) {
+	a := worstAction(xids)
+	return a.Reason(), fmt.Sprintf("%s: %s; %s", label, describeXids(xids), a.Advice())
 }
 
 // describeXids says which Xids were seen, how often and when.

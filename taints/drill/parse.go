@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
 
 	yaml2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -109,7 +110,7 @@ func Parse(b []byte, file string) (*Scenario, error) {
 	}
 	s := &Scenario{}
 	if err := strict.YAML(b, s); err != nil {
-		return nil, &FileError{File: file, Errs: decodeErrs(err)}
+		return nil, &FileError{File: file, Errs: decodeErrs(b, err)}
 	}
 	s.SetDefaults()
 	if errs := s.Validate(); len(errs) > 0 {
@@ -118,8 +119,9 @@ func Parse(b []byte, file string) (*Scenario, error) {
 	return s, nil
 }
 
-// decodeErrs turns a strict decoding error into field errors.
-func decodeErrs(err error) []FieldErr {
+// decodeErrs turns a strict decoding error of document b into field
+// errors.
+func decodeErrs(b []byte, err error) []FieldErr {
 	var fe *strict.FieldError
 	if errors.As(err, &fe) {
 		var errs []FieldErr
@@ -133,14 +135,93 @@ func decodeErrs(err error) []FieldErr {
 	}
 	var te *strict.TypeError
 	if errors.As(err, &te) {
-		msg := fmt.Sprintf("a %s where a %s belongs", te.Value, te.Type)
+		msg := fmt.Sprintf("%s %s where %s %s belongs", article(te.Value), te.Value, article(te.Type), te.Type)
 		if te.Value == "bool" && te.Type == "string" {
 			msg += ` (YAML reads True, yes, on as booleans: quote it, status: "True")`
 		}
-		// encoding/json's paths leave out list indexes.
-		return []FieldErr{{Path: te.Path, Msg: msg}}
+		return []FieldErr{{Path: indexedPath(b, te), Msg: msg}}
 	}
 	return []FieldErr{{Msg: err.Error()}}
+}
+
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// indexedPath puts the list indexes back into a type error's path
+// (encoding/json's leaves them out: "steps.fault.status"), by finding the
+// value of the wrong type in the document: "steps[0].fault.status". When
+// it cannot, the path stays as it was.
+func indexedPath(b []byte, te *strict.TypeError) string {
+	var doc yaml2.MapSlice
+	if te.Path == "" || yaml2.Unmarshal(b, &doc) != nil {
+		return te.Path
+	}
+	kind, _, _ := strings.Cut(te.Value, " ") // "number 1.5"
+	// An embedded struct's Go name ("Nodes") is in the path, not in the
+	// file: every key of a drill file starts in lower case.
+	var segs []string
+	for _, seg := range strings.Split(te.Path, ".") {
+		if seg != "" && !unicode.IsUpper(rune(seg[0])) {
+			segs = append(segs, seg)
+		}
+	}
+	var found []string
+	findKind(doc, segs, "", kind, &found)
+	if len(found) == 0 {
+		return strings.Join(segs, ".")
+	}
+	return found[0]
+}
+
+// findKind appends to found the paths in v along segs (list indexes
+// added wherever a list is) whose value is of JSON kind kind, or, at the
+// end of segs, a list's elements of that kind.
+func findKind(v any, segs []string, path, kind string, found *[]string) {
+	l, isList := v.([]any)
+	if len(segs) == 0 && (!isList || kind == "array") {
+		if jsonKind(v) == kind {
+			*found = append(*found, path)
+		}
+		return
+	}
+	if isList { // the elements of a list of the wrong kind
+		for i, e := range l {
+			findKind(e, segs, fmt.Sprintf("%s[%d]", path, i), kind, found)
+		}
+		return
+	}
+	m, _ := v.(yaml2.MapSlice)
+	for _, item := range m {
+		if k := fmt.Sprint(item.Key); k == segs[0] {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			findKind(item.Value, segs[1:], p, kind, found)
+		}
+	}
+}
+
+// jsonKind names a decoded YAML value's JSON kind as encoding/json's type
+// errors do.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case bool:
+		return "bool"
+	case string:
+		return "string"
+	case int, int64, uint64, float64:
+		return "number"
+	case []any:
+		return "array"
+	case yaml2.MapSlice:
+		return "object"
+	}
+	return ""
 }
 
 // preScan finds, before decoding, what decoding reports without a field

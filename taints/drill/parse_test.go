@@ -93,7 +93,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field at depth", "gpuXid: 79,", "gpuXid: 79, condtion: X,", []string{`steps[0].fault.condtion: unknown field`}},
 		{"duplicate key at depth", "reason: maintenance,", "reason: maintenance, reason: again,", []string{`steps[2].drain.reason: duplicate field`}},
 		{"duplicate top-level key", "kind: Drill\n", "kind: Drill\nkind: Drill\n", []string{`kind: duplicate field`}},
-		{"wrong type", "count: 2", "count: two", []string{`count: a string where a int belongs`}},
+		{"wrong type", "count: 2", "count: two", []string{`cluster.pools[1].count: a string where an int belongs`}},
 		{"unknown version", "selftaint.io/v1alpha1", "selftaint.io/v2", []string{`apiVersion: "selftaint.io/v2" is not supported; supported: selftaint.io/v1alpha1`}},
 		{"no version", "apiVersion: selftaint.io/v1alpha1\n", "", []string{`apiVersion: required: selftaint.io/v1alpha1`}},
 		{"wrong kind", "kind: Drill", "kind: Drills", []string{`kind: "Drills": must be Drill`}},
@@ -109,8 +109,10 @@ func TestParseErrors(t *testing.T) {
 		{"two fault kinds", "gpuXid: 79,", "gpuXid: 79, condition: MemoryPressure,", []string{`steps[0].fault: exactly one of condition and gpuXid`}},
 		{"no fault kind", "gpuXid: 79,", "", []string{`steps[0].fault: exactly one of condition and gpuXid`}},
 		{"negative xid", "gpuXid: 79", "gpuXid: -79", []string{`steps[0].fault.gpuXid: -79 must be a positive Xid number`}},
+		{"wrong type in a later list element", "- coordinator: {action: pause, for: 5s}", "- coordinator: {action: [pause], for: 5s}", []string{`steps[3].coordinator.action: an array where a string belongs`}},
+		{"wrong type in a list", "nodes: [gpu-2]", "nodes: [gpu-2, 7]", []string{`steps[2].drain.nodes[1]: a number where a string belongs`}},
 		{"bad status", "gpuXid: 79,", "gpuXid: 79, status: Maybe,", []string{`steps[0].fault.status: "Maybe": must be one of True, False, Unknown`}},
-		{"unquoted status", "gpuXid: 79,", "gpuXid: 79, status: True,", []string{`steps.fault.status: a bool where a string belongs (YAML reads True, yes, on as booleans: quote it`}},
+		{"unquoted status", "gpuXid: 79,", "gpuXid: 79, status: True,", []string{`steps[0].fault.status: a bool where a string belongs (YAML reads True, yes, on as booleans: quote it`}},
 		{"fault for missing", "gpuXid: 79, for: 1m", "gpuXid: 79", []string{`steps[0].fault.for: must be greater than zero`}},
 		{"bad duration", "for: 1m}", "for: 1 minute}", []string{`steps[0].fault.for: "1 minute" must be a duration such as`}},
 		{"number duration", "at: 10s", "at: 10", []string{`steps[0].at: "10" must be a duration`}},
@@ -256,5 +258,38 @@ func TestDurationJSON(t *testing.T) {
 		if err := back.UnmarshalJSON(b); err != nil || back.Duration != tt.d {
 			t.Errorf("UnmarshalJSON(%s) = %v, %v", b, back.Duration, err)
 		}
+	}
+}
+
+// TestParseRealNodes: with realNodes, a fault or drain may name a real
+// node; notReady (virtual nodes only) may not; without pools or realNodes
+// the drill has no nodes.
+func TestParseRealNodes(t *testing.T) {
+	real := strings.Replace(validDrill, "cluster:\n", "cluster:\n  realNodes: role=gpu\n", 1)
+	tests := []struct{ name, in, want string }{
+		{"fault on a real node", strings.Replace(real, "nodes: [gpu-1], gpuXid", "nodes: [worker-7.example], gpuXid", 1), ""},
+		{"notReady on a real node", strings.Replace(real, "selector: pool=cpu, for: 30s", "nodes: [worker-7], for: 30s", 1),
+			`steps[1].notReady.nodes[0]: "worker-7" is not one of the drill's virtual nodes`},
+		{"bad real node name", strings.Replace(real, "nodes: [gpu-1], gpuXid", "nodes: [Worker_7], gpuXid", 1), `steps[0].fault.nodes[0]: "Worker_7"`},
+		{"bad realNodes selector", strings.Replace(validDrill, "cluster:\n", "cluster:\n  realNodes: 'role in (gpu'\n", 1), `cluster.realNodes: label selector "role in (gpu"`},
+		{"unknown key beside pools", strings.Replace(validDrill, "  pools:\n", "  poolsGone: true\n  pools:\n", 1), `cluster.poolsGone: unknown field`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := drill.Parse([]byte(tt.in), "real.yaml")
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Parse: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Parse: %v, want %q", err, tt.want)
+			}
+		})
+	}
+	s := &drill.Scenario{APIVersion: drill.APIVersion, Kind: drill.Kind, Name: "empty",
+		Steps:  []drill.Step{{Coordinator: &drill.CoordinatorStep{Action: "kill"}}},
+		Expect: []drill.Expectation{{NoExecute: &drill.NoExecuteExpect{}}}}
+	s.SetDefaults()
+	if got := fmt.Sprint(s.Validate()); got != "[cluster: no nodes: give pools of virtual nodes (or realNodes, with --kubeconfig)]" {
+		t.Errorf("Validate of a drill without nodes: %s", got)
 	}
 }

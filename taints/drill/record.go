@@ -13,8 +13,11 @@ type Record struct {
 	// Start is t=0: the workloads were ready and the first step may run.
 	Start time.Time
 	// End is when the drill stopped watching.
-	End   time.Time
-	Steps []StepRecord
+	End time.Time
+	// Namespace is the drill's own namespace: where expectations without
+	// a namespace look ("" matches every namespace).
+	Namespace string
+	Steps     []StepRecord
 	// Pods are every version of every pod in the drill's namespaces.
 	Pods []PodVersion
 	// PDBs are every version of each PodDisruptionBudget's health: one

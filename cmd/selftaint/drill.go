@@ -217,22 +217,19 @@ func kubeconfigArgs(kubeconfig string) []string {
 func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep) error {
 	args := []string{node, "--config", configPath, "--injected-by", "selftaint drill"}
 	args = append(args, kubeconfigArgs(kubeconfig)...)
-	if f.GPUXid != 0 {
-		args = append(args, "--gpu-xid", strconv.Itoa(f.GPUXid))
-	} else {
-		args = append(args, "--condition", f.Condition)
-	}
-	if f.Status != "" {
-		args = append(args, "--status", f.Status)
-	}
 	if f.For.Duration > 0 {
 		args = append(args, "--for", f.For.Duration.String())
 	}
-	if f.Reason != "" {
-		args = append(args, "--reason", f.Reason)
+	if f.GPUXid != 0 {
+		// The Xid sets the condition, status, reason and message, as the
+		// GPU probe would (a status defaulted to True is not the step's).
+		return a.command(ctx, "fault inject", runFaultInject, append(args, "--gpu-xid", strconv.Itoa(f.GPUXid)))
 	}
-	if f.Message != "" {
-		args = append(args, "--message", f.Message)
+	args = append(args, "--condition", f.Condition)
+	for _, fl := range []struct{ name, value string }{{"--status", f.Status}, {"--reason", f.Reason}, {"--message", f.Message}} {
+		if fl.value != "" {
+			args = append(args, fl.name, fl.value)
+		}
 	}
 	return a.command(ctx, "fault inject", runFaultInject, args)
 }

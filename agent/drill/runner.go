@@ -155,6 +155,10 @@ func Run(ctx context.Context, opts Options) Outcome {
 		rep.Error = err.Error()
 	}
 	rep.Cleanup = r.cleanup(ctx)
+	if r.plan != nil {
+		// After the cleanup, which clears faults with the config file.
+		r.plan.removeFiles()
+	}
 	r.view.cleanup(rep.Cleanup)
 	rep.Finished = r.now()
 	rep.DurationSeconds = rep.Finished.Sub(rep.Started).Seconds()
@@ -200,7 +204,6 @@ func (r *runner) run(ctx context.Context, rep *tdrill.Report) error {
 		return err
 	}
 	r.plan = p
-	defer p.removeFiles()
 	if err := r.setUp(ctx, rep); err != nil {
 		return err
 	}

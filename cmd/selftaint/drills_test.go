@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	agentdrill "github.com/selftaint/selftaint/agent/drill"
@@ -167,41 +168,23 @@ func TestDrillCatchesForceDelete(t *testing.T) {
 		code int
 		out  string
 	}
-	done := make(chan result, 1)
+	done, finished := make(chan result, 1), make(chan struct{})
+	// A test that fails early still waits for the drill (its cleanup).
+	t.Cleanup(func() { <-finished })
 	go func() {
+		defer close(finished)
 		rep, code, out := runDrillFile(t, bin, "testdata/drills/force-delete.yaml", "--kubeconfig", cp.KubeconfigPath)
 		done <- result{rep, code, out}
 	}()
 
 	// Once the hold step has run (t=0 has passed: the workload was ready),
 	// force-delete one of guarded's ready pods.
-	var victim string
-	err := testcp.Poll(t.Context(), 3*time.Minute, 200*time.Millisecond, func() (bool, error) {
-		select {
-		case r := <-done:
-			t.Fatalf("the drill ended (exit %d) before the pod was deleted:\n%s", r.code, r.out)
-		default:
-		}
-		n, err := client.CoreV1().Nodes().Get(t.Context(), "fd-1", metav1.GetOptions{})
-		if err != nil || n.Annotations["fault.selftaint.io/pid"] == "" {
-			return false, nil
-		}
-		pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=guarded"})
-		if err != nil {
-			return false, nil
-		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && podIsReady(&p) {
-				victim = p.Name
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for the drill's hold step and a ready pod: %v", err)
+	victim, ok := readyPodOnceFaulted(t, client, ns, "fd-1", func() bool { return len(done) > 0 })
+	if !ok {
+		r := <-done
+		t.Fatalf("the drill ended (exit %d) before a pod could be deleted:\n%s", r.code, r.out)
 	}
-	err = client.CoreV1().Pods(ns).Delete(t.Context(), victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	err := client.CoreV1().Pods(ns).Delete(t.Context(), victim, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil {
 		t.Fatalf("force-deleting %s: %v", victim, err)
 	}
@@ -222,6 +205,39 @@ func TestDrillCatchesForceDelete(t *testing.T) {
 	if got, err := client.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{}); err == nil && got.DeletionTimestamp == nil {
 		t.Errorf("namespace %s left behind", ns)
 	}
+}
+
+// readyPodOnceFaulted waits until node carries the drill's fault
+// annotation (its step has run) and returns a ready pod of app=guarded in
+// ns; false if ended says the drill has ended first.
+func readyPodOnceFaulted(t *testing.T, client kubernetes.Interface, ns, node string, ended func() bool) (string, bool) {
+	t.Helper()
+	var victim string
+	early := false
+	err := testcp.Poll(t.Context(), 3*time.Minute, 200*time.Millisecond, func() (bool, error) {
+		if early = ended(); early {
+			return true, nil
+		}
+		n, err := client.CoreV1().Nodes().Get(t.Context(), node, metav1.GetOptions{})
+		if err != nil || n.Annotations["fault.selftaint.io/pid"] == "" {
+			return false, nil
+		}
+		pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=guarded"})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && podIsReady(&p) {
+				victim = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the drill's fault on %s and a ready pod: %v", node, err)
+	}
+	return victim, !early
 }
 
 // runDrillFile runs `selftaint drill` in-process on file with a report and a

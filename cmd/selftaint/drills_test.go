@@ -67,7 +67,7 @@ func TestDrillFilesParse(t *testing.T) {
 // expectation held and that its cleanup finished. They run in parallel:
 // each waits mostly on its own timeline.
 func TestExampleDrills(t *testing.T) {
-	bin := selftaintBinary(t)
+	bin := drillPrerequisites(t, "runs the four example drills (a minute or two, each with its own control plane)")
 	for _, name := range exampleDrills {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -88,7 +88,7 @@ func TestExampleDrills(t *testing.T) {
 // table must name the expectation and what it measured.
 func TestDrillWrongExpectationFails(t *testing.T) {
 	t.Parallel()
-	bin := selftaintBinary(t)
+	bin := drillPrerequisites(t, "runs a drill (about 45 s)")
 	rep, code, out := runDrillFile(t, bin, "testdata/drills/wrong-toleration.yaml")
 	if code != tdrill.ExitBreached {
 		t.Fatalf("exit %d, want %d (breached); output:\n%s", code, tdrill.ExitBreached, out)
@@ -158,7 +158,7 @@ func TestDrillMalformedExits2(t *testing.T) {
 // checking every watched version, must catch it and exit 1.
 func TestDrillCatchesForceDelete(t *testing.T) {
 	t.Parallel()
-	bin := selftaintBinary(t)
+	bin := drillPrerequisites(t, "runs a drill (about 45 s)")
 	cp := testcp.Start(t, testcp.Options{ControllerManager: true, Scheduler: true})
 	client := cp.Client()
 	ns := agentdrill.DrillNamespace("force-delete")
@@ -238,6 +238,19 @@ func readyPodOnceFaulted(t *testing.T, client kubernetes.Interface, ns, node str
 		t.Fatalf("waiting for the drill's fault on %s and a ready pod: %v", node, err)
 	}
 	return victim, !early
+}
+
+// drillPrerequisites skips a slow drill test under -short (not with
+// CI=true), fails or skips as testcp does where a control-plane binary is
+// missing, and returns the selftaint binary for the coordinators.
+func drillPrerequisites(t *testing.T, why string) string {
+	t.Helper()
+	testcp.SkipIfShort(t, why)
+	testcp.EtcdPath(t)
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		testcp.KubePath(t, name)
+	}
+	return selftaintBinary(t)
 }
 
 // runDrillFile runs `selftaint drill` in-process on file with a report and a

@@ -13,7 +13,9 @@
 // deploy/kernel-log/ is an opt-in kustomize component over deploy/ that
 // turns the kernel log monitor on (a privileged, root agent container with
 // /dev/kmsg mounted, and NPD's kernel-monitor.json and
-// readonly-monitor.json in its config).
+// readonly-monitor.json in its config). deploy/drills/ holds no manifests
+// to apply: it is the example drills (`selftaint drill FILE`, `make demo`
+// among them), which cmd/selftaint's tests run.
 //
 // The package has no code. Its tests decode every manifest strictly into the
 // typed API objects, check that each kustomization lists exactly the files

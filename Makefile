@@ -211,12 +211,14 @@ test: deps fmt-check vet
 check:
 	$(GO) run ./cmd/selftaint check
 
-# The drill on a local control plane: three virtual nodes, pods with
-# different tolerations, a NoExecute fault, evictions shown live against
-# what `selftaint explain` predicted; then everything is cleaned up.
+# The demo is a drill (deploy/drills/demo.yaml) on a local control plane:
+# NoExecute faults under a fleet budget of one node, evictions judged
+# against what `selftaint explain` predicted, then sick-node and operator
+# drains through one maintenance slot; shown live, judged in a closing
+# table, then everything is cleaned up. DEMO_FLAGS go to `selftaint drill`
+# (e.g. --report demo.json, --junit demo.xml).
 demo: demo-intro deps build
-	@$(GO) build -o $(BIN)/selftaint-demo ./cmd/selftaint-demo
-	@$(BIN)/selftaint-demo --selftaint $(BIN)/selftaint $(DEMO_FLAGS)
+	@$(BIN)/selftaint drill --selftaint $(BIN)/selftaint $(DEMO_FLAGS) deploy/drills/demo.yaml
 
 demo-intro:
 	@if [ ! -x $(BIN)/kube-apiserver ] || [ ! -x $(BIN)/kube-controller-manager ] || [ ! -x $(BIN)/kube-scheduler ] || [ ! -x $(BIN)/kubectl ]; then \

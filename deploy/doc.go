@@ -16,7 +16,9 @@
 // readonly-monitor.json in its config). deploy/events-in-default/ holds no
 // objects but a transformer that a `namespace:` overlay of deploy/ lists
 // under `transformers:`, to keep the Events Roles in "default", where the
-// Events about Nodes must be created.
+// Events about Nodes must be created. deploy/drills/ holds no manifests to
+// apply: it is the example drills (`selftaint drill FILE`, `make demo` among
+// them), which cmd/selftaint's tests run.
 //
 // The package has no code. Its tests decode every manifest strictly into the
 // typed API objects, check that each kustomization lists exactly the files

@@ -292,3 +292,48 @@ func shorthandWord(fs *flag.FlagSet, a string) string {
 	}
 	return a[:2] + "=" + a[2:]
 }
+
+// existing reports whether the flags name a cluster: --kubeconfig,
+// --context, --cluster or --user. A drill runs its own control plane
+// unless they do.
+func (k *kubeFlags) existing() bool {
+	return k.kubeconfig != "" || k.context != "" || k.cluster != "" || k.user != ""
+}
+
+// writeSelected writes to path a kubeconfig holding only the context,
+// cluster and user the flags select, with certificates and keys embedded,
+// so that processes given --kubeconfig=path alone reach the same cluster as
+// the same user.
+func (k *kubeFlags) writeSelected(path string) error {
+	raw, err := k.clientConfig().RawConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	o := k.overrides()
+	name := raw.CurrentContext
+	if o.CurrentContext != "" {
+		name = o.CurrentContext
+	}
+	c := raw.Contexts[name]
+	if c == nil {
+		return fmt.Errorf("loading kubeconfig: context %q not found", name)
+	}
+	selected := *c
+	if o.Context.Cluster != "" {
+		selected.Cluster = o.Context.Cluster
+	}
+	if o.Context.AuthInfo != "" {
+		selected.AuthInfo = o.Context.AuthInfo
+	}
+	raw.Contexts[name], raw.CurrentContext = &selected, name
+	if err := clientcmdapi.MinifyConfig(&raw); err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	if err := clientcmdapi.FlattenConfig(&raw); err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	if err := clientcmd.WriteToFile(raw, path); err != nil {
+		return fmt.Errorf("writing the drill's kubeconfig: %w", err)
+	}
+	return nil
+}

@@ -38,6 +38,9 @@ Usage:
   selftaint drain NODE... --reason R [--wait] | --selector L --max-parallel N | --done NODE...
                             ask the coordinator to drain nodes (cordon, evict through
                             the Eviction API within its maintenance pool), follow, end
+  selftaint drill FILE.yaml [--kubeconfig K] [--report R.json] [--junit J.xml]
+                            run a drill: workloads, faults, NotReady nodes, drains and
+                            coordinator failures on a timeline, judged against expectations
   selftaint gpu clear NODE (--gpu UUID ... | --all) [--wait]
                             ask the agent on NODE to forget the GPU failures it
                             keeps across restarts (once the GPU is reset or repaired)
@@ -93,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runFault(ctx, args[1:], stdout, stderr)
 	case "drain":
 		err = runDrain(ctx, args[1:], stdout, stderr)
+	case "drill":
+		err = runDrill(ctx, args[1:], stdout, stderr)
 	case "gpu":
 		err = runGPU(ctx, args[1:], stdout, stderr)
 	case "version":
@@ -106,9 +111,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", prog, args[0], help)
 		return 2
 	}
+	var code *exitCodeError
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &code):
+		return code.code
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):

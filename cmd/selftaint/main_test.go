@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "stopping the shared control plane: %v\n", err)
 		code = max(code, 1)
 	}
+	if err := removeDrillBinary(); err != nil {
+		fmt.Fprintf(os.Stderr, "removing the drills' selftaint binary: %v\n", err)
+	}
 	os.Exit(code)
 }
 

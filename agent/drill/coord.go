@@ -1,0 +1,226 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/taints/fleet"
+)
+
+// Leader election of the drill's coordinators: short, so a killed leader
+// is replaced within seconds.
+const (
+	coordLeaseDuration = 4 * time.Second
+	coordRenewDeadline = 3 * time.Second
+	coordRetryPeriod   = 500 * time.Millisecond
+)
+
+// coordinators are the drill's coordinator processes.
+type coordinators struct {
+	bin, kubeconfig, configPath, namespace, logDir, prefix string
+
+	mu    sync.Mutex // guards procs and next
+	procs map[string]*coordProc
+	next  int
+}
+
+// coordProc is one coordinator process.
+type coordProc struct {
+	identity string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	paused   bool
+}
+
+// startCoordinators starts the scenario's coordinator replicas.
+func (r *runner) startCoordinators(ctx context.Context) error {
+	n := r.plan.replicas()
+	if n == 0 {
+		return nil
+	}
+	bin := r.opts.Selftaint
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding the selftaint binary for the coordinator (give --selftaint): %w", err)
+		}
+		bin = exe
+	}
+	r.coord = &coordinators{
+		bin: bin, kubeconfig: r.env.kubeconfig, configPath: r.plan.configPath,
+		namespace: r.coordinatorNamespace(), logDir: r.plan.dir,
+		prefix: "drill-" + r.s.Name + "-coordinator-", procs: map[string]*coordProc{},
+	}
+	for range n {
+		if err := r.coord.start(); err != nil {
+			return err
+		}
+	}
+	r.view.line("started %d coordinator process(es) (logs in %s)", n, r.plan.dir)
+	_, err := r.coord.leader(ctx, r, time.Minute)
+	if err != nil {
+		return fmt.Errorf("waiting for a coordinator to lead: %w", err)
+	}
+	return nil
+}
+
+// args is a coordinator process's command line.
+func (c *coordinators) args(identity string) []string {
+	a := []string{"coordinator", "--virtual",
+		"--config", c.configPath, "--namespace", c.namespace, "--identity", identity,
+		"--metrics-address", "",
+		"--leader-elect-lease-duration", coordLeaseDuration.String(),
+		"--leader-elect-renew-deadline", coordRenewDeadline.String(),
+		"--leader-elect-retry-period", coordRetryPeriod.String(),
+	}
+	if c.kubeconfig != "" {
+		a = append(a, "--kubeconfig", c.kubeconfig)
+	}
+	return a
+}
+
+// start starts one more replica.
+func (c *coordinators) start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	id := fmt.Sprintf("%s%d", c.prefix, c.next)
+	logf, err := os.Create(filepath.Join(c.logDir, id+".log"))
+	if err != nil {
+		return fmt.Errorf("coordinator %s: %w", id, err)
+	}
+	cmd := exec.Command(c.bin, c.args(id)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("starting coordinator %s (%s): %w", id, c.bin, err)
+	}
+	p := &coordProc{identity: id, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		_ = logf.Close()
+		close(p.done)
+	}()
+	c.procs[id] = p
+	return nil
+}
+
+// leader is the process holding the leader Lease, waiting up to timeout
+// for one of the drill's to hold it.
+func (c *coordinators) leader(ctx context.Context, r *runner, timeout time.Duration) (*coordProc, error) {
+	var p *coordProc
+	err := testcp.Poll(ctx, timeout, 200*time.Millisecond, func() (bool, error) {
+		l, err := r.env.client.CoordinationV1().Leases(c.namespace).Get(ctx, fleet.DefaultLeaderLease, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		cand := c.procs[*l.Spec.HolderIdentity]
+		if cand == nil || exited(cand) {
+			return false, fmt.Errorf("the leader Lease is held by %s, not a running coordinator of the drill's", *l.Spec.HolderIdentity)
+		}
+		p = cand
+		return true, nil
+	})
+	return p, err
+}
+
+func exited(p *coordProc) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill SIGKILLs p and forgets it.
+func (c *coordinators) kill(p *coordProc) {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	c.mu.Lock()
+	delete(c.procs, p.identity)
+	c.mu.Unlock()
+}
+
+// signal sends sig to p's process group.
+func (c *coordinators) signal(p *coordProc, sig syscall.Signal) error {
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("signalling coordinator %s: %w", p.identity, err)
+	}
+	c.mu.Lock()
+	p.paused = sig == syscall.SIGSTOP
+	c.mu.Unlock()
+	return nil
+}
+
+// stopAll continues paused processes, SIGTERMs them all and waits (SIGKILL
+// after a grace period).
+func (c *coordinators) stopAll() []string {
+	c.mu.Lock()
+	procs := make([]*coordProc, 0, len(c.procs))
+	for _, p := range c.procs {
+		procs = append(procs, p)
+	}
+	c.procs = map[string]*coordProc{}
+	c.mu.Unlock()
+	var stopped []string
+	for _, p := range procs {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		stopped = append(stopped, "coordinator process "+p.identity)
+	}
+	return stopped
+}
+
+// deleteCoordinatorLeases deletes the grant and maintenance Leases of the
+// drill's nodes and, when the drill ran the coordinator, its leader Lease
+// (when one of the drill's held it last).
+func (r *runner) deleteCoordinatorLeases(ctx context.Context, nodes []string) ([]string, error) {
+	ns := r.coordinatorNamespace()
+	leases := r.env.client.CoordinationV1().Leases(ns)
+	var names []string
+	for _, n := range nodes {
+		names = append(names, fleet.GrantName(n), fleet.SlotName(n))
+	}
+	if r.coord != nil {
+		l, err := leases.Get(ctx, fleet.DefaultLeaderLease, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && len(*l.Spec.HolderIdentity) > len(r.coord.prefix) && (*l.Spec.HolderIdentity)[:len(r.coord.prefix)] == r.coord.prefix {
+			names = append(names, fleet.DefaultLeaderLease)
+		}
+	}
+	var removed []string
+	var errs []error
+	for _, name := range names {
+		err := leases.Delete(ctx, name, metav1.DeleteOptions{})
+		switch {
+		case err == nil:
+			removed = append(removed, "lease "+ns+"/"+name)
+		case !apierrors.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("deleting lease %s/%s: %w", ns, name, err))
+		}
+	}
+	return removed, errors.Join(errs...)
+}

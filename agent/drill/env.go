@@ -1,0 +1,177 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/virtual"
+	tdrill "github.com/selftaint/selftaint/taints/drill"
+)
+
+// environment is the cluster a drill runs in.
+type environment struct {
+	cp           *testcp.ControlPlane // nil with an existing cluster
+	rc           *rest.Config
+	kubeconfig   string
+	client       kubernetes.Interface
+	dynamic      dynamic.Interface
+	startSeconds float64
+}
+
+// startEnvironment starts the embedded control plane (or connects to the
+// existing cluster) and builds the clients. On error the environment it
+// returns, if any, is for cleaning up.
+func startEnvironment(ctx context.Context, s *tdrill.Scenario, opts Options, v *view) (*environment, error) {
+	env := &environment{rc: opts.RESTConfig, kubeconfig: opts.Kubeconfig}
+	if !opts.Existing {
+		v.line("starting the embedded control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)")
+		began := time.Now()
+		cp, err := testcp.New(ctx, testcp.Options{
+			ControllerManager:     true,
+			Scheduler:             true,
+			ControllerManagerArgs: []string{"--node-monitor-grace-period=" + s.Cluster.NodeMonitorGracePeriod.Duration.String()},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("starting the embedded control plane: %w", err)
+		}
+		env.startSeconds = time.Since(began).Seconds()
+		env.cp, env.rc, env.kubeconfig = cp, cp.RESTConfig(), cp.KubeconfigPath
+		v.line("control plane up in %.1fs", env.startSeconds)
+	}
+	if env.rc == nil {
+		return nil, fmt.Errorf("no REST config for the existing cluster")
+	}
+	rc := rest.CopyConfig(env.rc)
+	rc.UserAgent = FieldManager
+	rc.QPS, rc.Burst = 50, 100
+	var err error
+	if env.client, err = kubernetes.NewForConfig(rc); err != nil {
+		return env, fmt.Errorf("building API client: %w", err)
+	}
+	if env.dynamic, err = dynamic.NewForConfig(rc); err != nil {
+		return env, fmt.Errorf("building API client: %w", err)
+	}
+	return env, nil
+}
+
+// DrillNamespace is the namespace a drill's objects go into by default.
+func DrillNamespace(name string) string { return "selftaint-drill-" + name }
+
+// created is what the drill made that the cleanup removes.
+type created struct {
+	namespaces []string // namespaces it created (deleted with all in them)
+	// faults: nodes it injected faults on; drains: nodes it asked to drain.
+	faults, drains []string
+	// nodes: virtual nodes it registered.
+	nodes []string
+}
+
+func (c *created) add(list *[]string, names ...string) {
+	for _, n := range names {
+		if !slices.Contains(*list, n) {
+			*list = append(*list, n)
+		}
+	}
+}
+
+// createNamespaces creates the drill namespace (refusing one that exists:
+// it would be deleted at the end) and the coordinator's, where absent.
+func (r *runner) createNamespaces(ctx context.Context) error {
+	ns := DrillNamespace(r.s.Name)
+	nsClient := r.env.client.CoreV1().Namespaces()
+	_, err := nsClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": FieldManager}}}, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("namespace %s exists already (a drill of the same name running, or one that could not clean up?); the drill deletes its namespace at the end, so it does not use one it did not create", ns)
+	case err != nil:
+		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	r.track(func(c *created) { c.add(&c.namespaces, ns) })
+	if r.plan.replicas() == 0 {
+		return nil
+	}
+	coordNS := r.coordinatorNamespace()
+	_, err = nsClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coordNS}}, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("creating the coordinator's namespace %s: %w", coordNS, err)
+	}
+	r.track(func(c *created) { c.add(&c.namespaces, coordNS) })
+	return nil
+}
+
+// coordinatorNamespace is where the coordinator keeps its Leases.
+func (r *runner) coordinatorNamespace() string {
+	return r.plan.cfg.Coordinator.NamespaceOr("")
+}
+
+// track records something created, for the cleanup.
+func (r *runner) track(f func(*created)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.created)
+}
+
+// resolveNodes finds the real nodes the drill was given and checks that
+// no Node exists under a virtual node's name: the drill writes only
+// Nodes it was given or made.
+func (r *runner) resolveNodes(ctx context.Context) error {
+	given := map[string]bool{}
+	if sel := r.s.Cluster.RealNodes; sel != "" {
+		list, err := r.env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return fmt.Errorf("listing the real nodes (cluster.realNodes %q): %w", sel, err)
+		}
+		for _, n := range list.Items {
+			if n.Labels[virtual.LabelVirtual] == "true" {
+				continue // another process's virtual node is not a real one
+			}
+			given[n.Name] = true
+		}
+		if len(given) == 0 {
+			return fmt.Errorf("cluster.realNodes %q matches no real node", sel)
+		}
+	}
+	for _, name := range virtualNames(r.s.Cluster.Pools) {
+		_, err := r.env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return fmt.Errorf("a node named %s exists already; the drill registers its virtual nodes itself and touches no node it was not given (rename the pool)", name)
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading node %s: %w", name, err)
+		}
+	}
+	r.realNodes = given
+	return nil
+}
+
+// virtualNames are the pools' node names, <pool>-<i>.
+func virtualNames(pools []tdrill.Pool) []string {
+	var out []string
+	for _, p := range pools {
+		out = append(out, virtual.Names(p.Name+"-", p.Count)...)
+	}
+	return out
+}
+
+// drillNodes are the names of every node the drill may act on, sorted.
+func (r *runner) drillNodes() []string {
+	out := virtualNames(r.s.Cluster.Pools)
+	for n := range r.realNodes {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,193 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/selftaint/selftaint/agent"
+	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/virtual"
+	"github.com/selftaint/selftaint/probes"
+	"github.com/selftaint/selftaint/taints"
+	tdrill "github.com/selftaint/selftaint/taints/drill"
+)
+
+// virtualLeaseDuration is the drill's virtual nodes' Lease: short, so a
+// stopped node is found NotReady soon after the grace period.
+const virtualLeaseDuration = 8 * time.Second
+
+// kubelets stops and resumes single virtual nodes' kubelets (a NotReady
+// step).
+type kubelets interface {
+	Stop(node string) error
+	Resume(node string) error
+}
+
+// virtualFleet is the drill's virtual nodes, one virtual.Run per pool.
+type virtualFleet struct {
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+	// control is each node's pool's control; nil where none can stop a
+	// kubelet.
+	control map[string]kubelets
+	mu      sync.Mutex // guards errs
+	errs    []error
+}
+
+// poolControl attaches a kubelet control to a pool's options; nil where
+// virtual nodes cannot be stopped one by one (NotReady steps are then
+// refused).
+func poolControl(*virtual.Options) kubelets { return nil }
+
+// startVirtual runs the pools' nodes in this process and waits until each
+// is Ready.
+func (r *runner) startVirtual(ctx context.Context) error {
+	pools := r.s.Cluster.Pools
+	if len(pools) == 0 {
+		return nil
+	}
+	cfg := r.plan.cfg
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	vf := &virtualFleet{cancel: cancel, control: map[string]kubelets{}}
+	r.virtual = vf
+	core, leases := r.env.client.CoreV1(), r.env.client.CoordinationV1()
+	for i, p := range pools {
+		tmpl, err := poolTemplate(p)
+		if err != nil {
+			return &BadFileError{Field: fmt.Sprintf("cluster.pools[%d]", i), Err: err}
+		}
+		names := virtual.Names(p.Name+"-", p.Count)
+		opts := virtual.Options{
+			Names: names, Core: core, Leases: leases, Template: tmpl,
+			Probes: func(string) []agent.ProbeSpec {
+				return cfg.SimulatedProbeSpecs(func(name string) probes.Probe { return virtual.SimulatedProbe{ProbeName: name} })
+			},
+			Rules:           cfg.TaintRules(),
+			DrainRules:      cfg.DrainRules(),
+			HeartbeatPeriod: cfg.HeartbeatPeriod.D,
+			Faults:          cfg.FaultOptions(),
+			Limiter:         cfg.Limiter(),
+			NoExecute:       cfg.NoExecuteOptions(leases, r.coordinatorNamespace()),
+			DeleteOnExit:    true,
+			LeaseDuration:   virtualLeaseDuration,
+			Logger:          r.log.With("pool", p.Name),
+		}
+		if c := poolControl(&opts); c != nil {
+			for _, n := range names {
+				vf.control[n] = c
+			}
+		}
+		r.track(func(c *created) { c.add(&c.nodes, names...) })
+		vf.done.Add(1)
+		go func() {
+			defer vf.done.Done()
+			if err := virtual.Run(runCtx, opts); err != nil && !errors.Is(err, context.Canceled) {
+				vf.mu.Lock()
+				vf.errs = append(vf.errs, fmt.Errorf("pool %s: %w", p.Name, err))
+				vf.mu.Unlock()
+				r.view.line("virtual nodes of pool %s stopped: %v", p.Name, err)
+			}
+		}()
+	}
+	names := virtualNames(pools)
+	r.view.line("registering %d virtual nodes: %v", len(names), names)
+	err := testcp.Poll(ctx, 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
+		if err := vf.err(); err != nil {
+			return false, err
+		}
+		for _, n := range names {
+			node, err := core.Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil || !nodeReady(node) || hasTaint(node, corev1.TaintNodeNotReady) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		if verr := vf.err(); verr != nil {
+			err = verr
+		}
+		return fmt.Errorf("waiting for the virtual nodes to be Ready: %w", err)
+	}
+	r.view.line("virtual nodes Ready")
+	return nil
+}
+
+func (vf *virtualFleet) err() error {
+	vf.mu.Lock()
+	defer vf.mu.Unlock()
+	return errors.Join(vf.errs...)
+}
+
+// stop stops the virtual nodes (deleting their Nodes) and waits.
+func (vf *virtualFleet) stop() error {
+	vf.cancel()
+	vf.done.Wait()
+	return vf.err()
+}
+
+// poolTemplate is what a pool's nodes register with.
+func poolTemplate(p tdrill.Pool) (virtual.NodeTemplate, error) {
+	t := virtual.NodeTemplate{Capacity: virtual.DefaultCapacity(), Labels: map[string]string{}}
+	maps.Copy(t.Capacity, p.Capacity)
+	maps.Copy(t.Labels, p.Labels)
+	t.Labels[PoolLabel] = p.Name
+	for j, s := range p.Taints {
+		taint, err := taints.ParseTaint(s)
+		if err != nil {
+			return t, fmt.Errorf("taints[%d]: %w", j, err)
+		}
+		t.Taints = append(t.Taints, taint)
+	}
+	return t, nil
+}
+
+// PoolLabel is set on each virtual node to its pool's name.
+const PoolLabel = "drill.selftaint.io/pool"
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteVirtualNodes deletes the Nodes of names that are still there
+// (virtual.Run deletes them on exit; one it could not is deleted here),
+// and their Leases in kube-node-lease.
+func (r *runner) deleteVirtualNodes(ctx context.Context, names []string) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, n := range names {
+		err := r.env.client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting node %s: %w", n, err))
+			continue
+		}
+		removed = append(removed, "node "+n)
+		err = r.env.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, n, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting the Lease of node %s: %w", n, err))
+		}
+	}
+	return removed, errors.Join(errs...)
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentdrill "github.com/selftaint/selftaint/agent/drill"
+	"github.com/selftaint/selftaint/taints"
+	tdrill "github.com/selftaint/selftaint/taints/drill"
+)
+
+const drillUsage = `Usage: selftaint drill FILE.yaml [--kubeconfig K] [--report out.json] [--junit out.xml] [--selftaint BIN] [--quiet]
+
+Runs the drill FILE describes: a scenario of workloads, faults, NotReady
+nodes, drains and coordinator failures on a timeline, with expectations
+judged on every version of the objects it watched. Without --kubeconfig it
+starts its own control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler on loopback; the binaries make builds); with it, it runs in
+that cluster and touches only the nodes it registers or is given.
+
+It prints a live view, then a table of the expectations with what was
+measured; --report writes the JSON report, --junit a JUnit XML file. It
+cleans up everything it created, also on Ctrl-C (a second Ctrl-C abandons
+the cleanup).
+
+Exit status: 0 every expectation held; 1 one was breached; 2 the file or a
+flag is wrong (nothing ran); 3 the drill could not run to its end.
+`
+
+// exitCodeError is an error whose command exits with code (the message,
+// if any, is already printed).
+type exitCodeError struct{ code int }
+
+func (e *exitCodeError) Error() string { return "exit status " + strconv.Itoa(e.code) }
+
+// drillNamespaceUsage is -n/--namespace's help for drill.
+const drillNamespaceUsage = "accepted as kubectl takes it, and unused: the drill's workloads go to its own namespace, selftaint-drill-<name>, unless a manifest names one"
+
+// drillFlags are `selftaint drill`'s flags besides kubectl's.
+type drillFlags struct {
+	report, junit, selftaint, logLevel string
+	quiet                              bool
+}
+
+func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	prog := progOf(ctx)
+	fs := flag.NewFlagSet(prog+" drill", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, forProg(prog, drillUsage), "\nFlags:\n"); fs.PrintDefaults() }
+	var f drillFlags
+	kf := addKubeFlags(fs, drillNamespaceUsage)
+	fs.StringVar(&f.report, "report", "", "write the JSON report to this file")
+	fs.StringVar(&f.junit, "junit", "", "write a JUnit XML file for CI systems")
+	fs.StringVar(&f.selftaint, "selftaint", "", "the selftaint binary the coordinator processes run (default: this one)")
+	fs.StringVar(&f.logLevel, "log-level", "error", "log level of the virtual nodes' logs on stderr")
+	fs.BoolVar(&f.quiet, "quiet", false, "print only the closing table")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "selftaint drill: want one FILE, got %d arguments %v\n", len(pos), pos)
+		return errUsage
+	}
+	s, err := tdrill.Load(pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "selftaint drill: %v\n", err)
+		return &exitCodeError{tdrill.ExitBadFile}
+	}
+	logger, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return errors.Join(errUsage, err)
+	}
+	opts := agentdrill.Options{
+		Scenario: s, File: pos[0], Selftaint: f.selftaint, Logger: logger,
+		Evaluate: tdrill.Evaluate,
+	}
+	if kf.existing() {
+		// One kubeconfig file holding just the cluster and user the flags
+		// select, for the drill's own clients, the commands it runs and
+		// its coordinator processes alike.
+		dir, err := os.MkdirTemp("", "selftaint-drill-kubeconfig-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		path := filepath.Join(dir, "kubeconfig")
+		if err := kf.writeSelected(path); err != nil {
+			return err
+		}
+		rc, err := (&kubeFlags{kubeconfig: path, requestTimeout: kf.requestTimeout}).restConfig("selftaint-drill")
+		if err != nil {
+			return err
+		}
+		opts.Existing, opts.RESTConfig, opts.Kubeconfig = true, rc, path
+	}
+	var out io.Writer
+	if !f.quiet {
+		out = &syncWriter{w: stdout}
+	}
+	opts.Out = out
+	opts.Actions = &drillActions{out: out}
+	abort, stopSignals := secondInterrupt(ctx, out)
+	defer stopSignals()
+	opts.Abort = abort
+	o := agentdrill.Run(ctx, opts)
+	return finishDrill(o, f, stdout, stderr)
+}
+
+// finishDrill prints the table and writes the report files.
+func finishDrill(o agentdrill.Outcome, f drillFlags, stdout, stderr io.Writer) error {
+	if o.Report.Error != "" {
+		fmt.Fprintf(stderr, "selftaint drill: %s\n", o.Report.Error)
+	}
+	fmt.Fprint(stdout, tdrill.Table(&o.Report))
+	var errs []error
+	if f.report != "" {
+		errs = append(errs, writeReportFile(f.report, func(w io.Writer) error { return tdrill.WriteJSON(w, &o.Report) }))
+	}
+	if f.junit != "" {
+		errs = append(errs, writeReportFile(f.junit, func(w io.Writer) error { return tdrill.WriteJUnit(w, &o.Report) }))
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(stderr, "selftaint drill: %v\n", err)
+		return &exitCodeError{max(o.Code, tdrill.ExitNotRun)}
+	}
+	if o.Code == 0 {
+		return nil
+	}
+	return &exitCodeError{o.Code}
+}
+
+func writeReportFile(path string, write func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// secondInterrupt returns a channel closed on the second SIGINT/SIGTERM
+// (the first cancels ctx: main's NotifyContext), which abandons the
+// cleanup.
+func secondInterrupt(ctx context.Context, out io.Writer) (<-chan struct{}, func()) {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	abort := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-sig:
+				n++
+				if n == 1 {
+					if out != nil {
+						fmt.Fprintln(out, "interrupted: stopping the drill and cleaning up (interrupt again to abandon the cleanup)")
+					}
+					continue
+				}
+				close(abort)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return abort, func() { once.Do(func() { signal.Stop(sig); close(done) }) }
+}
+
+// syncWriter serialises writes from the drill's goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// drillActions are the operator commands' own code, as a drill's steps run
+// them: `selftaint fault`, `selftaint drain`, `selftaint explain`.
+type drillActions struct {
+	out io.Writer // the live view (nil: quiet); each command's output is indented there
+}
+
+// command runs one operator command's function, its output indented in the
+// live view.
+func (a *drillActions) command(ctx context.Context, name string, fn func(context.Context, []string, io.Writer, io.Writer) error, args []string) error {
+	var b bytes.Buffer
+	err := fn(ctx, args, &b, &b)
+	if a.out != nil {
+		for _, l := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+			if l != "" {
+				fmt.Fprintf(a.out, "            | %s\n", l)
+			}
+		}
+	}
+	if err != nil && errors.Is(err, errUsage) {
+		return fmt.Errorf("selftaint %s %s: %s", name, strings.Join(args, " "), strings.TrimSpace(b.String()))
+	}
+	return err
+}
+
+// kubeconfigArgs are the --kubeconfig flag for a command ("" = default).
+func kubeconfigArgs(kubeconfig string) []string {
+	if kubeconfig == "" {
+		return nil
+	}
+	return []string{"--kubeconfig", kubeconfig}
+}
+
+func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep) error {
+	args := []string{node, "--config", configPath, "--injected-by", "selftaint drill"}
+	args = append(args, kubeconfigArgs(kubeconfig)...)
+	if f.For.Duration > 0 {
+		args = append(args, "--for", f.For.Duration.String())
+	}
+	if f.GPUXid != 0 {
+		// The Xid sets the condition, status, reason and message, as the
+		// GPU probe would (a status defaulted to True is not the step's).
+		return a.command(ctx, "fault inject", runFaultInject, append(args, "--gpu-xid", strconv.Itoa(f.GPUXid)))
+	}
+	args = append(args, "--condition", f.Condition)
+	for _, fl := range []struct{ name, value string }{{"--status", f.Status}, {"--reason", f.Reason}, {"--message", f.Message}} {
+		if fl.value != "" {
+			args = append(args, fl.name, fl.value)
+		}
+	}
+	return a.command(ctx, "fault inject", runFaultInject, args)
+}
+
+func (a *drillActions) ClearFaults(ctx context.Context, kubeconfig, configPath, node string) error {
+	args := append([]string{node, "--all", "--config", configPath}, kubeconfigArgs(kubeconfig)...)
+	return a.command(ctx, "fault clear", runFaultClear, args)
+}
+
+func (a *drillActions) FaultCondition(configPath string, f tdrill.FaultStep) (corev1.NodeConditionType, corev1.ConditionStatus, error) {
+	env, err := (&faultFlags{configPath: configPath}).env()
+	if err != nil {
+		return "", "", err
+	}
+	status := corev1.ConditionStatus(f.Status)
+	if status == "" {
+		status = corev1.ConditionTrue
+	}
+	if f.GPUXid != 0 {
+		xf, err := env.cfg.GPUXidFault(uint64(f.GPUXid), 0, time.Now())
+		if err != nil {
+			return "", "", fmt.Errorf("gpuXid %d: %w", f.GPUXid, err)
+		}
+		return xf.Condition, xf.Status, nil
+	}
+	if c, ok := env.probeConditions[f.Condition]; ok {
+		return c, status, nil
+	}
+	return corev1.NodeConditionType(f.Condition), status, nil
+}
+
+func (a *drillActions) Drain(ctx context.Context, kubeconfig string, nodes []string, selector string, d tdrill.DrainStep) error {
+	args := append([]string{"--reason", d.Reason}, kubeconfigArgs(kubeconfig)...)
+	if d.Deadline.Duration > 0 {
+		args = append(args, "--deadline", d.Deadline.Duration.String())
+	}
+	switch {
+	case selector != "":
+		args = append(args, "--selector", selector, "--max-parallel", strconv.Itoa(d.MaxParallel))
+	case d.Done:
+		args = append(append(args, "--wait"), nodes...)
+	default:
+		args = append(args, nodes...)
+	}
+	if err := a.command(ctx, "drain", runDrain, args); err != nil {
+		return err
+	}
+	if !d.Done {
+		return nil
+	}
+	return a.EndDrains(ctx, kubeconfig, nodes)
+}
+
+func (a *drillActions) EndDrains(ctx context.Context, kubeconfig string, nodes []string) error {
+	args := append(append([]string{"--done"}, kubeconfigArgs(kubeconfig)...), nodes...)
+	return a.command(ctx, "drain", runDrain, args)
+}
+
+func (a *drillActions) Explain(ctx context.Context, kubeconfig, node string, proposed []corev1.Taint, now time.Time) ([]taints.Eviction, error) {
+	client, err := operatorClient(&kubeFlags{kubeconfig: kubeconfig}, "selftaint-drill")
+	if err != nil {
+		return nil, err
+	}
+	n, err := client.Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("getting node %s: %w", node, err)
+	}
+	pods, err := podsOnNode(ctx, client, node)
+	if err != nil {
+		return nil, err
+	}
+	considered, _ := withProposed(n.Spec.Taints, proposed, now)
+	return taints.ExplainWith(considered, pods, now, taints.ExplainOptions{}), nil
+}

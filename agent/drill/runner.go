@@ -256,26 +256,36 @@ func (r *runner) setUp(ctx context.Context, rep *tdrill.Report) error {
 	return r.waitWorkloads(ctx)
 }
 
-// withDefaults fills what the scenario left out, as taints/drill's
-// defaults do (the runner must not depend on the file having been read
-// through them: tests build scenarios in Go).
+// withDefaults is a copy of s with taints/drill's defaults filled in (the
+// runner must not depend on the file having been read through them: tests
+// build scenarios in Go).
 func withDefaults(s *tdrill.Scenario) *tdrill.Scenario {
 	c := *s
-	if c.Timeout.Duration <= 0 {
-		c.Timeout.Duration = 10 * time.Minute
-	}
-	if c.Settle.Duration <= 0 {
-		c.Settle.Duration = 5 * time.Second
-	}
-	if c.Cluster.NodeMonitorGracePeriod.Duration <= 0 {
-		c.Cluster.NodeMonitorGracePeriod.Duration = 20 * time.Second
-	}
-	c.Steps = append([]tdrill.Step(nil), s.Steps...)
-	for i := range c.Steps {
-		if c.Steps[i].Name == "" {
-			c.Steps[i].Name = fmt.Sprintf("step-%d", i+1)
+	c.Steps = make([]tdrill.Step, len(s.Steps))
+	for i, st := range s.Steps {
+		if st.Fault != nil {
+			f := *st.Fault
+			st.Fault = &f
 		}
+		if st.WaitFor != nil {
+			w := *st.WaitFor
+			st.WaitFor = &w
+		}
+		c.Steps[i] = st
 	}
+	c.Expect = make([]tdrill.Expectation, len(s.Expect))
+	for i, e := range s.Expect {
+		if e.Evicted != nil {
+			x := *e.Evicted
+			e.Evicted = &x
+		}
+		if e.Explain != nil {
+			x := *e.Explain
+			e.Explain = &x
+		}
+		c.Expect[i] = e
+	}
+	c.SetDefaults()
 	return &c
 }
 
@@ -298,6 +308,7 @@ func (r *runner) record() tdrill.Record {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rec.Namespace = DrillNamespace(r.s.Name)
 	rec.Start = r.t0
 	rec.End = r.now()
 	rec.Steps = append([]tdrill.StepRecord(nil), r.steps...)

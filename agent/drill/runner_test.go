@@ -289,7 +289,7 @@ func TestInterruptedDrillLeavesNothing(t *testing.T) {
 		Workloads: []tdrill.Workload{{Manifest: webDeployment("interrupted", 2)}},
 		Steps: []tdrill.Step{
 			{Name: "fault", Fault: &tdrill.FaultStep{Nodes: tdrill.Nodes{Selector: "drill=interrupted", Names: []string{"interrupted-1", "interrupted-2"}}, Condition: "MemoryPressure", For: dur(time.Minute)}},
-			{Name: "forever", WaitFor: &tdrill.WaitStep{Nodes: &tdrill.Nodes{Names: []string{"interrupted-1"}}, Condition: &tdrill.ConditionState{Type: "NeverThere", Status: "True"}, Timeout: dur(5 * time.Minute)}},
+			{Name: "forever", WaitFor: &tdrill.WaitStep{Nodes: tdrill.Nodes{Names: []string{"interrupted-1"}}, Condition: &tdrill.ConditionState{Type: "NeverThere", Status: "True"}, Timeout: dur(5 * time.Minute)}},
 		},
 	}
 	ctx, cancel := context.WithCancel(t.Context())

@@ -125,8 +125,8 @@ func (r *runner) stepNodes(ctx context.Context, st tdrill.Step) ([]string, error
 		pick = &st.NotReady.Nodes
 	case st.Drain != nil:
 		pick = &st.Drain.Nodes
-	case st.WaitFor != nil:
-		pick = st.WaitFor.Nodes
+	case st.WaitFor != nil && (len(st.WaitFor.Names) > 0 || st.WaitFor.Selector != ""):
+		pick = &st.WaitFor.Nodes
 	}
 	if pick == nil {
 		return nil, nil

@@ -252,7 +252,11 @@ func (a *drillActions) FaultCondition(configPath string, f tdrill.FaultStep) (co
 		status = corev1.ConditionTrue
 	}
 	if f.GPUXid != 0 {
-		return "", "", fmt.Errorf("gpuXid %d: this build cannot map a GPU Xid to a fault", f.GPUXid)
+		xf, err := env.cfg.GPUXidFault(uint64(f.GPUXid), 0, time.Now())
+		if err != nil {
+			return "", "", fmt.Errorf("gpuXid %d: %w", f.GPUXid, err)
+		}
+		return xf.Condition, xf.Status, nil
 	}
 	if c, ok := env.probeConditions[f.Condition]; ok {
 		return c, status, nil

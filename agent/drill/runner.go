@@ -100,8 +100,18 @@ type BadFileError struct {
 func (e *BadFileError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *BadFileError) Unwrap() error { return e.Err }
 
-// breachError is a drill that ran out of time with expectations undecided.
-var errTimeout = errors.New("the drill's timeout passed")
+// errTimeout is a drill that ran out of time: its expectations are judged
+// on what was seen. With errUnfinished the timeline had not ended then.
+var (
+	errTimeout    = errors.New("the drill's timeout passed")
+	errUnfinished = errors.New("before its last step ended")
+)
+
+// notRun: the drill did not run to its end (a timeout before the last
+// step ended counts).
+func notRun(err error) bool {
+	return err != nil && (!errors.Is(err, errTimeout) || errors.Is(err, errUnfinished))
+}
 
 // runner is one drill run's state.
 type runner struct {
@@ -146,12 +156,12 @@ func Run(ctx context.Context, opts Options) Outcome {
 	err := r.run(ctx, &rep)
 	rec := r.record()
 	r.stopRecording()
-	switch {
-	case err == nil || errors.Is(err, errTimeout):
+	if err == nil || errors.Is(err, errTimeout) {
 		if opts.Evaluate != nil {
 			rep.Expectations = opts.Evaluate(r.s, &rec)
 		}
-	default:
+	}
+	if notRun(err) {
 		rep.Error = err.Error()
 	}
 	rep.Cleanup = r.cleanup(ctx)
@@ -170,7 +180,7 @@ func verdict(err error, results []tdrill.Result) int {
 	switch {
 	case errors.As(err, &bad):
 		return tdrill.ExitBadFile
-	case err != nil && !errors.Is(err, errTimeout):
+	case notRun(err):
 		return tdrill.ExitNotRun
 	}
 	for _, res := range results {
@@ -211,11 +221,16 @@ func (r *runner) run(ctx context.Context, rep *tdrill.Report) error {
 	tctx, cancel := context.WithDeadline(ctx, r.t0.Add(r.s.Timeout.Duration))
 	defer cancel()
 	err = r.timeline(tctx)
+	timelineDone := err == nil
 	if err == nil {
 		err = r.settle(tctx)
 	}
 	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
 		r.view.line("the drill's timeout (%s) passed: expectations are judged on what was seen", r.s.Timeout.Duration)
+		if !timelineDone {
+			// Judged, but the drill did not run to its end.
+			return fmt.Errorf("%w %w: %w", errTimeout, errUnfinished, err)
+		}
 		return errTimeout
 	}
 	if ctx.Err() != nil {

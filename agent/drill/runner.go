@@ -165,6 +165,9 @@ func Run(ctx context.Context, opts Options) Outcome {
 		rep.Error = err.Error()
 	}
 	rep.Cleanup = r.cleanup(ctx)
+	if r.plan != nil {
+		r.plan.removeFiles()
+	}
 	r.view.cleanup(rep.Cleanup)
 	rep.Finished = r.now()
 	rep.DurationSeconds = rep.Finished.Sub(rep.Started).Seconds()
@@ -209,8 +212,7 @@ func (r *runner) run(ctx context.Context, rep *tdrill.Report) error {
 	if err != nil {
 		return err
 	}
-	r.plan = p
-	defer p.removeFiles()
+	r.plan = p // its files go after the cleanup, which needs the config
 	if err := r.setUp(ctx, rep); err != nil {
 		return err
 	}

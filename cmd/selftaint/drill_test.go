@@ -2,14 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/selftaint/selftaint/agent/testcp"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
+	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // twoNodeDrill faults one of two virtual nodes under a two-pod Deployment:
@@ -112,5 +119,129 @@ func TestDrillBadFileExits2(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "steps[0].fault.condtion") {
 		t.Errorf("stderr does not name the field: %s", stderr.String())
+	}
+}
+
+// drillCluster is a control plane the cmd drill tests use as an existing
+// cluster (--kubeconfig): with the node lifecycle controller, which lifts
+// the virtual nodes' not-ready taint, and the scheduler.
+func drillCluster(t *testing.T) *testcp.ControlPlane {
+	return testcp.Start(t, testcp.Options{ControllerManager: true, Scheduler: true})
+}
+
+// writeDrill writes the drill text (and web.yaml beside it) and returns
+// its path.
+func writeDrill(t *testing.T, text string) string {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "drill.yaml")
+	for name, text := range map[string]string{file: text, filepath.Join(dir, "web.yaml"): webManifest} {
+		if err := os.WriteFile(name, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return file
+}
+
+// lineWriter calls then once a line written to it contains on.
+type lineWriter struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	on   string
+	then func()
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.then != nil && strings.Contains(string(p), w.on) {
+		w.then()
+		w.then = nil
+	}
+	return w.b.Write(p)
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// Ctrl-C in the middle of a drill on an existing cluster, through the real
+// `selftaint fault` and `selftaint drain` code: exit 3, and the API server
+// has no node, pod, fault annotation, grant or maintenance Lease or
+// namespace of the drill's afterwards.
+func TestDrillInterruptedCleansUp(t *testing.T) {
+	testcp.SkipIfShort(t, "starts a control plane")
+	cp := drillCluster(t)
+	file := writeDrill(t, strings.NewReplacer(
+		"name: two-nodes", "name: interrupted",
+		"- name: tainted\n", "- name: drain\n  drain: {nodes: [vn-2], reason: drill test}\n- name: tainted\n",
+		"effect: NoSchedule}, timeout: 1m}", "effect: NoSchedule}, timeout: 1m}\n- name: forever\n  waitFor: {nodes: [vn-1], condition: {type: NeverThere}, timeout: 5m}",
+		"for: 6s", "for: 5m",
+	).Replace(twoNodeDrill))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &lineWriter{on: "step forever (waitFor) starts", then: cancel}
+	var stderr bytes.Buffer
+	code := run(ctx, []string{"drill", file, "--kubeconfig", cp.KubeconfigPath}, out, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+	if code != tdrill.ExitNotRun {
+		t.Fatalf("exit %d, want %d", code, tdrill.ExitNotRun)
+	}
+	for _, want := range []string{"injected fault on node vn-1", "requested maintenance", "cleanup done", "removed namespace selftaint-drill-interrupted"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+	c := cp.Client()
+	nodes, err := c.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		t.Errorf("node %s left behind (annotations %v)", n.Name, n.Annotations)
+	}
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		t.Errorf("pod %s/%s left behind", p.Namespace, p.Name)
+	}
+	leases, err := c.CoordinationV1().Leases(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		if l.Namespace == corev1.NamespaceNodeLease || l.Labels[fleet.GrantLabel] != "" || l.Labels[fleet.SlotLabel] != "" {
+			t.Errorf("lease %s/%s left behind", l.Namespace, l.Name)
+		}
+	}
+	if _, err := c.CoreV1().Namespaces().Get(t.Context(), "selftaint-drill-interrupted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the drill's namespace is still there (err %v)", err)
+	}
+}
+
+// A workload that cannot be scheduled stops the drill before t=0: exit 3,
+// naming the workload and the scheduler's reason.
+func TestDrillUnschedulableWorkloadExits3(t *testing.T) {
+	testcp.SkipIfShort(t, "starts a control plane")
+	cp := drillCluster(t)
+	file := writeDrill(t, strings.NewReplacer(
+		"name: two-nodes", "name: pending",
+		"file: web.yaml", "manifest: |\n    "+strings.ReplaceAll(strings.Replace(webManifest, "    spec:\n      containers:", "    spec:\n      nodeSelector: {nowhere: \"true\"}\n      containers:", 1), "\n", "\n    "),
+		"timeout: 3m", "timeout: 15s",
+	).Replace(twoNodeDrill))
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"drill", file, "--kubeconfig", cp.KubeconfigPath}, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if code != tdrill.ExitNotRun {
+		t.Fatalf("exit %d, want %d", code, tdrill.ExitNotRun)
+	}
+	for _, want := range []string{"workload Deployment selftaint-drill-pending/web is not ready: 0 of 2 ready", "Pending, not scheduled: Unschedulable", "node affinity/selector"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/selftaint/selftaint/agent/testcp"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
-	"github.com/selftaint/selftaint/taints/fleet"
 )
 
 // twoNodeDrill faults one of two virtual nodes under a two-pod Deployment:
@@ -167,34 +166,70 @@ func (w *lineWriter) String() string {
 	return w.b.String()
 }
 
+// interruptedDrill holds a grant (the memory fault's NoExecute) and a
+// maintenance slot (vn-2's drain) when it is interrupted.
+const interruptedDrill = `apiVersion: selftaint.io/v1alpha1
+kind: Drill
+name: interrupted
+cluster:
+  pools:
+  - name: vn
+    count: 2
+  config: |
+    rules:
+    - condition: SelftaintMemoryPressure
+      taint: {key: selftaint.io/memory-pressure, effect: NoExecute}
+      fallback: NoSchedule
+    coordinator:
+      namespace: drill-coordinator
+      fleet: virtual
+workloads:
+- file: web.yaml
+steps:
+- name: memory
+  fault: {nodes: [vn-1], condition: memory, for: 5m}
+- name: drain
+  drain: {nodes: [vn-2], reason: drill test}
+- name: granted
+  waitFor: {nodes: [vn-1], taint: {key: selftaint.io/memory-pressure, effect: NoExecute}, timeout: 1m}
+- name: draining
+  waitFor: {nodes: [vn-2], condition: {type: SelftaintMaintenance}, timeout: 1m}
+- name: forever
+  waitFor: {nodes: [vn-1], condition: {type: NeverThere}, timeout: 5m}
+expect:
+- noExecute: {atMost: 1}
+timeout: 3m
+`
+
 // Ctrl-C in the middle of a drill on an existing cluster, through the real
-// `selftaint fault` and `selftaint drain` code: exit 3, and the API server
-// has no node, pod, fault annotation, grant or maintenance Lease or
-// namespace of the drill's afterwards.
+// `selftaint fault` and `selftaint drain` code and a coordinator process
+// holding a grant and a maintenance slot: exit 3, and the API server has
+// no node, pod, fault annotation, grant, maintenance or leader Lease or
+// namespace of the drill's afterwards (the coordinator's namespace, which
+// the drill did not create, stays).
 func TestDrillInterruptedCleansUp(t *testing.T) {
 	testcp.SkipIfShort(t, "starts a control plane")
 	cp := drillCluster(t)
-	file := writeDrill(t, strings.NewReplacer(
-		"name: two-nodes", "name: interrupted",
-		"- name: tainted\n", "- name: drain\n  drain: {nodes: [vn-2], reason: drill test}\n- name: tainted\n",
-		"effect: NoSchedule}, timeout: 1m}", "effect: NoSchedule}, timeout: 1m}\n- name: forever\n  waitFor: {nodes: [vn-1], condition: {type: NeverThere}, timeout: 5m}",
-		"for: 6s", "for: 5m",
-	).Replace(twoNodeDrill))
+	bin := buildStamped(t)
+	c := cp.Client()
+	if _, err := c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "drill-coordinator"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	file := writeDrill(t, interruptedDrill)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	out := &lineWriter{on: "step forever (waitFor) starts", then: cancel}
 	var stderr bytes.Buffer
-	code := run(ctx, []string{"drill", file, "--kubeconfig", cp.KubeconfigPath}, out, &stderr)
+	code := run(ctx, []string{"drill", file, "--kubeconfig", cp.KubeconfigPath, "--selftaint", bin}, out, &stderr)
 	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
 	if code != tdrill.ExitNotRun {
 		t.Fatalf("exit %d, want %d", code, tdrill.ExitNotRun)
 	}
-	for _, want := range []string{"injected fault on node vn-1", "requested maintenance", "cleanup done", "removed namespace selftaint-drill-interrupted"} {
+	for _, want := range []string{"injected fault on node vn-1", "requested maintenance", "step draining done", "cleanup done", "removed namespace selftaint-drill-interrupted"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("stdout lacks %q", want)
 		}
 	}
-	c := cp.Client()
 	nodes, err := c.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -214,12 +249,18 @@ func TestDrillInterruptedCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range leases.Items {
-		if l.Namespace == corev1.NamespaceNodeLease || l.Labels[fleet.GrantLabel] != "" || l.Labels[fleet.SlotLabel] != "" {
+		if l.Namespace == corev1.NamespaceNodeLease || l.Namespace == "drill-coordinator" {
 			t.Errorf("lease %s/%s left behind", l.Namespace, l.Name)
 		}
 	}
+	if _, err := c.CoreV1().ConfigMaps("drill-coordinator").Get(t.Context(), "selftaint-guard", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the coordinator's guard ConfigMap is still there (err %v)", err)
+	}
 	if _, err := c.CoreV1().Namespaces().Get(t.Context(), "selftaint-drill-interrupted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the drill's namespace is still there (err %v)", err)
+	}
+	if _, err := c.CoreV1().Namespaces().Get(t.Context(), "drill-coordinator", metav1.GetOptions{}); err != nil {
+		t.Errorf("the coordinator's namespace, which the drill did not create, is gone: %v", err)
 	}
 }
 

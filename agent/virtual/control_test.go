@@ -3,6 +3,7 @@ package virtual
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -137,17 +139,19 @@ func watchServing(t *testing.T, c kubernetes.Interface, name, rv string) (stop f
 		t.Fatalf("watching node %s: %v", name, err)
 	}
 	var (
-		mu  sync.Mutex
-		bad []string
-		wg  sync.WaitGroup
+		mu       sync.Mutex
+		bad      []string
+		stopping bool // what comes after stop was called is the watch ending
+		wg       sync.WaitGroup
 	)
 	wg.Go(func() {
 		for ev := range w.ResultChan() {
 			n, ok := ev.Object.(*corev1.Node)
 			mu.Lock()
 			switch {
+			case stopping:
 			case ev.Type == watch.Error || !ok:
-				bad = append(bad, "watch error: "+string(ev.Type))
+				bad = append(bad, fmt.Sprintf("watch error: %s %v", ev.Type, apierrors.FromObject(ev.Object)))
 			case ev.Type == watch.Deleted || !serving(n):
 				bad = append(bad, string(ev.Type)+" version "+n.ResourceVersion+": "+describeNode(n))
 			}
@@ -155,6 +159,9 @@ func watchServing(t *testing.T, c kubernetes.Interface, name, rv string) (stop f
 		}
 	})
 	return func() []string {
+		mu.Lock()
+		stopping = true
+		mu.Unlock()
 		w.Stop()
 		cancel()
 		wg.Wait()
@@ -217,10 +224,12 @@ func TestControlStopResume(t *testing.T) {
 	if err := ctl.Stop("nope"); err == nil {
 		t.Errorf("Stop of a node the run does not serve succeeded")
 	}
+	stopping := time.Now()
 	if err := ctl.Stop("ctl-1"); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	stoppedAt := time.Now()
+	t.Logf("Stop returned in %s", stoppedAt.Sub(stopping).Round(time.Millisecond))
 	if stopped, err := ctl.Stopped("ctl-1"); err != nil || !stopped {
 		t.Errorf("Stopped = %v, %v after Stop, want true", stopped, err)
 	}

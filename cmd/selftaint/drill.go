@@ -216,18 +216,25 @@ func kubeconfigArgs(kubeconfig string) []string {
 }
 
 func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep) error {
+	return a.command(ctx, "fault inject", runFaultInject, faultInjectArgs(kubeconfig, configPath, node, f))
+}
+
+// faultInjectArgs is the `selftaint fault inject` command line of a fault
+// step on node.
+func faultInjectArgs(kubeconfig, configPath, node string, f tdrill.FaultStep) []string {
 	args := []string{node, "--config", configPath, "--injected-by", "selftaint drill"}
 	args = append(args, kubeconfigArgs(kubeconfig)...)
-	if f.GPUXid != 0 {
-		args = append(args, "--gpu-xid", strconv.Itoa(f.GPUXid))
-	} else {
-		args = append(args, "--condition", f.Condition)
-	}
-	if f.Status != "" {
-		args = append(args, "--status", f.Status)
-	}
 	if f.For.Duration > 0 {
 		args = append(args, "--for", f.For.Duration.String())
+	}
+	if f.GPUXid != 0 {
+		// The Xid sets the condition, its status, reason and message, as
+		// the GPU probe would.
+		return append(args, "--gpu-xid", strconv.Itoa(f.GPUXid))
+	}
+	args = append(args, "--condition", f.Condition)
+	if f.Status != "" {
+		args = append(args, "--status", f.Status)
 	}
 	if f.Reason != "" {
 		args = append(args, "--reason", f.Reason)
@@ -235,7 +242,7 @@ func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, 
 	if f.Message != "" {
 		args = append(args, "--message", f.Message)
 	}
-	return a.command(ctx, "fault inject", runFaultInject, args)
+	return args
 }
 
 func (a *drillActions) ClearFaults(ctx context.Context, kubeconfig, configPath, node string) error {

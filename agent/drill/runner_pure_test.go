@@ -1,10 +1,13 @@
 package drill
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,4 +147,103 @@ func TestDecodeManifests(t *testing.T) {
 			t.Errorf("%q: got %v, want %q", text, err, want)
 		}
 	}
+}
+
+func TestVirtualQPS(t *testing.T) {
+	for _, tc := range []struct {
+		nodes     int
+		lease     time.Duration
+		qps       float32
+		burst     int
+		whyWanted string
+	}{
+		{1, 8 * time.Second, 20, 40, "at least 20"},
+		{9, 8 * time.Second, 22.5, 45, "2.5 a node with 8 s Leases (renewed every 2 s)"},
+		{200, 8 * time.Second, 500, 1000, "scales with the nodes"},
+		{200, 40 * time.Second, 420, 840, "a longer Lease is renewed less often"},
+		{200, 0, 400, 800, "no Lease: the nodes' other writes"},
+	} {
+		qps, burst := virtualQPS(tc.nodes, tc.lease)
+		if qps != tc.qps || burst != tc.burst {
+			t.Errorf("%d nodes, lease %s: got QPS %v burst %d, want %v and %d (%s)", tc.nodes, tc.lease, qps, burst, tc.qps, tc.burst, tc.whyWanted)
+		}
+	}
+}
+
+func TestReadyCount(t *testing.T) {
+	node := func(name string, ready corev1.ConditionStatus, taints ...string) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}
+		for _, k := range taints {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoSchedule})
+		}
+		return n
+	}
+	nodes := []corev1.Node{
+		node("a-1", corev1.ConditionTrue),
+		node("a-2", corev1.ConditionFalse),
+		node("a-3", corev1.ConditionTrue, corev1.TaintNodeNotReady),
+		node("a-4", corev1.ConditionTrue, "other"),
+		node("other-1", corev1.ConditionTrue),
+	}
+	if got, want := readyCount(nodes, []string{"a-1", "a-2", "a-3", "a-4", "a-5"}), 2; got != want {
+		t.Errorf("got %d ready, want %d (a-1 and a-4; a-2 not Ready, a-3 not-ready taint, a-5 absent, other-1 not asked for)", got, want)
+	}
+}
+
+func TestPoolRanges(t *testing.T) {
+	got := poolRanges([]tdrill.Pool{{Name: "a-hot", Count: 34}, {Name: "gpu", Count: 1}, {Name: "b", Count: 2}})
+	if want := "a-hot-1..a-hot-34, gpu-1, b-1..b-2"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestForEachNode(t *testing.T) {
+	nodes := []string{"n-1", "n-2", "n-3", "n-4", "n-5", "n-6", "n-7", "n-8"}
+	t.Run("all, at most limit at once", func(t *testing.T) {
+		var mu sync.Mutex
+		running, most := 0, 0
+		seen := map[string]bool{}
+		err := forEachNode(t.Context(), nodes, 3, func(_ context.Context, n string) error {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			seen[n] = true
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		})
+		if err != nil || len(seen) != len(nodes) || most > 3 {
+			t.Errorf("got error %v, %d nodes called, %d at once; want no error, %d, at most 3", err, len(seen), most, len(nodes))
+		}
+	})
+	t.Run("the first error, not the cancellation it caused", func(t *testing.T) {
+		boom := errors.New("boom on n-2")
+		var started sync.Map
+		err := forEachNode(t.Context(), nodes, 2, func(ctx context.Context, n string) error {
+			started.Store(n, true)
+			if n == "n-2" {
+				return boom
+			}
+			<-ctx.Done() // the others wait until the error cancels them
+			return fmt.Errorf("on %s: %w", n, ctx.Err())
+		})
+		if !errors.Is(err, boom) {
+			t.Errorf("got %v, want %v", err, boom)
+		}
+		if _, ok := started.Load("n-8"); ok {
+			t.Errorf("n-8 started after the error")
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		err := forEachNode(ctx, nodes, 2, func(context.Context, string) error { return nil })
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+	})
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -168,16 +170,24 @@ func (r *runner) pickNodes(ctx context.Context, pick tdrill.Nodes) ([]string, er
 }
 
 // fault takes explain's predictions, then injects the fault on each node.
+// Both go stepConcurrency nodes at a time: a storm on a hundred nodes is
+// injected within a second or two, not one node after another (each
+// injection is `selftaint fault inject`: its config, a client, a read and
+// a write).
 func (r *runner) fault(ctx context.Context, st tdrill.Step, nodes []string) error {
 	f := *st.Fault
 	if err := r.predict(ctx, st.Name, f, nodes); err != nil {
 		return err
 	}
-	for _, n := range nodes {
-		r.track(func(c *created) { c.add(&c.faults, n) })
+	r.track(func(c *created) { c.add(&c.faults, nodes...) })
+	err := forEachNode(ctx, nodes, stepConcurrency, func(ctx context.Context, n string) error {
 		if err := r.opts.Actions.InjectFault(ctx, r.env.kubeconfig, r.plan.configPath, n, f); err != nil {
 			return fmt.Errorf("injecting the fault on %s: %w", n, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	r.mu.Lock()
 	if until := r.now().Add(f.For.Duration); until.After(r.inForce) {
@@ -187,8 +197,55 @@ func (r *runner) fault(ctx context.Context, st tdrill.Step, nodes []string) erro
 	return nil
 }
 
+// stepConcurrency is how many nodes a step acts on at once.
+const stepConcurrency = 16
+
+// forEachNode calls fn for each node, at most limit at once, and returns
+// the first error (by the nodes' order) once every call has returned; after
+// an error no new call starts.
+func forEachNode(ctx context.Context, nodes []string, limit int, fn func(context.Context, string) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(nodes))
+	sem := make(chan struct{}, max(limit, 1))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			errs[i] = ctx.Err()
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx, n); err != nil {
+				errs[i] = err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	// The first real error, not a cancellation it caused.
+	var first error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case !errors.Is(err, context.Canceled):
+			return err
+		case first == nil:
+			first = err
+		}
+	}
+	return first
+}
+
 // predict records explain's verdict on the pods of each node for the
-// NoExecute taints the agents' rules put on for the fault's condition.
+// NoExecute taints the agents' rules put on for the fault's condition,
+// stepConcurrency nodes at a time, in the nodes' order.
 func (r *runner) predict(ctx context.Context, step string, f tdrill.FaultStep, nodes []string) error {
 	cond, status, err := r.opts.Actions.FaultCondition(r.plan.configPath, f)
 	if err != nil {
@@ -199,16 +256,28 @@ func (r *runner) predict(ctx context.Context, step string, f tdrill.FaultStep, n
 		return nil
 	}
 	now := r.now()
-	for _, n := range nodes {
+	byNode := make([][]taints.Eviction, len(nodes))
+	index := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		index[n] = i
+	}
+	err = forEachNode(ctx, nodes, stepConcurrency, func(ctx context.Context, n string) error {
 		evs, err := r.opts.Actions.Explain(ctx, r.env.kubeconfig, n, proposed, now)
 		if err != nil {
 			return fmt.Errorf("explain on %s: %w", n, err)
 		}
-		r.mu.Lock()
+		byNode[index[n]] = evs
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, evs := range byNode {
 		for _, e := range evs {
-			r.preds = append(r.preds, tdrill.Prediction{Step: step, Node: n, Eviction: e})
+			r.preds = append(r.preds, tdrill.Prediction{Step: step, Node: nodes[i], Eviction: e})
 		}
-		r.mu.Unlock()
 	}
 	return nil
 }
@@ -326,10 +395,14 @@ func (r *runner) waitFor(ctx context.Context, w *tdrill.WaitStep, nodes []string
 
 // unmet says what of w is not met now ("" when all is).
 func (r *runner) unmet(ctx context.Context, w *tdrill.WaitStep, nodes []string) (string, error) {
+	current, err := r.readNodes(ctx, nodes)
+	if err != nil {
+		return "nodes cannot be read", err
+	}
 	for _, name := range nodes {
-		n, err := r.env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return "node " + name + " cannot be read", err
+		n := current[name]
+		if n == nil {
+			return "node " + name + " is not there", nil
 		}
 		if m := nodeUnmet(n, w); m != "" {
 			return m, nil
@@ -345,6 +418,45 @@ func (r *runner) unmet(ctx context.Context, w *tdrill.WaitStep, nodes []string) 
 		}
 	}
 	return "", nil
+}
+
+// readNodes reads the named nodes of the drill's: its virtual nodes in one
+// List (by the pool label), a real node with a Get. A node that is not
+// there is absent from the map.
+func (r *runner) readNodes(ctx context.Context, names []string) (map[string]*corev1.Node, error) {
+	out := make(map[string]*corev1.Node, len(names))
+	var virtual int
+	for _, name := range names {
+		if !r.realNodes[name] {
+			virtual++
+			continue
+		}
+		n, err := r.env.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("reading node %s: %w", name, err)
+		default:
+			out[name] = n
+		}
+	}
+	if virtual == 0 {
+		return out, nil
+	}
+	list, err := r.env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: PoolLabel})
+	if err != nil {
+		return nil, fmt.Errorf("listing the virtual nodes: %w", err)
+	}
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = !r.realNodes[n]
+	}
+	for i := range list.Items {
+		if n := &list.Items[i]; want[n.Name] {
+			out[n.Name] = n
+		}
+	}
+	return out, nil
 }
 
 // nodeUnmet says what of w node n does not have ("" when it has it all).

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
@@ -58,10 +61,22 @@ func (r *runner) startVirtual(ctx context.Context) error {
 		return nil
 	}
 	cfg := r.plan.cfg
+	names := virtualNames(pools)
+	// The nodes' own client, its limit scaled with their number (as
+	// `selftaint virtual` scales it), apart from the runner's: 200 nodes
+	// renewing 8 s Leases behind the runner's 50 requests/s fell ever
+	// further behind, and starved the runner's own reads.
+	rc := rest.CopyConfig(r.env.rc)
+	rc.UserAgent = FieldManager + "-virtual"
+	rc.QPS, rc.Burst = virtualQPS(len(names), virtualLeaseDuration)
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("building the virtual nodes' API client: %w", err)
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	vf := &virtualFleet{cancel: cancel, control: map[string]kubelets{}}
 	r.virtual = vf
-	core, leases := r.env.client.CoreV1(), r.env.client.CoordinationV1()
+	core, leases := client.CoreV1(), client.CoordinationV1()
 	for i, p := range pools {
 		tmpl, err := poolTemplate(p)
 		if err != nil {
@@ -100,28 +115,72 @@ func (r *runner) startVirtual(ctx context.Context) error {
 			}
 		}()
 	}
-	names := virtualNames(pools)
-	r.view.line("registering %d virtual nodes: %v", len(names), names)
-	err := testcp.Poll(ctx, 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
+	r.view.line("registering %d virtual nodes: %s", len(names), poolRanges(pools))
+	ready := 0
+	err = testcp.Poll(ctx, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
 		if err := vf.err(); err != nil {
 			return false, err
 		}
-		for _, n := range names {
-			node, err := core.Nodes().Get(ctx, n, metav1.GetOptions{})
-			if err != nil || !nodeReady(node) || hasTaint(node, corev1.TaintNodeNotReady) {
-				return false, err
-			}
+		// One List of the pools' nodes, not a Get per node.
+		list, err := r.env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: PoolLabel, ResourceVersion: "0"})
+		if err != nil {
+			return false, err
 		}
-		return true, nil
+		ready = readyCount(list.Items, names)
+		return ready == len(names), nil
 	})
 	if err != nil {
 		if verr := vf.err(); verr != nil {
 			err = verr
 		}
-		return fmt.Errorf("waiting for the virtual nodes to be Ready: %w", err)
+		return fmt.Errorf("waiting for the virtual nodes to be Ready (%d of %d are): %w", ready, len(names), err)
 	}
 	r.view.line("virtual nodes Ready")
 	return nil
+}
+
+// virtualQPS is the client-side limit of the drill's virtual nodes: each
+// renews its Lease every quarter of leaseDuration and has its agent's and
+// pods' writes besides (two requests a second, as `selftaint virtual`
+// allows each), at least 20 in all; the burst is twice that.
+func virtualQPS(nodes int, leaseDuration time.Duration) (float32, int) {
+	perNode := 2.0
+	if leaseDuration > 0 {
+		perNode += 4 / leaseDuration.Seconds()
+	}
+	qps := max(20, float32(float64(nodes)*perNode))
+	return qps, int(2 * qps)
+}
+
+// readyCount is how many of names are among nodes, Ready and without the
+// not-ready taint.
+func readyCount(nodes []corev1.Node, names []string) int {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	count := 0
+	for i := range nodes {
+		n := &nodes[i]
+		if want[n.Name] && nodeReady(n) && !hasTaint(n, corev1.TaintNodeNotReady) {
+			count++
+		}
+	}
+	return count
+}
+
+// poolRanges names the pools' nodes briefly: "web-1..web-3, gpu-1".
+func poolRanges(pools []tdrill.Pool) string {
+	parts := make([]string, 0, len(pools))
+	for _, p := range pools {
+		switch p.Count {
+		case 1:
+			parts = append(parts, p.Name+"-1")
+		default:
+			parts = append(parts, fmt.Sprintf("%s-1..%s-%d", p.Name, p.Name, p.Count))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (vf *virtualFleet) err() error {

@@ -41,9 +41,14 @@ type coordinators struct {
 	guard        string
 	guardExisted bool
 
-	mu    sync.Mutex // guards procs and next
+	// say tells the live view (a replica that exited by itself).
+	say func(format string, args ...any)
+
+	mu    sync.Mutex // guards procs, next, stopping and the procs' killed
 	procs map[string]*coordProc
 	next  int
+	// stopping: stopAll has begun; no replica starts or restarts.
+	stopping bool
 }
 
 // coordProc is one coordinator process.
@@ -52,7 +57,13 @@ type coordProc struct {
 	cmd      *exec.Cmd
 	done     chan struct{}
 	paused   bool
+	// killed: the drill killed it (a kill step); it is not restarted.
+	killed bool
 }
+
+// coordRestartDelay is how long a replica that exited by itself waits to
+// be started again, as its Deployment's kubelet would restart it.
+const coordRestartDelay = time.Second
 
 // startCoordinators starts the scenario's coordinator replicas.
 func (r *runner) startCoordinators(ctx context.Context) error {
@@ -72,6 +83,7 @@ func (r *runner) startCoordinators(ctx context.Context) error {
 		bin: bin, kubeconfig: r.env.kubeconfig, configPath: r.plan.configPath,
 		namespace: r.coordinatorNamespace(), logDir: r.plan.dir,
 		prefix: "drill-" + r.s.Name + "-coordinator-", procs: map[string]*coordProc{},
+		say: r.view.line,
 	}
 	_, err := r.env.client.CoordinationV1().Leases(r.coord.namespace).Get(ctx, fleet.DefaultLeaderLease, metav1.GetOptions{})
 	switch {
@@ -115,10 +127,13 @@ func (c *coordinators) args(identity string) []string {
 	return a
 }
 
-// start starts one more replica.
+// start starts one more replica (none once stopAll has begun).
 func (c *coordinators) start() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stopping {
+		return nil
+	}
 	c.next++
 	id := fmt.Sprintf("%s%d", c.prefix, c.next)
 	logf, err := os.Create(filepath.Join(c.logDir, id+".log"))
@@ -134,12 +149,37 @@ func (c *coordinators) start() error {
 	}
 	p := &coordProc{identity: id, cmd: cmd, done: make(chan struct{})}
 	go func() {
-		_ = cmd.Wait()
+		err := cmd.Wait()
 		_ = logf.Close()
 		close(p.done)
+		c.exited(p, err)
 	}()
 	c.procs[id] = p
 	return nil
+}
+
+// exited restarts a replica that exited by itself (a coordinator exits
+// when it loses its leadership, which a loaded machine's slow renewals
+// cause) after coordRestartDelay, as its Deployment would: one killed by
+// a kill step, or stopped at the end, is not restarted.
+func (c *coordinators) exited(p *coordProc, err error) {
+	c.mu.Lock()
+	restart := !c.stopping && !p.killed
+	if restart {
+		delete(c.procs, p.identity)
+	}
+	c.mu.Unlock()
+	if !restart {
+		return
+	}
+	if c.say != nil {
+		c.say("coordinator %s exited by itself (%v; its log says why); a new replica starts in %s", p.identity, err, coordRestartDelay)
+	}
+	time.AfterFunc(coordRestartDelay, func() {
+		if err := c.start(); err != nil && c.say != nil {
+			c.say("restarting a coordinator replica failed: %v", err)
+		}
+	})
 }
 
 // leader is the process holding the leader Lease, waiting up to timeout
@@ -151,7 +191,9 @@ func (c *coordinators) leader(ctx context.Context, r *runner, timeout time.Durat
 		if err != nil {
 			return false, err
 		}
-		if l.Spec.HolderIdentity == nil {
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			// None leads now (a leader that gave the Lease up leaves an
+			// empty holder): wait for the next.
 			return false, nil
 		}
 		c.mu.Lock()
@@ -177,6 +219,9 @@ func exited(p *coordProc) bool {
 
 // kill SIGKILLs p and forgets it.
 func (c *coordinators) kill(p *coordProc) {
+	c.mu.Lock()
+	p.killed = true
+	c.mu.Unlock()
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
 	c.mu.Lock()
@@ -199,6 +244,7 @@ func (c *coordinators) signal(p *coordProc, sig syscall.Signal) error {
 // after a grace period).
 func (c *coordinators) stopAll() []string {
 	c.mu.Lock()
+	c.stopping = true
 	procs := make([]*coordProc, 0, len(c.procs))
 	for _, p := range c.procs {
 		procs = append(procs, p)

@@ -37,8 +37,10 @@ const FieldManager = "selftaint-drill"
 // drill's cluster's (a file path; "" means the default loading rules),
 // configPath the agents' config file the drill wrote.
 type Actions interface {
-	// InjectFault writes the fault on node, lasting f.For.
-	InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep) error
+	// InjectFault writes the fault on node, lasting f.For; with detail it
+	// shows all the command says (what the fault means for the NoExecute
+	// rules too), without it nothing (a step on many nodes shows one).
+	InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep, detail bool) error
 	// ClearFaults removes every fault annotation on node.
 	ClearFaults(ctx context.Context, kubeconfig, configPath, node string) error
 	// FaultCondition is the condition and status a fault step sets (a

@@ -59,7 +59,7 @@ func (a *testActions) called(s string) {
 	a.calls = append(a.calls, s)
 }
 
-func (a *testActions) InjectFault(ctx context.Context, _, _, node string, f tdrill.FaultStep) error {
+func (a *testActions) InjectFault(ctx context.Context, _, _, node string, f tdrill.FaultStep, _ bool) error {
 	a.called("inject " + node)
 	value, err := faults.Spec{Status: corev1.ConditionTrue, Reason: faults.DefaultReason, Message: "drill test", InjectedBy: "runner test"}.Lasting(time.Now(), f.For.Duration).Encode()
 	if err != nil {

@@ -180,8 +180,13 @@ func (r *runner) fault(ctx context.Context, st tdrill.Step, nodes []string) erro
 		return err
 	}
 	r.track(func(c *created) { c.add(&c.faults, nodes...) })
-	err := forEachNode(ctx, nodes, stepConcurrency, func(ctx context.Context, n string) error {
-		if err := r.opts.Actions.InjectFault(ctx, r.env.kubeconfig, r.plan.configPath, n, f); err != nil {
+	// The first node's injection says all the command says; the others
+	// are summed up in one line.
+	if err := r.opts.Actions.InjectFault(ctx, r.env.kubeconfig, r.plan.configPath, nodes[0], f, true); err != nil {
+		return fmt.Errorf("injecting the fault on %s: %w", nodes[0], err)
+	}
+	err := forEachNode(ctx, nodes[1:], stepConcurrency, func(ctx context.Context, n string) error {
+		if err := r.opts.Actions.InjectFault(ctx, r.env.kubeconfig, r.plan.configPath, n, f, false); err != nil {
 			return fmt.Errorf("injecting the fault on %s: %w", n, err)
 		}
 		return nil
@@ -189,12 +194,23 @@ func (r *runner) fault(ctx context.Context, st tdrill.Step, nodes []string) erro
 	if err != nil {
 		return err
 	}
+	if len(nodes) > 1 {
+		r.view.line("the same fault injected on %d more node(s): %s", len(nodes)-1, briefNames(nodes[1:], 6))
+	}
 	r.mu.Lock()
 	if until := r.now().Add(f.For.Duration); until.After(r.inForce) {
 		r.inForce = until
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// briefNames lists names, at most limit of them and how many more.
+func briefNames(names []string, limit int) string {
+	if len(names) <= limit {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
 }
 
 // stepConcurrency is how many nodes a step acts on at once.

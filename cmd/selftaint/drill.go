@@ -232,7 +232,15 @@ func kubeconfigArgs(kubeconfig string) []string {
 	return []string{"--kubeconfig", kubeconfig}
 }
 
-func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep) error {
+func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep, detail bool) error {
+	if !detail {
+		// Quiet, and without the NoExecute standing (a read of every
+		// Node and grant, per node of a storm).
+		quiet := &drillActions{}
+		return quiet.command(ctx, "fault inject", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return faultInject(ctx, args, stdout, stderr, false)
+		}, faultInjectArgs(kubeconfig, configPath, node, f))
+	}
 	return a.command(ctx, "fault inject", runFaultInject, faultInjectArgs(kubeconfig, configPath, node, f))
 }
 

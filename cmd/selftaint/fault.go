@@ -213,6 +213,13 @@ func defaultInjectedBy() string {
 }
 
 func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return faultInject(ctx, args, stdout, stderr, true)
+}
+
+// faultInject is `selftaint fault inject`; without standing it leaves out
+// what the fault means for the NoExecute rules (which reads every Node and
+// grant: a drill injecting a storm on many nodes says it for one).
+func faultInject(ctx context.Context, args []string, stdout, stderr io.Writer, standing bool) error {
 	fs, ff := newFaultFlagSet(ctx, "inject", stderr)
 	target := fs.String("condition", "", conditionFlagUsage(config.DefaultRegistry()))
 	status := fs.String("status", "True", "the status the condition takes: True, False or Unknown")
@@ -302,6 +309,9 @@ func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer
 	fmt.Fprintf(stdout, "injected fault on node %s: %s is %s (%s) until %s\n",
 		node, f.Condition, f.Status, f.Reason, expiresIn(f.ExpiresAt, now))
 	fmt.Fprintf(stdout, "annotation %s=%s\n", key, value)
+	if !standing {
+		return nil
+	}
 	return env.tellNoExecute(ctx, stdout, n, f.Condition, f.Status, now)
 }
 

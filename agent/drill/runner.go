@@ -129,6 +129,8 @@ type runner struct {
 	coord     *coordinators
 	applied   []appliedObject
 	recording recording
+	// lines batches the recorder's lines for the view.
+	lines *lineBatcher
 	// realNodes are the existing cluster's nodes the drill was given.
 	realNodes map[string]bool
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -246,4 +247,76 @@ func TestForEachNode(t *testing.T) {
 			t.Errorf("got %v, want context.Canceled", err)
 		}
 	})
+}
+
+func TestCoalesceLines(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int, line string) Change {
+		return Change{Time: t0.Add(time.Duration(ms) * time.Millisecond), Line: line}
+	}
+	for _, tc := range []struct {
+		name string
+		in   []Change
+		want []Change
+	}{
+		{"too few to coalesce, kept as they are",
+			[]Change{at(0, "node a-1: Ready False"), at(10, "node a-2: Ready False"), at(20, "node a-3: Ready False")},
+			[]Change{at(0, "node a-1: Ready False"), at(10, "node a-2: Ready False"), at(20, "node a-3: Ready False")}},
+		{"four nodes saying the same: one line at the first's place and time, with the span",
+			[]Change{
+				at(0, "node a-1: SelftaintMemoryPressure True"),
+				at(100, "pod web-1 (a-1): evicted (DeletionByTaintManager)"),
+				at(200, "node a-2: SelftaintMemoryPressure True"),
+				at(300, "node a-3: SelftaintMemoryPressure True"),
+				at(300, "node a-3: taint selftaint.io/memory-pressure:NoExecute on"),
+				at(600, "node a-4: SelftaintMemoryPressure True"),
+			},
+			[]Change{
+				at(0, "4 nodes: SelftaintMemoryPressure True (a-1, a-2, a-3, a-4; within 0.6s)"),
+				at(100, "pod web-1 (a-1): evicted (DeletionByTaintManager)"),
+				at(300, "node a-3: taint selftaint.io/memory-pressure:NoExecute on"),
+			}},
+		{"at most six names, then how many more",
+			[]Change{at(0, "node n-1: Ready Unknown"), at(0, "node n-2: Ready Unknown"), at(0, "node n-3: Ready Unknown"), at(0, "node n-4: Ready Unknown"),
+				at(0, "node n-5: Ready Unknown"), at(0, "node n-6: Ready Unknown"), at(0, "node n-7: Ready Unknown"), at(0, "node n-8: Ready Unknown")},
+			[]Change{at(0, "8 nodes: Ready Unknown (n-1, n-2, n-3, n-4, n-5, n-6 and 2 more; within 0.0s)")}},
+		{"not node lines", []Change{at(0, "guard: SelftaintMemoryPressure tripped in zone a (3 of 3 nodes)"), at(0, "nodes: x")},
+			[]Change{at(0, "guard: SelftaintMemoryPressure tripped in zone a (3 of 3 nodes)"), at(0, "nodes: x")}},
+		{"empty", nil, []Change{}},
+	} {
+		got := coalesceLines(tc.in, 4)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s:\n got %v\nwant %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestLineBatcher(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	b := &lineBatcher{window: time.Hour, out: func(c Change) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, c.Line)
+	}}
+	now := time.Now()
+	for _, n := range []string{"a-1", "a-2", "a-3", "a-4"} {
+		b.add(Change{Time: now, Line: "node " + n + ": Ready False"})
+	}
+	b.add(Change{Time: now, Line: "Deployment web: 3/4 ready"})
+	mu.Lock()
+	held := len(got)
+	mu.Unlock()
+	if held != 0 {
+		t.Errorf("%d lines handed on before the window ended, want none", held)
+	}
+	b.flush() // as stopRecording does
+	want := []string{"4 nodes: Ready False (a-1, a-2, a-3, a-4; within 0.0s)", "Deployment web: 3/4 ready"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	b.flush()
+	if len(got) != len(want) {
+		t.Errorf("a second flush handed on %q", got[len(want):])
+	}
 }

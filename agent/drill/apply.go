@@ -23,7 +23,8 @@ import (
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 )
 
-// workloadReadyTimeout bounds the wait for the workloads before t=0.
+// workloadReadyTimeout bounds the wait for the workloads before t=0 (or
+// the drill's own timeout, when shorter).
 const workloadReadyTimeout = 3 * time.Minute
 
 // isWorkloadKind: the drill waits for the readiness of these kinds.
@@ -122,7 +123,8 @@ func (r *runner) waitWorkloads(ctx context.Context) error {
 	r.view.line("waiting for %d workload(s) to be ready", len(ws))
 	var notReady tdrill.WorkloadRef
 	var why string
-	err := testcp.Poll(ctx, workloadReadyTimeout, 500*time.Millisecond, func() (bool, error) {
+	timeout := min(workloadReadyTimeout, r.s.Timeout.Duration)
+	err := testcp.Poll(ctx, timeout, 500*time.Millisecond, func() (bool, error) {
 		for _, w := range ws {
 			ok, reason, err := r.workloadReady(ctx, w)
 			if err != nil || !ok {

@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcoordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/taints/fleet"
@@ -29,6 +31,15 @@ const (
 // coordinators are the drill's coordinator processes.
 type coordinators struct {
 	bin, kubeconfig, configPath, namespace, logDir, prefix string
+
+	// leaderExisted: the leader Lease was there before the drill's
+	// coordinators started (it is deleted afterwards only if one of the
+	// drill's holds it).
+	leaderExisted bool
+	// guard is the guard ConfigMap's name; guardExisted: it was there
+	// before (it is then left as it is).
+	guard        string
+	guardExisted bool
 
 	mu    sync.Mutex // guards procs and next
 	procs map[string]*coordProc
@@ -62,14 +73,28 @@ func (r *runner) startCoordinators(ctx context.Context) error {
 		namespace: r.coordinatorNamespace(), logDir: r.plan.dir,
 		prefix: "drill-" + r.s.Name + "-coordinator-", procs: map[string]*coordProc{},
 	}
+	_, err := r.env.client.CoordinationV1().Leases(r.coord.namespace).Get(ctx, fleet.DefaultLeaderLease, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		r.coord.leaderExisted = true
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading the coordinator's leader Lease: %w", err)
+	}
+	r.coord.guard = r.plan.cfg.Coordinator.Guard.Name
+	_, err = r.env.client.CoreV1().ConfigMaps(r.coord.namespace).Get(ctx, r.coord.guard, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		r.coord.guardExisted = true
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading the disruption guard: %w", err)
+	}
 	for range n {
 		if err := r.coord.start(); err != nil {
 			return err
 		}
 	}
 	r.view.line("started %d coordinator process(es) (logs in %s)", n, r.plan.dir)
-	_, err := r.coord.leader(ctx, r, time.Minute)
-	if err != nil {
+	if _, err := r.coord.leader(ctx, r, time.Minute); err != nil {
 		return fmt.Errorf("waiting for a coordinator to lead: %w", err)
 	}
 	return nil
@@ -197,7 +222,7 @@ func (c *coordinators) stopAll() []string {
 
 // deleteCoordinatorLeases deletes the grant and maintenance Leases of the
 // drill's nodes and, when the drill ran the coordinator, its leader Lease
-// (when one of the drill's held it last).
+// and guard ConfigMap where the drill's coordinators made them.
 func (r *runner) deleteCoordinatorLeases(ctx context.Context, nodes []string) ([]string, error) {
 	ns := r.coordinatorNamespace()
 	leases := r.env.client.CoordinationV1().Leases(ns)
@@ -205,11 +230,8 @@ func (r *runner) deleteCoordinatorLeases(ctx context.Context, nodes []string) ([
 	for _, n := range nodes {
 		names = append(names, fleet.GrantName(n), fleet.SlotName(n))
 	}
-	if r.coord != nil {
-		l, err := leases.Get(ctx, fleet.DefaultLeaderLease, metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil && len(*l.Spec.HolderIdentity) > len(r.coord.prefix) && (*l.Spec.HolderIdentity)[:len(r.coord.prefix)] == r.coord.prefix {
-			names = append(names, fleet.DefaultLeaderLease)
-		}
+	if r.coord != nil && r.coord.ownsLeader(ctx, leases) {
+		names = append(names, fleet.DefaultLeaderLease)
 	}
 	var removed []string
 	var errs []error
@@ -222,5 +244,24 @@ func (r *runner) deleteCoordinatorLeases(ctx context.Context, nodes []string) ([
 			errs = append(errs, fmt.Errorf("deleting lease %s/%s: %w", ns, name, err))
 		}
 	}
+	if r.coord != nil && !r.coord.guardExisted {
+		err := r.env.client.CoreV1().ConfigMaps(ns).Delete(ctx, r.coord.guard, metav1.DeleteOptions{})
+		switch {
+		case err == nil:
+			removed = append(removed, "configmap "+ns+"/"+r.coord.guard+" (the disruption guard)")
+		case !apierrors.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("deleting the guard %s/%s: %w", ns, r.coord.guard, err))
+		}
+	}
 	return removed, errors.Join(errs...)
+}
+
+// ownsLeader: the leader Lease is the drill's to delete: it was created
+// for the drill's coordinators, or one of them holds it.
+func (c *coordinators) ownsLeader(ctx context.Context, leases typedcoordv1.LeaseInterface) bool {
+	if !c.leaderExisted {
+		return true
+	}
+	l, err := leases.Get(ctx, fleet.DefaultLeaderLease, metav1.GetOptions{})
+	return err == nil && l.Spec.HolderIdentity != nil && strings.HasPrefix(*l.Spec.HolderIdentity, c.prefix)
 }

@@ -100,8 +100,18 @@ type BadFileError struct {
 func (e *BadFileError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *BadFileError) Unwrap() error { return e.Err }
 
-// breachError is a drill that ran out of time with expectations undecided.
-var errTimeout = errors.New("the drill's timeout passed")
+// errTimeout is a drill that ran out of time: its expectations are judged
+// on what was seen. With errUnfinished the timeline had not ended then.
+var (
+	errTimeout    = errors.New("the drill's timeout passed")
+	errUnfinished = errors.New("before its last step ended")
+)
+
+// notRun: the drill did not run to its end (a timeout before the last
+// step ended counts).
+func notRun(err error) bool {
+	return err != nil && (!errors.Is(err, errTimeout) || errors.Is(err, errUnfinished))
+}
 
 // runner is one drill run's state.
 type runner struct {
@@ -146,12 +156,12 @@ func Run(ctx context.Context, opts Options) Outcome {
 	err := r.run(ctx, &rep)
 	rec := r.record()
 	r.stopRecording()
-	switch {
-	case err == nil || errors.Is(err, errTimeout):
+	if err == nil || errors.Is(err, errTimeout) {
 		if opts.Evaluate != nil {
 			rep.Expectations = opts.Evaluate(r.s, &rec)
 		}
-	default:
+	}
+	if notRun(err) {
 		rep.Error = err.Error()
 	}
 	rep.Cleanup = r.cleanup(ctx)
@@ -174,7 +184,7 @@ func verdict(err error, results []tdrill.Result) int {
 	switch {
 	case errors.As(err, &bad):
 		return tdrill.ExitBadFile
-	case err != nil && !errors.Is(err, errTimeout):
+	case notRun(err):
 		return tdrill.ExitNotRun
 	}
 	for _, res := range results {
@@ -203,7 +213,7 @@ func (r *runner) run(ctx context.Context, rep *tdrill.Report) error {
 	if err != nil {
 		return err
 	}
-	r.plan = p
+	r.plan = p // its files go after the cleanup, which needs the config
 	if err := r.setUp(ctx, rep); err != nil {
 		return err
 	}
@@ -214,11 +224,16 @@ func (r *runner) run(ctx context.Context, rep *tdrill.Report) error {
 	tctx, cancel := context.WithDeadline(ctx, r.t0.Add(r.s.Timeout.Duration))
 	defer cancel()
 	err = r.timeline(tctx)
+	timelineDone := err == nil
 	if err == nil {
 		err = r.settle(tctx)
 	}
 	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
 		r.view.line("the drill's timeout (%s) passed: expectations are judged on what was seen", r.s.Timeout.Duration)
+		if !timelineDone {
+			// Judged, but the drill did not run to its end.
+			return fmt.Errorf("%w %w: %w", errTimeout, errUnfinished, err)
+		}
 		return errTimeout
 	}
 	if ctx.Err() != nil {
@@ -259,26 +274,36 @@ func (r *runner) setUp(ctx context.Context, rep *tdrill.Report) error {
 	return r.waitWorkloads(ctx)
 }
 
-// withDefaults fills what the scenario left out, as taints/drill's
-// defaults do (the runner must not depend on the file having been read
-// through them: tests build scenarios in Go).
+// withDefaults is a copy of s with taints/drill's defaults filled in (the
+// runner must not depend on the file having been read through them: tests
+// build scenarios in Go).
 func withDefaults(s *tdrill.Scenario) *tdrill.Scenario {
 	c := *s
-	if c.Timeout.Duration <= 0 {
-		c.Timeout.Duration = 10 * time.Minute
-	}
-	if c.Settle.Duration <= 0 {
-		c.Settle.Duration = 5 * time.Second
-	}
-	if c.Cluster.NodeMonitorGracePeriod.Duration <= 0 {
-		c.Cluster.NodeMonitorGracePeriod.Duration = 20 * time.Second
-	}
-	c.Steps = append([]tdrill.Step(nil), s.Steps...)
-	for i := range c.Steps {
-		if c.Steps[i].Name == "" {
-			c.Steps[i].Name = fmt.Sprintf("step-%d", i+1)
+	c.Steps = make([]tdrill.Step, len(s.Steps))
+	for i, st := range s.Steps {
+		if st.Fault != nil {
+			f := *st.Fault
+			st.Fault = &f
 		}
+		if st.WaitFor != nil {
+			w := *st.WaitFor
+			st.WaitFor = &w
+		}
+		c.Steps[i] = st
 	}
+	c.Expect = make([]tdrill.Expectation, len(s.Expect))
+	for i, e := range s.Expect {
+		if e.Evicted != nil {
+			x := *e.Evicted
+			e.Evicted = &x
+		}
+		if e.Explain != nil {
+			x := *e.Explain
+			e.Explain = &x
+		}
+		c.Expect[i] = e
+	}
+	c.SetDefaults()
 	return &c
 }
 
@@ -301,6 +326,7 @@ func (r *runner) record() tdrill.Record {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rec.Namespace = DrillNamespace(r.s.Name)
 	rec.Start = r.t0
 	rec.End = r.now()
 	rec.Steps = append([]tdrill.StepRecord(nil), r.steps...)

@@ -378,3 +378,40 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	}
 	return s.b.Write(p)
 }
+
+// A second interrupt (Abort) abandons the cleanup, and the outcome says so.
+func TestSecondInterruptAbandonsCleanup(t *testing.T) {
+	cp := shared.Get(t)
+	s := &tdrill.Scenario{
+		Name: "abandoned",
+		Cluster: tdrill.Cluster{
+			Pools:       []tdrill.Pool{{Name: "abandoned", Count: 1}},
+			Coordinator: tdrill.Coordinator{Replicas: zero()},
+		},
+		Steps: []tdrill.Step{
+			{Name: "forever", WaitFor: &tdrill.WaitStep{Nodes: tdrill.Nodes{Names: []string{"abandoned-1"}}, Condition: &tdrill.ConditionState{Type: "NeverThere"}, Timeout: dur(5 * time.Minute)}},
+		},
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	abort := make(chan struct{})
+	close(abort) // the second Ctrl-C came with the first
+	var out bytes.Buffer
+	w := &syncBuffer{b: &out, on: "step forever (waitFor) starts", then: cancel}
+	o := Run(ctx, Options{Scenario: s, Existing: true, RESTConfig: cp.RESTConfig(), Kubeconfig: cp.KubeconfigPath, Actions: &testActions{client: cp.Client()}, Out: w, Abort: abort})
+	t.Logf("view:\n%s", out.String())
+	if o.Code != tdrill.ExitNotRun {
+		t.Errorf("exit %d, want %d", o.Code, tdrill.ExitNotRun)
+	}
+	if o.Report.Cleanup.Done || !strings.Contains(o.Report.Cleanup.Error, "cleanup aborted by a second interrupt") {
+		t.Errorf("cleanup %+v, want not done, aborted by a second interrupt", o.Report.Cleanup)
+	}
+	if !strings.Contains(out.String(), "cleanup NOT done: cleanup aborted") {
+		t.Error("the view does not say the cleanup was abandoned")
+	}
+	// What it left, the test removes (the shared cluster's other tests
+	// keep to names of their own).
+	bg := metav1.DeletePropagationBackground
+	_ = cp.Client().CoreV1().Namespaces().Delete(context.Background(), DrillNamespace("abandoned"), metav1.DeleteOptions{PropagationPolicy: &bg})
+	_ = cp.Client().CoreV1().Nodes().Delete(context.Background(), "abandoned-1", metav1.DeleteOptions{})
+}

@@ -42,10 +42,13 @@ type virtualFleet struct {
 	errs    []error
 }
 
-// poolControl attaches a kubelet control to a pool's options; nil where
-// virtual nodes cannot be stopped one by one (NotReady steps are then
-// refused).
-func poolControl(*virtual.Options) kubelets { return nil }
+// poolControl attaches a kubelet control to a pool's options (one per
+// Run).
+func poolControl(opts *virtual.Options) kubelets {
+	c := virtual.NewControl()
+	opts.Control = c
+	return c
+}
 
 // startVirtual runs the pools' nodes in this process and waits until each
 // is Ready.

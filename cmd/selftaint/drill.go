@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,21 +284,33 @@ func (a *drillActions) Drain(ctx context.Context, kubeconfig string, nodes []str
 	if d.Deadline.Duration > 0 {
 		args = append(args, "--deadline", d.Deadline.Duration.String())
 	}
-	switch {
-	case selector != "":
-		args = append(args, "--selector", selector, "--max-parallel", strconv.Itoa(d.MaxParallel))
-	case d.Done:
-		args = append(append(args, "--wait"), nodes...)
-	default:
-		args = append(args, nodes...)
+	if d.Done {
+		return a.drainInBatches(ctx, kubeconfig, nodes, d.MaxParallel, args)
 	}
-	if err := a.command(ctx, "drain", runDrain, args); err != nil {
-		return err
+	if selector != "" {
+		return a.command(ctx, "drain", runDrain, append(args, "--selector", selector, "--max-parallel", strconv.Itoa(d.MaxParallel)))
 	}
-	if !d.Done {
-		return nil
+	return a.command(ctx, "drain", runDrain, append(args, nodes...))
+}
+
+// drainInBatches drains nodes maxParallel at a time (all at once for 0):
+// each batch requested and followed until Drained, then ended (`drain
+// --done`, uncordoned) before the next: a rolling maintenance that gives
+// each node back, where `drain --selector --max-parallel` keeps every
+// Drained node cordoned until the end.
+func (a *drillActions) drainInBatches(ctx context.Context, kubeconfig string, nodes []string, maxParallel int, args []string) error {
+	if maxParallel <= 0 {
+		maxParallel = len(nodes)
 	}
-	return a.EndDrains(ctx, kubeconfig, nodes)
+	for batch := range slices.Chunk(nodes, maxParallel) {
+		if err := a.command(ctx, "drain", runDrain, append(append(slices.Clone(args), "--wait"), batch...)); err != nil {
+			return err
+		}
+		if err := a.EndDrains(ctx, kubeconfig, batch); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (a *drillActions) EndDrains(ctx context.Context, kubeconfig string, nodes []string) error {

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/selftaint/selftaint/agent/testcp"
+	tdrill "github.com/selftaint/selftaint/taints/drill"
+)
+
+// twoNodeDrill faults one of two virtual nodes under a two-pod Deployment:
+// the kubelet's MemoryPressure, whose taint the node lifecycle controller
+// puts on; the drill waits for it and expects the Deployment to stay ready
+// and no node to carry NoExecute.
+const twoNodeDrill = `apiVersion: selftaint.io/v1alpha1
+kind: Drill
+name: two-nodes
+cluster:
+  pools:
+  - name: vn
+    count: 2
+  coordinator: {replicas: 0}
+workloads:
+- file: web.yaml
+steps:
+- name: memory
+  fault: {nodes: [vn-1], condition: MemoryPressure, for: 6s}
+- name: tainted
+  waitFor: {nodes: [vn-1], taint: {key: node.kubernetes.io/memory-pressure, effect: NoSchedule}, timeout: 1m}
+expect:
+- ready: {workload: {kind: Deployment, name: web}, within: 1m}
+- noExecute: {atMost: 0}
+- notEvicted: {selector: app=web}
+settle: 2s
+timeout: 3m
+`
+
+const webManifest = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: registry.invalid/web
+`
+
+// A passing two-node drill on the embedded control plane: exit 0, the
+// table, a JSON report that says it passed and a JUnit file, and a cleanup
+// that stopped the control plane.
+func TestDrillTwoNodesPasses(t *testing.T) {
+	testcp.SkipIfShort(t, "starts a control plane")
+	testcp.KubePath(t, "kube-apiserver") // skip (or, under CI, fail) without the binaries
+	dir := t.TempDir()
+	file := filepath.Join(dir, "two-nodes.yaml")
+	for name, text := range map[string]string{file: twoNodeDrill, filepath.Join(dir, "web.yaml"): webManifest} {
+		if err := os.WriteFile(name, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report, junit := filepath.Join(dir, "report.json"), filepath.Join(dir, "junit.xml")
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"drill", file, "--report", report, "--junit", junit}, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	for _, want := range []string{"step memory (fault) starts", "step tainted done", "cleanup done", "PASS"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep tdrill.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Passed || len(rep.Expectations) != 3 || rep.ControlPlaneStartSeconds <= 0 || !rep.Cleanup.Done {
+		t.Errorf("report: passed %v, %d expectations, control plane %.1fs, cleanup %+v", rep.Passed, len(rep.Expectations), rep.ControlPlaneStartSeconds, rep.Cleanup)
+	}
+	if _, err := os.Stat(junit); err != nil {
+		t.Errorf("no JUnit file: %v", err)
+	}
+	t.Logf("wall time %.1fs, control plane start %.1fs", rep.DurationSeconds, rep.ControlPlaneStartSeconds)
+}
+
+// A malformed file exits 2 naming the field, and nothing runs.
+func TestDrillBadFileExits2(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	bad := strings.Replace(twoNodeDrill, "condition: MemoryPressure", "condtion: MemoryPressure", 1)
+	if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"drill", file}, &stdout, &stderr)
+	if code != tdrill.ExitBadFile {
+		t.Fatalf("exit %d, want %d; stderr %s", code, tdrill.ExitBadFile, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "steps[0].fault.condtion") {
+		t.Errorf("stderr does not name the field: %s", stderr.String())
+	}
+}
+
+// drillCluster is a control plane the cmd drill tests use as an existing
+// cluster (--kubeconfig): with the node lifecycle controller, which lifts
+// the virtual nodes' not-ready taint, and the scheduler.
+func drillCluster(t *testing.T) *testcp.ControlPlane {
+	return testcp.Start(t, testcp.Options{ControllerManager: true, Scheduler: true})
+}
+
+// writeDrill writes the drill text (and web.yaml beside it) and returns
+// its path.
+func writeDrill(t *testing.T, text string) string {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "drill.yaml")
+	for name, text := range map[string]string{file: text, filepath.Join(dir, "web.yaml"): webManifest} {
+		if err := os.WriteFile(name, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return file
+}
+
+// lineWriter calls then once a line written to it contains on.
+type lineWriter struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	on   string
+	then func()
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.then != nil && strings.Contains(string(p), w.on) {
+		w.then()
+		w.then = nil
+	}
+	return w.b.Write(p)
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// interruptedDrill holds a grant (the memory fault's NoExecute) and a
+// maintenance slot (vn-2's drain) when it is interrupted.
+const interruptedDrill = `apiVersion: selftaint.io/v1alpha1
+kind: Drill
+name: interrupted
+cluster:
+  pools:
+  - name: vn
+    count: 2
+  config: |
+    rules:
+    - condition: SelftaintMemoryPressure
+      taint: {key: selftaint.io/memory-pressure, effect: NoExecute}
+      fallback: NoSchedule
+    coordinator:
+      namespace: drill-coordinator
+      fleet: virtual
+workloads:
+- file: web.yaml
+steps:
+- name: memory
+  fault: {nodes: [vn-1], condition: memory, for: 5m}
+- name: drain
+  drain: {nodes: [vn-2], reason: drill test}
+- name: granted
+  waitFor: {nodes: [vn-1], taint: {key: selftaint.io/memory-pressure, effect: NoExecute}, timeout: 1m}
+- name: draining
+  waitFor: {nodes: [vn-2], condition: {type: SelftaintMaintenance}, timeout: 1m}
+- name: forever
+  waitFor: {nodes: [vn-1], condition: {type: NeverThere}, timeout: 5m}
+expect:
+- noExecute: {atMost: 1}
+timeout: 3m
+`
+
+// Ctrl-C in the middle of a drill on an existing cluster, through the real
+// `selftaint fault` and `selftaint drain` code and a coordinator process
+// holding a grant and a maintenance slot: exit 3, and the API server has
+// no node, pod, fault annotation, grant, maintenance or leader Lease or
+// namespace of the drill's afterwards (the coordinator's namespace, which
+// the drill did not create, stays).
+func TestDrillInterruptedCleansUp(t *testing.T) {
+	testcp.SkipIfShort(t, "starts a control plane")
+	cp := drillCluster(t)
+	bin := buildStamped(t)
+	c := cp.Client()
+	if _, err := c.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "drill-coordinator"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	file := writeDrill(t, interruptedDrill)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &lineWriter{on: "step forever (waitFor) starts", then: cancel}
+	var stderr bytes.Buffer
+	code := run(ctx, []string{"drill", file, "--kubeconfig", cp.KubeconfigPath, "--selftaint", bin}, out, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+	if code != tdrill.ExitNotRun {
+		t.Fatalf("exit %d, want %d", code, tdrill.ExitNotRun)
+	}
+	for _, want := range []string{"injected fault on node vn-1", "requested maintenance", "step draining done", "cleanup done", "removed namespace selftaint-drill-interrupted"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+	nodes, err := c.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		t.Errorf("node %s left behind (annotations %v)", n.Name, n.Annotations)
+	}
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		t.Errorf("pod %s/%s left behind", p.Namespace, p.Name)
+	}
+	leases, err := c.CoordinationV1().Leases(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		if l.Namespace == corev1.NamespaceNodeLease || l.Namespace == "drill-coordinator" {
+			t.Errorf("lease %s/%s left behind", l.Namespace, l.Name)
+		}
+	}
+	if _, err := c.CoreV1().ConfigMaps("drill-coordinator").Get(t.Context(), "selftaint-guard", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the coordinator's guard ConfigMap is still there (err %v)", err)
+	}
+	if _, err := c.CoreV1().Namespaces().Get(t.Context(), "selftaint-drill-interrupted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the drill's namespace is still there (err %v)", err)
+	}
+	if _, err := c.CoreV1().Namespaces().Get(t.Context(), "drill-coordinator", metav1.GetOptions{}); err != nil {
+		t.Errorf("the coordinator's namespace, which the drill did not create, is gone: %v", err)
+	}
+}
+
+// A workload that cannot be scheduled stops the drill before t=0: exit 3,
+// naming the workload and the scheduler's reason.
+func TestDrillUnschedulableWorkloadExits3(t *testing.T) {
+	testcp.SkipIfShort(t, "starts a control plane")
+	cp := drillCluster(t)
+	file := writeDrill(t, strings.NewReplacer(
+		"name: two-nodes", "name: pending",
+		"file: web.yaml", "manifest: |\n    "+strings.ReplaceAll(strings.Replace(webManifest, "    spec:\n      containers:", "    spec:\n      nodeSelector: {nowhere: \"true\"}\n      containers:", 1), "\n", "\n    "),
+		"timeout: 3m", "timeout: 15s",
+	).Replace(twoNodeDrill))
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"drill", file, "--kubeconfig", cp.KubeconfigPath}, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if code != tdrill.ExitNotRun {
+		t.Fatalf("exit %d, want %d", code, tdrill.ExitNotRun)
+	}
+	for _, want := range []string{"workload Deployment selftaint-drill-pending/web is not ready: 0 of 2 ready", "Pending, not scheduled: Unschedulable", "node affinity/selector"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+}

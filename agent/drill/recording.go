@@ -31,6 +31,12 @@ func (r *runner) startRecording(ctx context.Context) error {
 		own[n] = true
 	}
 	scope := Scope{Namespaces: namespaces, Nodes: func(name string) bool { return own[name] }}
+	if r.plan.replicas() > 0 || watchesGuard(r.s) {
+		// The disruption guard of the drill's coordinators (or, on an
+		// existing cluster, of its coordinator, as the config names it).
+		scope.CoordinatorNamespace = r.coordinatorNamespace()
+		scope.GuardName = r.plan.cfg.Coordinator.Guard.Name
+	}
 	rec, err := StartRecorder(ctx, r.env.client, scope, clock.RealClock{}, func(c Change) { r.view.lineAt(c.Time, c.Line) })
 	if err != nil {
 		return fmt.Errorf("starting to watch the drill's objects: %w", err)
@@ -44,4 +50,9 @@ func (r *runner) stopRecording() {
 	if r.recording != nil {
 		r.recording.Stop()
 	}
+}
+
+// watchesGuard: an expectation of s judges the disruption guard.
+func watchesGuard(s *tdrill.Scenario) bool {
+	return slices.ContainsFunc(s.Expect, func(e tdrill.Expectation) bool { return e.Guard != nil })
 }

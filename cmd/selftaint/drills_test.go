@@ -109,6 +109,62 @@ func TestDrillWrongExpectationFails(t *testing.T) {
 	}
 }
 
+// TestDrillExpectationsCanFail runs drills built to breach one of the
+// expectation kinds the example drills rely on, each of which the
+// examples pass: the disruption guard tripped (web-memory-storm) with the
+// guard's threshold at 100%, and at most one node in maintenance
+// (rolling-maintenance, demo) with a maintenance pool of two. Each must
+// exit 1 with that expectation failed, named in the output, for the
+// reason given (the guard watched but untripped, not unseen; two nodes
+// measured), and its other expectations held.
+func TestDrillExpectationsCanFail(t *testing.T) {
+	t.Parallel()
+	bin := drillPrerequisites(t, "runs two drills (about 25 s each)")
+	for _, tc := range []struct {
+		drill, failed, why string
+		held               []string
+	}{
+		{
+			drill: "guard-threshold-100", failed: "the guard tripped for memory pressure in zone-a",
+			why:  "the guard never tripped for SelftaintMemoryPressure in zone zone-a over",
+			held: []string{"the guard never tripped"},
+		},
+		{
+			drill: "maintenance-two-slots", failed: "at most one node in maintenance",
+			why: "at most 2 nodes in maintenance",
+		},
+	} {
+		t.Run(tc.drill, func(t *testing.T) {
+			t.Parallel()
+			rep, code, out := runDrillFile(t, bin, filepath.Join("testdata/drills", tc.drill+".yaml"))
+			if code != tdrill.ExitBreached {
+				t.Fatalf("exit %d, want %d (breached); output:\n%s", code, tdrill.ExitBreached, out)
+			}
+			checkDrillReport(t, rep, false)
+			for _, e := range rep.Expectations {
+				switch {
+				case e.Name == tc.failed:
+					if e.Passed || !strings.Contains(e.Message, tc.why) {
+						t.Errorf("%q: passed %v, message %q; want failed with %q", e.Name, e.Passed, e.Message, tc.why)
+					}
+					if !strings.Contains(out, "FAIL "+tc.failed) {
+						t.Errorf("output does not name %q as failed:\n%s", tc.failed, out)
+					}
+				case slices.Contains(tc.held, e.Name):
+					if !e.Passed {
+						t.Errorf("%q failed: %s", e.Name, e.Message)
+					}
+				default:
+					t.Errorf("unexpected expectation %q in the report", e.Name)
+				}
+			}
+			if want := 1 + len(tc.held); len(rep.Expectations) != want {
+				t.Errorf("%d expectations in the report, want %d", len(rep.Expectations), want)
+			}
+		})
+	}
+}
+
 // TestDrillMalformedExits2 checks that a malformed scenario exits 2 before
 // anything runs, naming the field path of each error.
 func TestDrillMalformedExits2(t *testing.T) {

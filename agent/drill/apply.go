@@ -2,7 +2,6 @@ package drill
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
 	"github.com/selftaint/selftaint/agent/testcp"
@@ -68,30 +67,15 @@ func (r *runner) applyWorkloads(ctx context.Context) error {
 		}
 		obj := o.DeepCopy()
 		target := appliedObject{gvr: m.Resource, kind: gvk.Kind, name: obj.GetName()}
-		res := r.env.dynamic.Resource(m.Resource)
-		var apply func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) error
+		var res dynamic.ResourceInterface = r.env.dynamic.Resource(m.Resource)
 		if m.Scope.Name() == meta.RESTScopeNameNamespace {
 			if obj.GetNamespace() == "" {
 				obj.SetNamespace(ns)
 			}
 			target.namespace = obj.GetNamespace()
-			nsRes := res.Namespace(target.namespace)
-			apply = func(ctx context.Context, name string, pt types.PatchType, b []byte, po metav1.PatchOptions, sub ...string) error {
-				_, err := nsRes.Patch(ctx, name, pt, b, po, sub...)
-				return err
-			}
-		} else {
-			apply = func(ctx context.Context, name string, pt types.PatchType, b []byte, po metav1.PatchOptions, sub ...string) error {
-				_, err := res.Patch(ctx, name, pt, b, po, sub...)
-				return err
-			}
+			res = r.env.dynamic.Resource(m.Resource).Namespace(target.namespace)
 		}
-		b, err := json.Marshal(obj.Object)
-		if err != nil {
-			return fmt.Errorf("%s: %w", r.plan.objectFields[i], err)
-		}
-		force := true
-		if err := apply(ctx, obj.GetName(), types.ApplyPatchType, b, metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
+		if _, err := res.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 			return fmt.Errorf("%s: applying %s: %w", r.plan.objectFields[i], target, err)
 		}
 		r.mu.Lock()

@@ -233,15 +233,21 @@ func kubeconfigArgs(kubeconfig string) []string {
 }
 
 func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, node string, f tdrill.FaultStep) error {
+	return a.command(ctx, "fault inject", runFaultInject, faultInjectArgs(kubeconfig, configPath, node, f))
+}
+
+// faultInjectArgs is the `selftaint fault inject` command line of a fault
+// step on node.
+func faultInjectArgs(kubeconfig, configPath, node string, f tdrill.FaultStep) []string {
 	args := []string{node, "--config", configPath, "--injected-by", "selftaint drill"}
 	args = append(args, kubeconfigArgs(kubeconfig)...)
 	if f.For.Duration > 0 {
 		args = append(args, "--for", f.For.Duration.String())
 	}
 	if f.GPUXid != 0 {
-		// The Xid sets the condition, status, reason and message, as the
-		// GPU probe would (a status defaulted to True is not the step's).
-		return a.command(ctx, "fault inject", runFaultInject, append(args, "--gpu-xid", strconv.Itoa(f.GPUXid)))
+		// The Xid sets the condition, its status, reason and message, as
+		// the GPU probe would.
+		return append(args, "--gpu-xid", strconv.Itoa(f.GPUXid))
 	}
 	args = append(args, "--condition", f.Condition)
 	for _, fl := range []struct{ name, value string }{{"--status", f.Status}, {"--reason", f.Reason}, {"--message", f.Message}} {
@@ -249,7 +255,7 @@ func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, 
 			args = append(args, fl.name, fl.value)
 		}
 	}
-	return a.command(ctx, "fault inject", runFaultInject, args)
+	return args
 }
 
 func (a *drillActions) ClearFaults(ctx context.Context, kubeconfig, configPath, node string) error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -283,6 +284,24 @@ func TestDrillUnschedulableWorkloadExits3(t *testing.T) {
 	for _, want := range []string{"workload Deployment selftaint-drill-pending/web is not ready: 0 of 2 ready", "Pending, not scheduled: Unschedulable", "node affinity/selector"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr lacks %q", want)
+		}
+	}
+}
+
+func TestFaultInjectArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    tdrill.FaultStep
+		want string
+	}{
+		{"condition", tdrill.FaultStep{Condition: "memory", Status: "True", Reason: "Oom", Message: "m", For: tdrill.Duration{Duration: time.Minute}},
+			"n --config c.yaml --injected-by selftaint drill --kubeconfig k --for 1m0s --condition memory --status True --reason Oom --message m"},
+		// The defaults give every fault status True: an Xid sets its own.
+		{"gpu xid", tdrill.FaultStep{GPUXid: 79, Status: "True", For: tdrill.Duration{Duration: time.Minute}},
+			"n --config c.yaml --injected-by selftaint drill --kubeconfig k --for 1m0s --gpu-xid 79"},
+	} {
+		if got := strings.Join(faultInjectArgs("k", "c.yaml", "n", tc.f), " "); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -117,6 +117,9 @@ func TestUsageErrors(t *testing.T) {
 		{"agent without node name", []string{"agent", "--node-name="}, 1, "--node-name is required"},
 		{"check with a bad output", []string{"check", "--output=yaml"}, 1, "--output must be table or json"},
 		{"unknown flag", []string{"check", "--nope"}, 2, "flag provided but not defined: -nope"},
+		{"drill without a file", []string{"drill"}, 2, "want one FILE, got 0"},
+		{"drill with two files", []string{"drill", "a.yaml", "b.yaml"}, 2, "want one FILE, got 2"},
+		{"drill with a missing file", []string{"drill", "/nonexistent/drill.yaml"}, 2, "no such file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -161,6 +161,7 @@ func TestDrillExpectationsCanFail(t *testing.T) {
 			if want := 1 + len(tc.held); len(rep.Expectations) != want {
 				t.Errorf("%d expectations in the report, want %d", len(rep.Expectations), want)
 			}
+			t.Logf("%s: wall time %.1fs (control plane start %.1fs)", tc.drill, rep.DurationSeconds, rep.ControlPlaneStartSeconds)
 		})
 	}
 }

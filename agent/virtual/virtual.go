@@ -202,7 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 	runners := make([]*nodeRunner, len(opts.Names))
 	for i, name := range opts.Names {
 		// Pods outlive a stopped kubelet, as containers do.
-		pods := newPods(name, opts.Template.internalIP(), podIPs(i), removeWith(opts.Core), opts.Clock)
+		pods := newPods(name, opts.Template.internalIP(), podIPs(i), apiWith(opts.Core), opts.Clock)
 		runners[i] = &nodeRunner{
 			name: name, parent: ctx, wg: &wg, fail: cancel,
 			build: func() (*virtualNode, error) {

@@ -122,7 +122,11 @@ func TestEvictionKeepsDisruptionTarget(t *testing.T) {
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Errorf("Run returned %v, want context.Canceled", err)
 		}
-		t.Logf("virtual node's log (warnings and errors):\n%s", logs.String())
+		got := logs.String()
+		t.Logf("virtual node's log (warnings and errors):\n%s", got)
+		if strings.Contains(got, `\n\t`) {
+			t.Errorf("the virtual node's log has a stack trace")
+		}
 	})
 	testkit.WaitNode(t, c, "evict-1", time.Minute, "Ready and schedulable", describeNode, serving)
 	hold := "selftaint.io/test-hold"

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
-	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
 	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -394,7 +393,7 @@ func noExecute(opts Options) *agent.NoExecuteOptions {
 
 // start runs the node's parts; the first to fail cancels the whole set.
 func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail context.CancelCauseFunc) {
-	vctx := vklog.WithLogger(ctx, vkslog.FromSlog(n.log.With("component", "virtual-kubelet")))
+	vctx := vklog.WithLogger(ctx, newVKLogger(n.log.With("component", "virtual-kubelet")))
 	run := func(what string, f func(context.Context) error) {
 		wg.Go(func() {
 			err := f(vctx)

@@ -177,7 +177,19 @@ func evictAndWatch(t *testing.T, c kubernetes.Interface, name, node, finalizer s
 	if err := pods.EvictV1(t.Context(), ev); err != nil {
 		t.Fatalf("evicting the pod: %v", err)
 	}
+	checkEvicted(t, w, func() {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := pods.Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("removing the finalizer: %v", err)
+		}
+	})
+}
 
+// checkEvicted reads w, a pod's watch, until the pod is deleted: every
+// version from the first with the Eviction API's DisruptionTarget on must
+// have it, and one must be Succeeded; release removes the pod's finalizers
+// once it is.
+func checkEvicted(t *testing.T, w watch.Interface, release func()) {
 	var (
 		versions  []string
 		evicted   bool // a version with DisruptionTarget was seen
@@ -189,8 +201,8 @@ func evictAndWatch(t *testing.T, c kubernetes.Interface, name, node, finalizer s
 		if e.Type == watch.Error || !ok {
 			t.Fatalf("watch error: %s %v", e.Type, apierrors.FromObject(e.Object))
 		}
-		dt := podCondition(p, corev1.DisruptionTarget)
 		versions = append(versions, fmt.Sprintf("%s %s phase=%s deleting=%t finalizers=%v %s", e.Type, p.ResourceVersion, p.Status.Phase, p.DeletionTimestamp != nil, p.Finalizers, condsString(p.Status.Conditions)))
+		dt := podCondition(p, corev1.DisruptionTarget)
 		marked := dt != nil && dt.Status == corev1.ConditionTrue && dt.Reason == "EvictionByEvictionAPI"
 		if !evicted && !marked {
 			continue // before the eviction
@@ -204,11 +216,7 @@ func evictAndWatch(t *testing.T, c kubernetes.Interface, name, node, finalizer s
 			break
 		}
 		if p.Status.Phase == corev1.PodSucceeded && !succeeded && len(p.Finalizers) > 0 {
-			// Reported stopped: let it go.
-			patch := []byte(`{"metadata":{"finalizers":null}}`)
-			if _, err := pods.Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				t.Fatalf("removing the finalizer: %v", err)
-			}
+			release() // reported stopped: let it go
 		}
 		succeeded = succeeded || p.Status.Phase == corev1.PodSucceeded
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
@@ -55,11 +57,19 @@ type podAPI struct {
 	report func(ctx context.Context, pod *corev1.Pod, status func(corev1.PodStatus) corev1.PodStatus) error
 	// remove deletes a stopped pod from the API server.
 	remove func(ctx context.Context, pod *corev1.Pod) error
+	// list reads the node's pods.
+	list func(ctx context.Context) ([]corev1.Pod, error)
 }
 
-// apiWith is a podAPI writing through client.
-func apiWith(client typedcorev1.PodsGetter) podAPI {
-	return podAPI{report: reportWith(client), remove: removeWith(client)}
+// apiWith is node's podAPI through client.
+func apiWith(client typedcorev1.PodsGetter, node string) podAPI {
+	return podAPI{report: reportWith(client), remove: removeWith(client), list: func(ctx context.Context) ([]corev1.Pod, error) {
+		l, err := client.Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+		if err != nil {
+			return nil, fmt.Errorf("listing the pods of virtual node %s: %w", node, err)
+		}
+		return l.Items, nil
+	}}
 }
 
 // reportWith writes a pod's status by read-modify-write: first onto pod as
@@ -316,17 +326,51 @@ func terminated(api, ran corev1.PodStatus, now metav1.Time) corev1.PodStatus {
 
 // resend reports every running pod's status again, as a kubelet's status
 // manager does when it starts: a pod controller started after a Stop has
-// not sent any yet, and the API may have them marked not ready.
-func (p *pods) resend() {
+// not sent any yet, and the API may have them marked not ready. Like the
+// status manager it merges onto what the API has (the conditions others set
+// meanwhile, an eviction's DisruptionTarget, are kept), and leaves alone the
+// pods deleted meanwhile: the pod controller stops those (DeletePod). It
+// reads the API until it can or ctx is done.
+func (p *pods) resend(ctx context.Context) {
 	p.mu.Lock()
-	running := make([]*corev1.Pod, 0, len(p.byKey))
-	for _, pod := range p.byKey {
-		running = append(running, pod.DeepCopy())
-	}
+	none := len(p.byKey) == 0
 	p.mu.Unlock()
-	for _, pod := range running {
+	if none {
+		return
+	}
+	var current []corev1.Pod
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		current, err = p.api.list(ctx)
+		return err == nil, nil
+	})
+	if err != nil {
+		return // ctx is done
+	}
+	for _, pod := range p.resent(current) {
 		p.send(pod)
 	}
+}
+
+// resent is what resend sends, given the node's pods as the API has them.
+func (p *pods) resent(current []corev1.Pod) []*corev1.Pod {
+	api := make(map[string]*corev1.Pod, len(current))
+	for i := range current {
+		api[podKey(current[i].Namespace, current[i].Name)] = &current[i]
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(p.byKey))
+	for key, pod := range p.byKey {
+		cur, ok := api[key]
+		if !ok || cur.UID != pod.UID || cur.DeletionTimestamp != nil {
+			continue
+		}
+		send := pod.DeepCopy()
+		send.Status.Conditions = mergeConditions(cur.Status.Conditions, pod.Status.Conditions)
+		out = append(out, send)
+	}
+	return out
 }
 
 // GetPod returns the pod as it runs here, or nil if it does not.

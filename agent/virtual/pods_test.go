@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/selftaint/selftaint/agent/testcp"
@@ -91,6 +93,55 @@ func TestTerminated(t *testing.T) {
 	}
 	if ran.Phase != corev1.PodRunning || ran.Conditions[0].Status != corev1.ConditionTrue || ran.ContainerStatuses[0].State.Running == nil {
 		t.Errorf("terminated changed the running status it was given: %+v", ran)
+	}
+}
+
+// TestResend checks what a kubelet started again reports: its running
+// pods, each with the conditions others set as the API has them, but not
+// the pods the API deleted, is deleting, or replaced meanwhile.
+func TestResend(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	var api []corev1.Pod
+	p := newPods("vn", "10.0.0.1", podIPs(0), podAPI{list: func(context.Context) ([]corev1.Pod, error) { return api, nil }}, clk)
+	ctx := context.Background()
+	if err := p.CreatePod(ctx, testPod("plain")); err != nil {
+		t.Fatal(err)
+	}
+	p.resend(ctx) // not notified yet: nothing sent, nothing read
+	var sent []string
+	p.NotifyPods(ctx, func(pod *corev1.Pod) {
+		sent = append(sent, pod.Name+": "+condsString(pod.Status.Conditions))
+	})
+	for _, name := range []string{"gated", "deleting", "replaced", "gone"} {
+		if err := p.CreatePod(ctx, testPod(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent = nil
+	for _, name := range []string{"plain", "gated", "deleting", "replaced"} {
+		pod, err := p.GetPod(ctx, "ns", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.Conditions[3].Status = corev1.ConditionFalse // Ready, as the node lifecycle controller marks it
+		switch name {
+		case "gated":
+			pod.Status.Conditions = append(pod.Status.Conditions, cond("example.com/gate", corev1.ConditionTrue, "Open"))
+		case "deleting":
+			pod.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
+		case "replaced":
+			pod.UID = "another"
+		}
+		api = append(api, *pod)
+	}
+	p.resend(ctx)
+	slices.Sort(sent)
+	want := []string{
+		"gated: example.com/gate=True(Open) PodReadyToStartContainers=True() Initialized=True() ContainersReady=True() Ready=True() PodScheduled=True()",
+		"plain: PodReadyToStartContainers=True() Initialized=True() ContainersReady=True() Ready=True() PodScheduled=True()",
+	}
+	if !slices.Equal(sent, want) {
+		t.Errorf("resent\n%s\nwant\n%s", strings.Join(sent, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -236,4 +287,60 @@ func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition
 		}
 	}
 	return nil
+}
+
+// TestEvictionWhileStopped evicts a virtual node's pod while the node's
+// kubelet is stopped, then resumes it: the kubelet started again writes its
+// running pods' statuses back, but not over the eviction: every version of
+// the pod from the eviction on keeps DisruptionTarget, one is Succeeded,
+// and the pod is gone at the end.
+func TestEvictionWhileStopped(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{ControllerManager: true})
+	c := cp.Client()
+	kc, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testkit.LogBuffer
+	ctl := NewControl()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			Names: []string{"stopped-1"}, Core: kc.CoreV1(), Leases: kc.CoordinationV1(), DeleteOnExit: true, HeartbeatPeriod: 10 * time.Second, Control: ctl,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+		t.Logf("virtual node's log (warnings and errors):\n%s", logs.String())
+	})
+	testkit.WaitNode(t, c, "stopped-1", time.Minute, "Ready and schedulable", describeNode, serving)
+	bindPod(t, c, "evictee", "stopped-1")
+	running := waitPod(t, c, "evictee", time.Minute, "running and ready", podReady)
+
+	w, err := c.CoreV1().Pods(metav1.NamespaceDefault).Watch(t.Context(), metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", "evictee").String(),
+		ResourceVersion: running.ResourceVersion,
+		TimeoutSeconds:  ptr.To[int64](120),
+	})
+	if err != nil {
+		t.Fatalf("watching the pod: %v", err)
+	}
+	defer w.Stop()
+	if err := ctl.Stop("stopped-1"); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "evictee"}}
+	if err := c.CoreV1().Pods(metav1.NamespaceDefault).EvictV1(t.Context(), ev); err != nil {
+		t.Fatalf("evicting the pod: %v", err)
+	}
+	waitPod(t, c, "evictee", time.Minute, "marked for deletion", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	if err := ctl.Resume("stopped-1"); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	checkEvicted(t, w, func() {})
 }

@@ -201,7 +201,7 @@ func Run(ctx context.Context, opts Options) error {
 	runners := make([]*nodeRunner, len(opts.Names))
 	for i, name := range opts.Names {
 		// Pods outlive a stopped kubelet, as containers do.
-		pods := newPods(name, opts.Template.internalIP(), podIPs(i), apiWith(opts.Core), opts.Clock)
+		pods := newPods(name, opts.Template.internalIP(), podIPs(i), apiWith(opts.Core, name), opts.Clock)
 		runners[i] = &nodeRunner{
 			name: name, parent: ctx, wg: &wg, fail: cancel,
 			build: func() (*virtualNode, error) {
@@ -422,7 +422,7 @@ func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail contex
 		case <-ctx.Done():
 			return nil
 		}
-		n.provider.resend()
+		n.provider.resend(ctx)
 		return nil
 	})
 	run("agent", func(ctx context.Context) error {

@@ -43,13 +43,17 @@ func newVKLogger(log *slog.Logger) vkLogger { return vkLogger{log: log} }
 //   - context cancelled: the node is stopping.
 //   - forgetting a queue item "as told to forget while in progress": the
 //     pod was deleted while its item was worked on.
+//   - "Not deleting pod because ... not found": virtual-kubelet's own
+//     removal of a stopped pod found it removed already (DeletePod removes
+//     it; the error is in the message).
 //
 // Anything else keeps its level.
 func vkLevel(level slog.Level, msg string, err error) slog.Level {
 	if level <= slog.LevelDebug {
 		return level
 	}
-	if strings.Contains(msg, "as told to forget while in progress") {
+	if strings.Contains(msg, "as told to forget while in progress") ||
+		strings.HasPrefix(msg, "Not deleting pod because") && strings.HasSuffix(msg, "not found") {
 		return slog.LevelDebug
 	}
 	switch {

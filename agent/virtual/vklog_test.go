@@ -46,6 +46,8 @@ func TestVKLevel(t *testing.T) {
 		{"pod gone", slog.LevelWarn, "Failed to update pod status", statusGone, slog.LevelDebug},
 		{"node stopping", slog.LevelError, "Error processing pod status update", cancelled, slog.LevelDebug},
 		{"forgotten while in progress", slog.LevelWarn, `forgetting "ns/p/uid" as told to forget while in progress`, nil, slog.LevelDebug},
+		{"removed already", slog.LevelWarn, `Not deleting pod because pods "p" not found`, nil, slog.LevelDebug},
+		{"not deleting a recreated pod", slog.LevelWarn, "Not deleting pod because remote pod has different UID", nil, slog.LevelWarn},
 		{"invalid status: a real error", slog.LevelError, "Error processing pod status update", statusInvalid, slog.LevelError},
 		{"provider error", slog.LevelError, "Error processing Queue item", pkgerrors.Wrap(errors.New("boom"), "failed to delete pod"), slog.LevelError},
 		{"error without an error value", slog.LevelError, "Force deleting pod in running state", nil, slog.LevelError},

@@ -27,7 +27,7 @@ var (
 		field.ErrorList{field.Invalid(field.NewPath("metadata", "deletionGracePeriodSeconds"), 30, "field is immutable")}),
 		"error while updating pod status in kubernetes")
 	// internal/queue/queue.go: retries spent
-	conflictGaveUp = fmt.Errorf("forgetting %q due to: %w", "ns/p", pkgerrors.Wrapf(statusConflict, "maximum retries (%d) reached", 20))
+	errConflictGaveUp = fmt.Errorf("forgetting %q due to: %w", "ns/p", pkgerrors.Wrapf(statusConflict, "maximum retries (%d) reached", 20))
 	// a request cut short when the node stops
 	cancelled = pkgerrors.Wrap(&url.Error{Op: "Put", URL: "https://127.0.0.1/api/v1/namespaces/ns/pods/p/status", Err: context.Canceled}, "error while updating pod status in kubernetes")
 )
@@ -42,7 +42,7 @@ func TestVKLevel(t *testing.T) {
 	}{
 		{"status conflict, the try", slog.LevelError, "Error processing pod status update", statusConflict, slog.LevelDebug},
 		{"status conflict, the requeue", slog.LevelWarn, `requeuing "ns/p" due to failed sync`, statusConflict, slog.LevelDebug},
-		{"conflict, retries spent", slog.LevelError, "Error processing Queue item", conflictGaveUp, slog.LevelWarn},
+		{"conflict, retries spent", slog.LevelError, "Error processing Queue item", errConflictGaveUp, slog.LevelWarn},
 		{"pod gone", slog.LevelWarn, "Failed to update pod status", statusGone, slog.LevelDebug},
 		{"node stopping", slog.LevelError, "Error processing pod status update", cancelled, slog.LevelDebug},
 		{"forgotten while in progress", slog.LevelWarn, `forgetting "ns/p/uid" as told to forget while in progress`, nil, slog.LevelDebug},

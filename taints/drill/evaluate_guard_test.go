@@ -171,7 +171,7 @@ func TestEvaluateMaintenance(t *testing.T) {
 		},
 		{
 			name: "a drained node takes no slot", expect: atMost(1), passed: true,
-			rec: with(mv(0, "n-1", "True", "Draining"), mv(4, "n-1", "True", "Drained"), mv(5, "n-2", "True", "Draining")),
+			rec:      with(mv(0, "n-1", "True", "Draining"), mv(4, "n-1", "True", "Drained"), mv(5, "n-2", "True", "Draining")),
 			message:  []string{"at most 1 node in maintenance (holding a slot: Draining, DrainBlocked) at once (n-1 at 0.0s), expected at most 1"},
 			measured: `{"maxMaintenanceNodes":1,"maxMaintenanceAtSeconds":0,"maintenanceNodes":["n-1"]}`,
 		},

@@ -21,6 +21,7 @@ import (
 
 	agentdrill "github.com/selftaint/selftaint/agent/drill"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 )
 
@@ -320,7 +321,7 @@ func runDrillFile(t *testing.T, bin, file string, extra ...string) (tdrill.Repor
 	dir := t.TempDir()
 	report, junit := filepath.Join(dir, "report.json"), filepath.Join(dir, "junit.xml")
 	args := append([]string{"drill", "--selftaint", bin, "--report", report, "--junit", junit}, extra...)
-	var out syncBuffer
+	var out testkit.LogBuffer
 	code := run(ctx, append(args, file), &out, &out)
 	var rep tdrill.Report
 	b, err := os.ReadFile(report)
@@ -375,23 +376,6 @@ func podIsReady(p *corev1.Pod) bool {
 	return false
 }
 
-// syncBuffer is a bytes.Buffer safe for the drill's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // drillBinary is cmd/selftaint built once for the drills' coordinator
 // processes (the test binary cannot be run as selftaint with arguments);

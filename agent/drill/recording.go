@@ -34,6 +34,12 @@ func (r *runner) startRecording(ctx context.Context) error {
 		own[n] = true
 	}
 	scope := Scope{Namespaces: namespaces, Nodes: func(name string) bool { return own[name] }}
+	if r.plan.replicas() > 0 || watchesGuard(r.s) {
+		// The disruption guard of the drill's coordinators (or, on an
+		// existing cluster, of its coordinator, as the config names it).
+		scope.CoordinatorNamespace = r.coordinatorNamespace()
+		scope.GuardName = r.plan.cfg.Coordinator.Guard.Name
+	}
 	r.lines = &lineBatcher{window: coalesceWindow, out: func(c Change) { r.view.lineAt(c.Time, c.Line) }}
 	rec, err := StartRecorder(ctx, r.env.client, scope, clock.RealClock{}, r.lines.add)
 	if err != nil {
@@ -150,4 +156,9 @@ func nodeLine(line string) (node, what string, ok bool) {
 		return "", "", false
 	}
 	return node, what, true
+}
+
+// watchesGuard: an expectation of s judges the disruption guard.
+func watchesGuard(s *tdrill.Scenario) bool {
+	return slices.ContainsFunc(s.Expect, func(e tdrill.Expectation) bool { return e.Guard != nil })
 }

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
-	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
 	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -202,7 +201,7 @@ func Run(ctx context.Context, opts Options) error {
 	runners := make([]*nodeRunner, len(opts.Names))
 	for i, name := range opts.Names {
 		// Pods outlive a stopped kubelet, as containers do.
-		pods := newPods(name, opts.Template.internalIP(), podIPs(i), removeWith(opts.Core), opts.Clock)
+		pods := newPods(name, opts.Template.internalIP(), podIPs(i), apiWith(opts.Core, name), opts.Clock)
 		runners[i] = &nodeRunner{
 			name: name, parent: ctx, wg: &wg, fail: cancel,
 			build: func() (*virtualNode, error) {
@@ -394,7 +393,7 @@ func noExecute(opts Options) *agent.NoExecuteOptions {
 
 // start runs the node's parts; the first to fail cancels the whole set.
 func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail context.CancelCauseFunc) {
-	vctx := vklog.WithLogger(ctx, vkslog.FromSlog(n.log.With("component", "virtual-kubelet")))
+	vctx := vklog.WithLogger(ctx, newVKLogger(n.log.With("component", "virtual-kubelet")))
 	run := func(what string, f func(context.Context) error) {
 		wg.Go(func() {
 			err := f(vctx)
@@ -423,7 +422,7 @@ func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail contex
 		case <-ctx.Done():
 			return nil
 		}
-		n.provider.resend()
+		n.provider.resend(ctx)
 		return nil
 	})
 	run("agent", func(ctx context.Context) error {

@@ -32,9 +32,16 @@ func testPod(name string) *corev1.Pod {
 func TestPodsLifecycle(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	var removed []string
-	p := newPods("vn", "10.0.0.1", podIPs(3), func(_ context.Context, pod *corev1.Pod) error {
-		removed = append(removed, pod.Name)
-		return nil
+	var reported []corev1.PodStatus
+	p := newPods("vn", "10.0.0.1", podIPs(3), podAPI{
+		report: func(_ context.Context, pod *corev1.Pod, status func(corev1.PodStatus) corev1.PodStatus) error {
+			reported = append(reported, status(pod.Status))
+			return nil
+		},
+		remove: func(_ context.Context, pod *corev1.Pod) error {
+			removed = append(removed, pod.Name)
+			return nil
+		},
 	}, clk)
 	var sent []*corev1.Pod
 	p.NotifyPods(context.Background(), func(pod *corev1.Pod) { sent = append(sent, pod) })
@@ -76,18 +83,29 @@ func TestPodsLifecycle(t *testing.T) {
 		t.Errorf("UpdatePod of an unknown pod = %v, want NotFound", err)
 	}
 
-	// A deletion in the API: stopped, reported terminated, removed.
+	// A deletion in the API: stopped, reported terminated (with the
+	// eviction's condition kept), removed.
 	del := testPod("p1")
 	del.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
+	del.Status = sent[len(sent)-1].Status
+	del.Status.Conditions = append(del.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI"})
 	clk.SetTime(clk.Now().Add(time.Minute))
 	if err := p.DeletePod(ctx, del); err != nil {
 		t.Fatal(err)
 	}
-	last := sent[len(sent)-1]
-	if last.Status.Phase != corev1.PodSucceeded {
-		t.Errorf("phase after delete %s, want Succeeded", last.Status.Phase)
+	if len(reported) != 1 {
+		t.Fatalf("reported %d statuses, want 1", len(reported))
 	}
-	for _, cs := range last.Status.ContainerStatuses {
+	last := reported[0]
+	if last.Phase != corev1.PodSucceeded {
+		t.Errorf("phase after delete %s, want Succeeded", last.Phase)
+	}
+	if !slices.ContainsFunc(last.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue
+	}) {
+		t.Errorf("conditions after delete %+v lack the API's DisruptionTarget", last.Conditions)
+	}
+	for _, cs := range last.ContainerStatuses {
 		if cs.State.Terminated == nil || cs.Ready || cs.State.Terminated.FinishedAt.Time != clk.Now() {
 			t.Errorf("container %s after delete: %+v, want terminated at %v and not ready", cs.Name, cs.State, clk.Now())
 		}
@@ -117,7 +135,10 @@ func TestPodsLifecycle(t *testing.T) {
 }
 
 func TestPodsRemoveError(t *testing.T) {
-	p := newPods("vn", "10.0.0.1", podIPs(0), func(context.Context, *corev1.Pod) error { return errors.New("boom") }, clocktesting.NewFakePassiveClock(time.Now()))
+	p := newPods("vn", "10.0.0.1", podIPs(0), podAPI{
+		report: func(context.Context, *corev1.Pod, func(corev1.PodStatus) corev1.PodStatus) error { return nil },
+		remove: func(context.Context, *corev1.Pod) error { return errors.New("boom") },
+	}, clocktesting.NewFakePassiveClock(time.Now()))
 	ctx := context.Background()
 	if err := p.CreatePod(ctx, testPod("p")); err != nil {
 		t.Fatal(err)

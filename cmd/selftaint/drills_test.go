@@ -21,6 +21,7 @@ import (
 
 	agentdrill "github.com/selftaint/selftaint/agent/drill"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 )
 
@@ -106,6 +107,63 @@ func TestDrillWrongExpectationFails(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output does not show %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestDrillExpectationsCanFail runs drills built to breach one of the
+// expectation kinds the example drills rely on, each of which the
+// examples pass: the disruption guard tripped (web-memory-storm) with the
+// guard's threshold at 100%, and at most one node in maintenance
+// (rolling-maintenance, demo) with a maintenance pool of two. Each must
+// exit 1 with that expectation failed, named in the output, for the
+// reason given (the guard watched but untripped, not unseen; two nodes
+// measured), and its other expectations held.
+func TestDrillExpectationsCanFail(t *testing.T) {
+	t.Parallel()
+	bin := drillPrerequisites(t, "runs two drills (about 25 s each)")
+	for _, tc := range []struct {
+		drill, failed, why string
+		held               []string
+	}{
+		{
+			drill: "guard-threshold-100", failed: "the guard tripped for memory pressure in zone-a",
+			why:  "the guard never tripped for SelftaintMemoryPressure in zone zone-a over",
+			held: []string{"the guard never tripped"},
+		},
+		{
+			drill: "maintenance-two-slots", failed: "at most one node in maintenance",
+			why: "at most 2 nodes in maintenance",
+		},
+	} {
+		t.Run(tc.drill, func(t *testing.T) {
+			t.Parallel()
+			rep, code, out := runDrillFile(t, bin, filepath.Join("testdata/drills", tc.drill+".yaml"))
+			if code != tdrill.ExitBreached {
+				t.Fatalf("exit %d, want %d (breached); output:\n%s", code, tdrill.ExitBreached, out)
+			}
+			checkDrillReport(t, rep, false)
+			for _, e := range rep.Expectations {
+				switch {
+				case e.Name == tc.failed:
+					if e.Passed || !strings.Contains(e.Message, tc.why) {
+						t.Errorf("%q: passed %v, message %q; want failed with %q", e.Name, e.Passed, e.Message, tc.why)
+					}
+					if !strings.Contains(out, "FAIL "+tc.failed) {
+						t.Errorf("output does not name %q as failed:\n%s", tc.failed, out)
+					}
+				case slices.Contains(tc.held, e.Name):
+					if !e.Passed {
+						t.Errorf("%q failed: %s", e.Name, e.Message)
+					}
+				default:
+					t.Errorf("unexpected expectation %q in the report", e.Name)
+				}
+			}
+			if want := 1 + len(tc.held); len(rep.Expectations) != want {
+				t.Errorf("%d expectations in the report, want %d", len(rep.Expectations), want)
+			}
+			t.Logf("%s: wall time %.1fs (control plane start %.1fs)", tc.drill, rep.DurationSeconds, rep.ControlPlaneStartSeconds)
+		})
 	}
 }
 
@@ -263,7 +321,7 @@ func runDrillFile(t *testing.T, bin, file string, extra ...string) (tdrill.Repor
 	dir := t.TempDir()
 	report, junit := filepath.Join(dir, "report.json"), filepath.Join(dir, "junit.xml")
 	args := append([]string{"drill", "--selftaint", bin, "--report", report, "--junit", junit}, extra...)
-	var out syncBuffer
+	var out testkit.LogBuffer
 	code := run(ctx, append(args, file), &out, &out)
 	var rep tdrill.Report
 	b, err := os.ReadFile(report)
@@ -318,23 +376,6 @@ func podIsReady(p *corev1.Pod) bool {
 	return false
 }
 
-// syncBuffer is a bytes.Buffer safe for the drill's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // drillBinary is cmd/selftaint built once for the drills' coordinator
 // processes (the test binary cannot be run as selftaint with arguments);

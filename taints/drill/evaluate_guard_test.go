@@ -145,20 +145,20 @@ func TestEvaluateMaintenance(t *testing.T) {
 		r.Nodes = vs
 		return r
 	}
-	// n-1 waits, drains from 5s, is drained at 10s and released at 15s;
+	// n-1 waits, drains from 5s, is drained at 14s and released at 15s;
 	// n-2 waits from 5s and drains from 12s (two slots held then), is
 	// blocked and retries at 20s and is given back at 30s; n-3 is given
 	// back blocked (False) at 25s without holding a slot before.
 	rolling := with(
 		mv(-1, "n-1", "True", "Waiting"), mv(-1, "n-2", "", ""), mv(-1, "n-3", "", ""),
-		mv(5, "n-1", "True", "Draining"), mv(5, "n-2", "True", "Waiting"), mv(10, "n-1", "True", "Drained"),
+		mv(5, "n-1", "True", "Draining"), mv(5, "n-2", "True", "Waiting"), mv(14, "n-1", "True", "Drained"),
 		mv(12, "n-2", "True", "Draining"), mv(15, "n-1", "False", "Released"), mv(20, "n-2", "True", "DrainBlocked"),
 		mv(25, "n-3", "False", "DrainBlocked"), mv(30, "n-2", "False", "DrainBlocked"),
 	)
 	tests := []evalCase{
 		{
 			name: "two slots at once", expect: atMost(1), rec: rolling,
-			message:  []string{"at most 2 nodes in maintenance (holding a slot: Draining, Drained, DrainBlocked) at once (n-1, n-2 at 12.0s), expected at most 1"},
+			message:  []string{"at most 2 nodes in maintenance (holding a slot: Draining, DrainBlocked) at once (n-1, n-2 at 12.0s), expected at most 1"},
 			measured: `{"maxMaintenanceNodes":2,"maxMaintenanceAtSeconds":12,"maintenanceNodes":["n-1","n-2"]}`,
 		},
 		{name: "within the pool", expect: atMost(2), rec: rolling, passed: true},
@@ -166,22 +166,28 @@ func TestEvaluateMaintenance(t *testing.T) {
 			name: "waiting holds no slot", expect: atMost(1), passed: true,
 			rec: with(mv(0, "n-1", "True", "Waiting"), mv(0, "n-2", "True", "Waiting"), mv(3, "n-3", "True", "Draining"),
 				mv(4, "n-1", "True", "Waiting")),
-			message:  []string{"at most 1 node in maintenance (holding a slot: Draining, Drained, DrainBlocked) at once (n-3 at 3.0s), expected at most 1"},
+			message:  []string{"at most 1 node in maintenance (holding a slot: Draining, DrainBlocked) at once (n-3 at 3.0s), expected at most 1"},
 			measured: `{"maxMaintenanceNodes":1,"maxMaintenanceAtSeconds":3,"maintenanceNodes":["n-3"]}`,
+		},
+		{
+			name: "a drained node takes no slot", expect: atMost(1), passed: true,
+			rec:      with(mv(0, "n-1", "True", "Draining"), mv(4, "n-1", "True", "Drained"), mv(5, "n-2", "True", "Draining")),
+			message:  []string{"at most 1 node in maintenance (holding a slot: Draining, DrainBlocked) at once (n-1 at 0.0s), expected at most 1"},
+			measured: `{"maxMaintenanceNodes":1,"maxMaintenanceAtSeconds":0,"maintenanceNodes":["n-1"]}`,
 		},
 		{
 			name: "blocked and retrying holds one, blocked and given back does not", expect: atMost(0),
 			rec:     with(mv(2, "n-1", "True", "DrainBlocked"), mv(2, "n-2", "False", "DrainBlocked"), mv(3, "n-3", "False", "Released")),
-			message: []string{"at most 1 node in maintenance (holding a slot: Draining, Drained, DrainBlocked) at once (n-1 at 2.0s), expected at most 0"},
+			message: []string{"at most 1 node in maintenance (holding a slot: Draining, DrainBlocked) at once (n-1 at 2.0s), expected at most 0"},
 		},
 		{
 			name: "held before t=0 counts at t=0", expect: atMost(0),
-			rec:      with(mv(-3, "n-1", "True", "Drained"), mv(8, "n-1", "False", "Released")),
+			rec:      with(mv(-3, "n-1", "True", "Draining"), mv(8, "n-1", "False", "Released")),
 			measured: `{"maxMaintenanceNodes":1,"maxMaintenanceAtSeconds":0,"maintenanceNodes":["n-1"]}`,
 		},
 		{
 			name: "no maintenance at all", expect: atMost(0), rec: with(mv(0, "n-1", "", "")), passed: true,
-			message:  []string{"at most 0 nodes in maintenance (holding a slot: Draining, Drained, DrainBlocked) at once, expected at most 0"},
+			message:  []string{"at most 0 nodes in maintenance (holding a slot: Draining, DrainBlocked) at once, expected at most 0"},
 			measured: `{"maxMaintenanceNodes":0,"maxMaintenanceAtSeconds":0}`,
 		},
 		{
@@ -283,7 +289,7 @@ func newKindsReport(t *testing.T) *drill.Report {
 	t.Helper()
 	rec := record(60)
 	rec.Guards = []drill.GuardVersion{gv(0, "1"), gv(14, "2", scope{"MemoryPressure", "a", true, 3, 4}), gv(40, "3")}
-	rec.Nodes = []drill.NodeVersion{mv(0, "n-1", "True", "Draining"), mv(2, "n-2", "True", "Drained"), mv(30, "n-1", "False", "Released")}
+	rec.Nodes = []drill.NodeVersion{mv(0, "n-1", "True", "Draining"), mv(2, "n-2", "True", "DrainBlocked"), mv(30, "n-1", "False", "Released")}
 	rec.Pods = []drill.PodVersion{pod(0, "a", "n-1", true), pod(0, "b", "n-3", true), gone(pod(5, "a", "n-1", true), drill.ReasonEvictionAPI, true)}
 	s := &drill.Scenario{Expect: []drill.Expectation{
 		guardExpect(true, "MemoryPressure", "a"),
@@ -303,7 +309,7 @@ func TestOutputNewKinds(t *testing.T) {
 		"PASS    guard tripped for MemoryPressure in zone a     tripped at 14.0s (MemoryPressure in zone a), 26.0s in all\n",
 		"FAIL    at most 1 node in maintenance                  max 2 nodes in maintenance\n",
 		"PASS    not evicted app=web by DeletionByTaintManager  0 of 2 evicted, 1 evicted otherwise\n",
-		"FAIL at most 1 node in maintenance: at most 2 nodes in maintenance (holding a slot: Draining, Drained, DrainBlocked) at once (n-1, n-2 at 2.0s), expected at most 1\n",
+		"FAIL at most 1 node in maintenance: at most 2 nodes in maintenance (holding a slot: Draining, DrainBlocked) at once (n-1, n-2 at 2.0s), expected at most 1\n",
 	} {
 		if !strings.Contains(table, w) {
 			t.Errorf("table lacks %q:\n%s", w, table)

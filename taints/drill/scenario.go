@@ -289,10 +289,11 @@ type GuardExpect struct {
 }
 
 // MaintenanceExpect: at no watched moment do more than AtMost of the
-// drill's nodes hold a maintenance slot, that is, have selftaint's
-// maintenance condition (SelftaintMaintenance) True with reason Draining,
-// Drained or DrainBlocked (a node that waits for a slot, reason Waiting,
-// holds none; see SlotReasons).
+// drill's nodes take a slot of the maintenance pool, counted as the
+// coordinator counts them against coordinator.maintenance.maxParallel:
+// selftaint's maintenance condition (SelftaintMaintenance) True with
+// reason Draining or DrainBlocked (a node that waits for a slot, Waiting,
+// or whose drain is done, Drained, takes none; see SlotReasons).
 type MaintenanceExpect struct {
 	AtMost int `json:"atMost"`
 }

@@ -79,14 +79,16 @@ func EvictionReasons() []string {
 }
 
 // SlotReasons are the reasons of selftaint's maintenance condition, while
-// True, of a node that holds a maintenance slot: the coordinator writes
-// Draining when it takes the slot and cordons (startSlot), Draining or
-// DrainBlocked while the drain runs or is refused and retries
-// (followDrain), Drained once it is done, until the slot is given back
-// (endSlot sets the condition False: Released, or DrainBlocked at the
-// deadline). Waiting (True) is a node in line, without a slot.
+// True, of a node that takes one of the maintenance pool's slots
+// (coordinator.maintenance.maxParallel), as the coordinator counts them
+// (taints/fleet pool.go: a slot whose node is Drained does not count, its
+// pods have moved): Draining when it takes the slot and cordons
+// (startSlot), Draining or DrainBlocked while the drain runs or is refused
+// and retries (followDrain). Drained (still cordoned, its pods gone),
+// Waiting (in line) and the condition False (Released, or DrainBlocked
+// given back at the deadline) take none.
 func SlotReasons() []string {
-	return []string{fleet.ReasonDraining, fleet.ReasonDrained, fleet.ReasonDrainBlocked}
+	return []string{fleet.ReasonDraining, fleet.ReasonDrainBlocked}
 }
 
 // workloadKinds are the kinds a WorkloadRef may name.

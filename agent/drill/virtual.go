@@ -116,7 +116,7 @@ func (r *runner) startVirtual(ctx context.Context) error {
 		}()
 	}
 	r.view.line("registering %d virtual nodes: %s", len(names), poolRanges(pools))
-	ready := 0
+	ready, said := 0, time.Now()
 	err = testcp.Poll(ctx, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
 		if err := vf.err(); err != nil {
 			return false, err
@@ -127,6 +127,10 @@ func (r *runner) startVirtual(ctx context.Context) error {
 			return false, err
 		}
 		ready = readyCount(list.Items, names)
+		if ready < len(names) && time.Since(said) >= 10*time.Second {
+			r.view.line("%d of %d virtual nodes Ready (%d registered)", ready, len(names), len(list.Items))
+			said = time.Now()
+		}
 		return ready == len(names), nil
 	})
 	if err != nil {

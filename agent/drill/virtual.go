@@ -126,9 +126,10 @@ func (r *runner) startVirtual(ctx context.Context) error {
 		if err != nil {
 			return false, err
 		}
-		ready = readyCount(list.Items, names)
+		var registered int
+		ready, registered = readyCount(list.Items, names)
 		if ready < len(names) && time.Since(said) >= 10*time.Second {
-			r.view.line("%d of %d virtual nodes Ready (%d registered)", ready, len(names), len(list.Items))
+			r.view.line("%d of %d virtual nodes Ready (%d registered)", ready, len(names), registered)
 			said = time.Now()
 		}
 		return ready == len(names), nil
@@ -157,20 +158,23 @@ func virtualQPS(nodes int, leaseDuration time.Duration) (float32, int) {
 }
 
 // readyCount is how many of names are among nodes, Ready and without the
-// not-ready taint.
-func readyCount(nodes []corev1.Node, names []string) int {
+// not-ready taint, and how many are among them at all.
+func readyCount(nodes []corev1.Node, names []string) (ready, registered int) {
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
 		want[n] = true
 	}
-	count := 0
 	for i := range nodes {
 		n := &nodes[i]
-		if want[n.Name] && nodeReady(n) && !hasTaint(n, corev1.TaintNodeNotReady) {
-			count++
+		if !want[n.Name] {
+			continue
+		}
+		registered++
+		if nodeReady(n) && !hasTaint(n, corev1.TaintNodeNotReady) {
+			ready++
 		}
 	}
-	return count
+	return ready, registered
 }
 
 // poolRanges names the pools' nodes briefly: "web-1..web-3, gpu-1".

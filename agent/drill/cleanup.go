@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -111,18 +112,34 @@ func (r *runner) closeControlPlane(removed []string) ([]string, error) {
 	return append(removed, "the embedded control plane (stopped; "+dir+" removed)"), nil
 }
 
-// clearFaults clears the faults on the nodes the drill injected some on.
+// clearFaults clears the faults on the nodes the drill injected some on,
+// stepConcurrency nodes at a time; every node is tried.
 func (r *runner) clearFaults(ctx context.Context, nodes []string) ([]string, error) {
-	var removed []string
-	var errs []error
-	for _, n := range nodes {
-		if err := r.opts.Actions.ClearFaults(ctx, r.env.kubeconfig, r.plan.configPath, n); err != nil {
-			if !apierrors.IsNotFound(errors.Unwrap(err)) && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("clearing faults on %s: %w", n, err))
+	errs := make([]error, len(nodes))
+	cleared := make([]bool, len(nodes))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, stepConcurrency)
+	for i, n := range nodes {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := r.opts.Actions.ClearFaults(ctx, r.env.kubeconfig, r.plan.configPath, n)
+			switch {
+			case err == nil:
+				cleared[i] = true
+			case !apierrors.IsNotFound(errors.Unwrap(err)) && !apierrors.IsNotFound(err):
+				errs[i] = fmt.Errorf("clearing faults on %s: %w", n, err)
 			}
-			continue
+		}()
+	}
+	wg.Wait()
+	var removed []string
+	for i, n := range nodes {
+		if cleared[i] {
+			removed = append(removed, "faults on node "+n)
 		}
-		removed = append(removed, "faults on node "+n)
 	}
 	return removed, errors.Join(errs...)
 }

@@ -290,6 +290,9 @@ func (a *drillActions) Drain(ctx context.Context, kubeconfig string, nodes []str
 	if d.Deadline.Duration > 0 {
 		args = append(args, "--deadline", d.Deadline.Duration.String())
 	}
+	if d.OnDeadline != "" {
+		args = append(args, "--on-deadline", d.OnDeadline)
+	}
 	if d.Done {
 		return a.drainInBatches(ctx, kubeconfig, nodes, d.MaxParallel, args)
 	}

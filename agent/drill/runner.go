@@ -72,6 +72,11 @@ type Options struct {
 	Actions   Actions
 	// Evaluate judges the Record (taints/drill's Evaluate).
 	Evaluate func(*tdrill.Scenario, *tdrill.Record) []tdrill.Result
+	// Keep, when set, is called once the expectations are judged and
+	// before anything is cleaned up, with the verdicts so far and the
+	// kubeconfig of the drill's cluster; the cleanup waits until it
+	// returns (--keep: look around until Ctrl-C).
+	Keep func(ctx context.Context, results []tdrill.Result, kubeconfig string)
 	// Out gets the live view's lines; nil shows nothing.
 	Out io.Writer
 	// Logger gets the virtual nodes' and the runner's logs (default:
@@ -163,6 +168,9 @@ func Run(ctx context.Context, opts Options) Outcome {
 	}
 	if notRun(err) {
 		rep.Error = err.Error()
+	}
+	if opts.Keep != nil && r.env != nil && r.env.client != nil && ctx.Err() == nil {
+		opts.Keep(ctx, rep.Expectations, r.env.kubeconfig)
 	}
 	rep.Cleanup = r.cleanup(ctx)
 	if r.plan != nil {

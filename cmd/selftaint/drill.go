@@ -55,7 +55,7 @@ const drillNamespaceUsage = "accepted as kubectl takes it, and unused: the drill
 // drillFlags are `selftaint drill`'s flags besides kubectl's.
 type drillFlags struct {
 	report, junit, selftaint, logLevel string
-	quiet                              bool
+	quiet, keep                        bool
 }
 
 func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -70,6 +70,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.selftaint, "selftaint", "", "the selftaint binary the coordinator processes run (default: this one)")
 	fs.StringVar(&f.logLevel, "log-level", "error", "log level of the virtual nodes' logs on stderr")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the closing table")
+	fs.BoolVar(&f.keep, "keep", false, "once the expectations are judged, keep the cluster, virtual nodes and workloads up until Ctrl-C (to look around with kubectl), then clean up")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -119,6 +120,22 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	abort, stopSignals := secondInterrupt(ctx, out)
 	defer stopSignals()
 	opts.Abort = abort
+	if f.keep {
+		opts.Keep = func(ctx context.Context, results []tdrill.Result, kubeconfig string) {
+			held := 0
+			for _, r := range results {
+				if r.Passed {
+					held++
+				}
+			}
+			w := io.Writer(stdout)
+			if out != nil {
+				w = out // the live view's writer: one writer at a time
+			}
+			fmt.Fprintf(w, "--keep: %d of %d expectations held (the table follows the cleanup). Everything stays up until Ctrl-C:\n  export KUBECONFIG=%s\n", held, len(results), kubeconfig)
+			<-ctx.Done()
+		}
+	}
 	o := agentdrill.Run(ctx, opts)
 	return finishDrill(o, f, stdout, stderr)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 )
 
@@ -77,13 +79,23 @@ func TestDrillTwoNodesPasses(t *testing.T) {
 		}
 	}
 	report, junit := filepath.Join(dir, "report.json"), filepath.Join(dir, "junit.xml")
-	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"drill", file, "--report", report, "--junit", junit}, &stdout, &stderr)
+	var stdout, stderr testkit.LogBuffer
+	// --keep: once judged, the cluster stays up (its nodes listed through
+	// the kubeconfig it prints) until Ctrl-C, which then cleans up and
+	// keeps the verdict.
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	kept := make(chan error, 1)
+	go func() { kept <- keptClusterNodes(ctx, &stdout, 2); interrupt() }()
+	code := run(ctx, []string{"drill", file, "--report", report, "--junit", junit, "--keep"}, &stdout, &stderr)
 	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if err := <-kept; err != nil {
+		t.Errorf("--keep: %v", err)
+	}
 	if code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
-	for _, want := range []string{"step memory (fault) starts", "step tainted done", "cleanup done", "PASS"} {
+	for _, want := range []string{"step memory (fault) starts", "step tainted done", "--keep: 3 of 3 expectations held", "cleanup done", "PASS"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q", want)
 		}
@@ -304,4 +316,32 @@ func TestFaultInjectArgs(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
+}
+
+// keptClusterNodes waits for --keep's line in out, then lists the kept
+// cluster's nodes through the kubeconfig it names and wants n of them.
+func keptClusterNodes(ctx context.Context, out *testkit.LogBuffer, n int) error {
+	var path string
+	err := testcp.Poll(ctx, 3*time.Minute, 100*time.Millisecond, func() (bool, error) {
+		_, rest, ok := strings.Cut(out.String(), "export KUBECONFIG=")
+		if ok {
+			path, _, ok = strings.Cut(rest, "\n")
+		}
+		return ok, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no --keep line: %w", err)
+	}
+	client, err := operatorClient(&kubeFlags{kubeconfig: path}, "drill-keep-test")
+	if err != nil {
+		return err
+	}
+	nodes, err := client.Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing the kept cluster's nodes: %w", err)
+	}
+	if len(nodes.Items) != n {
+		return fmt.Errorf("the kept cluster has %d nodes, want %d", len(nodes.Items), n)
+	}
+	return nil
 }

@@ -279,6 +279,30 @@ func TestDrillInterruptedCleansUp(t *testing.T) {
 
 // A workload that cannot be scheduled stops the drill before t=0: exit 3,
 // naming the workload and the scheduler's reason.
+// A bare pod (no controller) is waited for before t=0 like a workload:
+// one that cannot be scheduled stops the drill with exit 3 naming it.
+func TestDrillWaitsForBarePods(t *testing.T) {
+	testcp.SkipIfShort(t, "starts a control plane")
+	cp := drillCluster(t)
+	bare := "apiVersion: v1\nkind: Pod\nmetadata: {name: lonely}\nspec:\n  nodeSelector: {nowhere: \"true\"}\n  containers: [{name: app, image: registry.invalid/app}]\n"
+	file := writeDrill(t, strings.NewReplacer(
+		"name: two-nodes", "name: bare",
+		"file: web.yaml", "manifest: |\n    "+strings.ReplaceAll(bare, "\n", "\n    "),
+		"timeout: 3m", "timeout: 15s",
+	).Replace(twoNodeDrill))
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"drill", file, "--kubeconfig", cp.KubeconfigPath}, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if code != tdrill.ExitNotRun {
+		t.Fatalf("exit %d, want %d", code, tdrill.ExitNotRun)
+	}
+	for _, want := range []string{"workload Pod selftaint-drill-bare/lonely is not ready: pod lonely Pending, not scheduled: Unschedulable"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+}
+
 func TestDrillUnschedulableWorkloadExits3(t *testing.T) {
 	testcp.SkipIfShort(t, "starts a control plane")
 	cp := drillCluster(t)

@@ -69,7 +69,11 @@ type Options struct {
 	Kubeconfig string
 	// Selftaint is the binary the coordinator replicas run.
 	Selftaint string
-	Actions   Actions
+	// KubeBinDir is where the embedded control plane's kube-apiserver,
+	// kube-controller-manager and kube-scheduler are (empty: testcp's
+	// lookup, $KUBE_BIN_DIR or the repository's bin/).
+	KubeBinDir string
+	Actions    Actions
 	// Evaluate judges the Record (taints/drill's Evaluate).
 	Evaluate func(*tdrill.Scenario, *tdrill.Record) []tdrill.Result
 	// Keep, when set, is called once the expectations are judged and

@@ -369,3 +369,37 @@ func keptClusterNodes(ctx context.Context, out *testkit.LogBuffer, n int) error 
 	}
 	return nil
 }
+
+func TestKubeBinDir(t *testing.T) {
+	beside := t.TempDir() // a selftaint installed with the kube binaries
+	alone := t.TempDir()  // a selftaint installed alone
+	for _, dir := range []string{beside, alone} {
+		if err := os.WriteFile(filepath.Join(dir, "selftaint"), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(beside, "kube-apiserver"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe := func(dir string) func() (string, error) {
+		return func() (string, error) { return filepath.Join(dir, "selftaint"), nil }
+	}
+	tests := []struct {
+		name, flag, env string
+		exe             func() (string, error)
+		want            string
+	}{
+		{"the flag first", "/opt/kube", "/env/kube", exe(beside), "/opt/kube"},
+		{"then $KUBE_BIN_DIR", "", "/env/kube", exe(beside), "/env/kube"},
+		{"then beside the binary", "", "", exe(beside), beside},
+		{"nothing beside it: testcp's lookup", "", "", exe(alone), ""},
+		{"no executable path", "", "", func() (string, error) { return "", os.ErrNotExist }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := kubeBinDir(tt.flag, tt.env, tt.exe); got != tt.want {
+				t.Errorf("kubeBinDir = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

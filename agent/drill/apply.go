@@ -90,7 +90,8 @@ func (r *runner) applyWorkloads(ctx context.Context) error {
 func (r *runner) workloads() []tdrill.WorkloadRef {
 	var out []tdrill.WorkloadRef
 	for _, o := range r.applied {
-		if isWorkloadKind(o.kind) && (o.gvr.Group == "apps" || o.gvr.Group == "batch") {
+		bare := o.kind == "Pod" && o.gvr.Group == ""
+		if bare || isWorkloadKind(o.kind) && (o.gvr.Group == "apps" || o.gvr.Group == "batch") {
 			out = append(out, tdrill.WorkloadRef{Kind: o.kind, Name: o.name, Namespace: o.namespace})
 		}
 	}
@@ -170,6 +171,16 @@ func (r *runner) workloadReady(ctx context.Context, w tdrill.WorkloadRef) (bool,
 			return false, "", err
 		}
 		desired, ready, selector = jobWant(j), ptrOr(j.Status.Ready)+j.Status.Succeeded, j.Spec.Selector
+	case "Pod":
+		// A bare pod (no controller): ready, or done.
+		p, err := r.env.client.CoreV1().Pods(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if note := podNotReady(p); note != "" && p.Status.Phase != corev1.PodSucceeded {
+			return false, note, nil
+		}
+		return true, "", nil
 	default:
 		return false, "", fmt.Errorf("not a workload kind: %s", w.Kind)
 	}

@@ -40,6 +40,7 @@ func startEnvironment(ctx context.Context, s *tdrill.Scenario, opts Options, v *
 			ControllerManager:     true,
 			Scheduler:             true,
 			ControllerManagerArgs: []string{"--node-monitor-grace-period=" + s.Cluster.NodeMonitorGracePeriod.Duration.String()},
+			KubeBinDir:            opts.KubeBinDir,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("starting the embedded control plane: %w", err)

@@ -71,9 +71,18 @@ type Options struct {
 	Kubeconfig string
 	// Selftaint is the binary the coordinator replicas run.
 	Selftaint string
-	Actions   Actions
+	// KubeBinDir is where the embedded control plane's kube-apiserver,
+	// kube-controller-manager and kube-scheduler are (empty: testcp's
+	// lookup, $KUBE_BIN_DIR or the repository's bin/).
+	KubeBinDir string
+	Actions    Actions
 	// Evaluate judges the Record (taints/drill's Evaluate).
 	Evaluate func(*tdrill.Scenario, *tdrill.Record) []tdrill.Result
+	// Keep, when set, is called once the expectations are judged and
+	// before anything is cleaned up, with the verdicts so far and the
+	// kubeconfig of the drill's cluster; the cleanup waits until it
+	// returns (--keep: look around until Ctrl-C).
+	Keep func(ctx context.Context, results []tdrill.Result, kubeconfig string)
 	// Out gets the live view's lines; nil shows nothing.
 	Out io.Writer
 	// Logger gets the virtual nodes' and the runner's logs (default:
@@ -167,6 +176,9 @@ func Run(ctx context.Context, opts Options) Outcome {
 	}
 	if notRun(err) {
 		rep.Error = err.Error()
+	}
+	if opts.Keep != nil && r.env != nil && r.env.client != nil && ctx.Err() == nil {
+		opts.Keep(ctx, rep.Expectations, r.env.kubeconfig)
 	}
 	rep.Cleanup = r.cleanup(ctx)
 	if r.plan != nil {

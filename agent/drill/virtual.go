@@ -15,10 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/agent/virtual"
-	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 )
@@ -83,21 +81,9 @@ func (r *runner) startVirtual(ctx context.Context) error {
 			return &BadFileError{Field: fmt.Sprintf("cluster.pools[%d]", i), Err: err}
 		}
 		names := virtual.Names(p.Name+"-", p.Count)
-		opts := virtual.Options{
-			Names: names, Core: core, Leases: leases, Template: tmpl,
-			Probes: func(string) []agent.ProbeSpec {
-				return cfg.SimulatedProbeSpecs(func(name string) probes.Probe { return virtual.SimulatedProbe{ProbeName: name} })
-			},
-			Rules:           cfg.TaintRules(),
-			DrainRules:      cfg.DrainRules(),
-			HeartbeatPeriod: cfg.HeartbeatPeriod.D,
-			Faults:          cfg.FaultOptions(),
-			Limiter:         cfg.Limiter(),
-			NoExecute:       cfg.NoExecuteOptions(leases, r.coordinatorNamespace()),
-			DeleteOnExit:    true,
-			LeaseDuration:   virtualLeaseDuration,
-			Logger:          r.log.With("pool", p.Name),
-		}
+		opts := cfg.VirtualOptions(leases, r.coordinatorNamespace())
+		opts.Names, opts.Core, opts.Template = names, core, tmpl
+		opts.DeleteOnExit, opts.LeaseDuration, opts.Logger = true, virtualLeaseDuration, r.log.With("pool", p.Name)
 		if c := poolControl(&opts); c != nil {
 			for _, n := range names {
 				vf.control[n] = c

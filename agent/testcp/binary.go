@@ -116,7 +116,14 @@ func etcdPath() (string, error) {
 
 // kubePath is KubePath's lookup; a missing binary is a *MissingBinaryError.
 func kubePath(name string) (string, error) {
-	dir := os.Getenv("KUBE_BIN_DIR")
+	return kubePathIn("", name)
+}
+
+// kubePathIn looks for name in dir, else as kubePath does.
+func kubePathIn(dir, name string) (string, error) {
+	if dir == "" {
+		dir = os.Getenv("KUBE_BIN_DIR")
+	}
 	if dir == "" {
 		root, err := RepoRoot()
 		if err != nil {

@@ -95,6 +95,9 @@ type Options struct {
 	// example --node-monitor-grace-period=10s; they replace Start's value of
 	// the same flag.
 	ControllerManagerArgs []string
+	// KubeBinDir, when set, is where kube-apiserver, kube-controller-manager
+	// and kube-scheduler are (instead of $KUBE_BIN_DIR, else <repo root>/bin).
+	KubeBinDir string
 }
 
 // ControlPlane is a running control plane. Its methods are not safe for
@@ -236,6 +239,7 @@ func start(ctx context.Context, opts Options, dir string) (*ControlPlane, error)
 	if err != nil {
 		return nil, fmt.Errorf("testcp: %w", err)
 	}
+	kubePath := func(name string) (string, error) { return kubePathIn(opts.KubeBinDir, name) }
 	apiBin, err := kubePath("kube-apiserver")
 	if err != nil {
 		return nil, fmt.Errorf("testcp: %w", err)

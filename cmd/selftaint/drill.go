@@ -54,8 +54,8 @@ const drillNamespaceUsage = "accepted as kubectl takes it, and unused: the drill
 
 // drillFlags are `selftaint drill`'s flags besides kubectl's.
 type drillFlags struct {
-	report, junit, selftaint, logLevel string
-	quiet                              bool
+	report, junit, selftaint, logLevel, kubeBinDir string
+	quiet, keep                                    bool
 }
 
 func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -70,6 +70,8 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.selftaint, "selftaint", "", "the selftaint binary the coordinator processes run (default: this one)")
 	fs.StringVar(&f.logLevel, "log-level", "error", "log level of the virtual nodes' logs on stderr")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the closing table")
+	fs.StringVar(&f.kubeBinDir, "kube-bin-dir", "", "where the embedded control plane's kube-apiserver, kube-controller-manager and kube-scheduler are (default $KUBE_BIN_DIR, else beside this binary, else the repository's bin/ that make builds); etcd is $ETCD_BIN or on $PATH")
+	fs.BoolVar(&f.keep, "keep", false, "once the expectations are judged, keep the cluster, virtual nodes and workloads up until Ctrl-C (to look around with kubectl), then clean up")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -89,7 +91,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opts := agentdrill.Options{
 		Scenario: s, File: pos[0], Selftaint: f.selftaint, Logger: logger,
-		Evaluate: tdrill.Evaluate,
+		Evaluate: tdrill.Evaluate, KubeBinDir: kubeBinDir(f.kubeBinDir, os.Getenv("KUBE_BIN_DIR"), os.Executable),
 	}
 	if kf.existing() {
 		// One kubeconfig file holding just the cluster and user the flags
@@ -119,6 +121,22 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	abort, stopSignals := secondInterrupt(ctx, out)
 	defer stopSignals()
 	opts.Abort = abort
+	if f.keep {
+		opts.Keep = func(ctx context.Context, results []tdrill.Result, kubeconfig string) {
+			held := 0
+			for _, r := range results {
+				if r.Passed {
+					held++
+				}
+			}
+			w := io.Writer(stdout)
+			if out != nil {
+				w = out // the live view's writer: one writer at a time
+			}
+			fmt.Fprintf(w, "--keep: %d of %d expectations held (the table follows the cleanup). Everything stays up until Ctrl-C:\n  export KUBECONFIG=%s\n", held, len(results), kubeconfig)
+			<-ctx.Done()
+		}
+	}
 	o := agentdrill.Run(ctx, opts)
 	return finishDrill(o, f, stdout, stderr)
 }
@@ -298,6 +316,9 @@ func (a *drillActions) Drain(ctx context.Context, kubeconfig string, nodes []str
 	if d.Deadline.Duration > 0 {
 		args = append(args, "--deadline", d.Deadline.Duration.String())
 	}
+	if d.OnDeadline != "" {
+		args = append(args, "--on-deadline", d.OnDeadline)
+	}
 	if d.Done {
 		return a.drainInBatches(ctx, kubeconfig, nodes, d.MaxParallel, args)
 	}
@@ -347,4 +368,30 @@ func (a *drillActions) Explain(ctx context.Context, kubeconfig, node string, pro
 	}
 	considered, _ := withProposed(n.Spec.Taints, proposed, now)
 	return taints.ExplainWith(considered, pods, now, taints.ExplainOptions{}), nil
+}
+
+// kubeBinDir is where the embedded control plane's binaries are: the
+// flag, else $KUBE_BIN_DIR, else the directory of this executable when it
+// holds kube-apiserver (bin/, as make builds them, or wherever the
+// binaries were installed together), else "" for testcp's lookup (the
+// repository's bin/).
+func kubeBinDir(flagValue, env string, executable func() (string, error)) string {
+	switch {
+	case flagValue != "":
+		return flagValue
+	case env != "":
+		return env
+	}
+	exe, err := executable()
+	if err != nil {
+		return ""
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return ""
+	}
+	dir := filepath.Dir(exe)
+	if fi, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err == nil && !fi.IsDir() {
+		return dir
+	}
+	return ""
 }

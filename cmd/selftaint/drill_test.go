@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 )
 
@@ -77,13 +79,23 @@ func TestDrillTwoNodesPasses(t *testing.T) {
 		}
 	}
 	report, junit := filepath.Join(dir, "report.json"), filepath.Join(dir, "junit.xml")
-	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"drill", file, "--report", report, "--junit", junit}, &stdout, &stderr)
+	var stdout, stderr testkit.LogBuffer
+	// --keep: once judged, the cluster stays up (its nodes listed through
+	// the kubeconfig it prints) until Ctrl-C, which then cleans up and
+	// keeps the verdict.
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	kept := make(chan error, 1)
+	go func() { kept <- keptClusterNodes(ctx, &stdout, 2); interrupt() }()
+	code := run(ctx, []string{"drill", file, "--report", report, "--junit", junit, "--keep"}, &stdout, &stderr)
 	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if err := <-kept; err != nil {
+		t.Errorf("--keep: %v", err)
+	}
 	if code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
-	for _, want := range []string{"step memory (fault) starts", "step tainted done", "cleanup done", "PASS"} {
+	for _, want := range []string{"step memory (fault) starts", "step tainted done", "--keep: 3 of 3 expectations held", "cleanup done", "PASS"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q", want)
 		}
@@ -267,6 +279,30 @@ func TestDrillInterruptedCleansUp(t *testing.T) {
 
 // A workload that cannot be scheduled stops the drill before t=0: exit 3,
 // naming the workload and the scheduler's reason.
+// A bare pod (no controller) is waited for before t=0 like a workload:
+// one that cannot be scheduled stops the drill with exit 3 naming it.
+func TestDrillWaitsForBarePods(t *testing.T) {
+	testcp.SkipIfShort(t, "starts a control plane")
+	cp := drillCluster(t)
+	bare := "apiVersion: v1\nkind: Pod\nmetadata: {name: lonely}\nspec:\n  nodeSelector: {nowhere: \"true\"}\n  containers: [{name: app, image: registry.invalid/app}]\n"
+	file := writeDrill(t, strings.NewReplacer(
+		"name: two-nodes", "name: bare",
+		"file: web.yaml", "manifest: |\n    "+strings.ReplaceAll(bare, "\n", "\n    "),
+		"timeout: 3m", "timeout: 15s",
+	).Replace(twoNodeDrill))
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"drill", file, "--kubeconfig", cp.KubeconfigPath}, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if code != tdrill.ExitNotRun {
+		t.Fatalf("exit %d, want %d", code, tdrill.ExitNotRun)
+	}
+	for _, want := range []string{"workload Pod selftaint-drill-bare/lonely is not ready: pod lonely Pending, not scheduled: Unschedulable"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+}
+
 func TestDrillUnschedulableWorkloadExits3(t *testing.T) {
 	testcp.SkipIfShort(t, "starts a control plane")
 	cp := drillCluster(t)
@@ -303,5 +339,67 @@ func TestFaultInjectArgs(t *testing.T) {
 		if got := strings.Join(faultInjectArgs("k", "c.yaml", "n", tc.f), " "); got != tc.want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// keptClusterNodes waits for --keep's line in out, then lists the kept
+// cluster's nodes through the kubeconfig it names and wants n of them.
+func keptClusterNodes(ctx context.Context, out *testkit.LogBuffer, n int) error {
+	var path string
+	err := testcp.Poll(ctx, 3*time.Minute, 100*time.Millisecond, func() (bool, error) {
+		_, rest, ok := strings.Cut(out.String(), "export KUBECONFIG=")
+		if ok {
+			path, _, ok = strings.Cut(rest, "\n")
+		}
+		return ok, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no --keep line: %w", err)
+	}
+	client, err := operatorClient(&kubeFlags{kubeconfig: path}, "drill-keep-test")
+	if err != nil {
+		return err
+	}
+	nodes, err := client.Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing the kept cluster's nodes: %w", err)
+	}
+	if len(nodes.Items) != n {
+		return fmt.Errorf("the kept cluster has %d nodes, want %d", len(nodes.Items), n)
+	}
+	return nil
+}
+
+func TestKubeBinDir(t *testing.T) {
+	beside := t.TempDir() // a selftaint installed with the kube binaries
+	alone := t.TempDir()  // a selftaint installed alone
+	for _, dir := range []string{beside, alone} {
+		if err := os.WriteFile(filepath.Join(dir, "selftaint"), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(beside, "kube-apiserver"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe := func(dir string) func() (string, error) {
+		return func() (string, error) { return filepath.Join(dir, "selftaint"), nil }
+	}
+	tests := []struct {
+		name, flag, env string
+		exe             func() (string, error)
+		want            string
+	}{
+		{"the flag first", "/opt/kube", "/env/kube", exe(beside), "/opt/kube"},
+		{"then $KUBE_BIN_DIR", "", "/env/kube", exe(beside), "/env/kube"},
+		{"then beside the binary", "", "", exe(beside), beside},
+		{"nothing beside it: testcp's lookup", "", "", exe(alone), ""},
+		{"no executable path", "", "", func() (string, error) { return "", os.ErrNotExist }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := kubeBinDir(tt.flag, tt.env, tt.exe); got != tt.want {
+				t.Errorf("kubeBinDir = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -23,12 +23,10 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/coordinator"
 	"github.com/selftaint/selftaint/agent/virtual"
 	"github.com/selftaint/selftaint/hardware"
-	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/taints"
 )
 
@@ -280,25 +278,10 @@ func startVirtualFleet(ctx context.Context, o virtualFleetOptions) (*virtualFlee
 	go func() {
 		defer close(fl.done)
 		defer stopCoordinator()
-		err := virtual.Run(ctx, virtual.Options{
-			Names:    o.Names,
-			Core:     core,
-			Leases:   leases,
-			Template: o.Template,
-			Probes: func(string) []agent.ProbeSpec {
-				return cfg.SimulatedProbeSpecs(func(name string) probes.Probe { return virtual.SimulatedProbe{ProbeName: name} })
-			},
-			Rules:           cfg.TaintRules(),
-			DrainRules:      cfg.DrainRules(),
-			HeartbeatPeriod: cfg.HeartbeatPeriod.D,
-			Faults:          cfg.FaultOptions(),
-			Limiter:         cfg.Limiter(),
-			NoExecute:       cfg.NoExecuteOptions(leases, o.Namespace),
-			DeleteOnExit:    o.DeleteOnExit,
-			LeaseDuration:   o.LeaseDuration,
-			Logger:          o.Logger,
-			Control:         fl.Control,
-		})
+		opts := cfg.VirtualOptions(leases, o.Namespace)
+		opts.Names, opts.Core, opts.Template = o.Names, core, o.Template
+		opts.DeleteOnExit, opts.LeaseDuration, opts.Logger, opts.Control = o.DeleteOnExit, o.LeaseDuration, o.Logger, fl.Control
+		err := virtual.Run(ctx, opts)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			fl.err = err
 		}

@@ -125,6 +125,7 @@ func TestParseErrors(t *testing.T) {
 		{"no action", "- coordinator: {action: pause, for: 5s}", "- name: nothing", []string{`steps[3]: no action`}},
 		{"duplicate step name", "- notReady:", "- name: xid\n  notReady:", []string{`steps[1].name: "xid" names another step too`}},
 		{"drain without reason", "reason: maintenance,", "", []string{`steps[2].drain.reason: required`}},
+		{"drain on deadline", "reason: maintenance,", "reason: maintenance, onDeadline: evict,", []string{`steps[2].drain.onDeadline: "evict": must be release or force`}},
 		{"coordinator action", "action: pause", "action: stop", []string{`steps[3].coordinator.action: "stop": must be kill or pause`}},
 		{"pause needs for", "action: pause, for: 5s", "action: pause", []string{`steps[3].coordinator.for: must be greater than zero`}},
 		{"kill needs no for", "action: pause, for: 5s", "action: kill", nil},

@@ -171,6 +171,12 @@ type DrainStep struct {
 	// Done ends the drains (uncordon) once each is Drained; otherwise they
 	// stay until the drill ends and its cleanup ends them.
 	Done bool `json:"done,omitempty"`
+	// OnDeadline is what happens at the deadline to pods whose eviction is
+	// still refused: "release" (the default: the node is given back
+	// DrainBlocked) or "force" (they are deleted, each with its grace
+	// period, PodDisruptionBudgets or not), as `selftaint drain
+	// --on-deadline`.
+	OnDeadline string `json:"onDeadline,omitempty"`
 }
 
 // CoordinatorStep kills or pauses the coordinator's leader process.

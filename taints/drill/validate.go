@@ -470,6 +470,11 @@ func (v *validator) drain(p *field.Path, d *DrainStep) {
 	if d.MaxParallel < 0 {
 		v.add(p.Child("maxParallel"), "%d must not be negative", d.MaxParallel)
 	}
+	switch d.OnDeadline {
+	case "", fleet.OnDeadlineRelease, fleet.OnDeadlineForce:
+	default:
+		v.add(p.Child("onDeadline"), "%q: must be %s or %s", d.OnDeadline, fleet.OnDeadlineRelease, fleet.OnDeadlineForce)
+	}
 }
 
 func (v *validator) coordinator(p *field.Path, c *CoordinatorStep) {

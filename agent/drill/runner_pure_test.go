@@ -321,3 +321,19 @@ func TestLineBatcher(t *testing.T) {
 		t.Errorf("a second flush handed on %q", got[len(want):])
 	}
 }
+
+func TestControllerManagerArgs(t *testing.T) {
+	for _, tc := range []struct {
+		pools []tdrill.Pool
+		want  string
+	}{
+		{nil, "--node-monitor-grace-period=20s --kube-api-qps=20 --kube-api-burst=40"},
+		{[]tdrill.Pool{{Name: "a", Count: 9}}, "--node-monitor-grace-period=20s --kube-api-qps=20 --kube-api-burst=40"},
+		{[]tdrill.Pool{{Name: "a", Count: 100}, {Name: "b", Count: 100}}, "--node-monitor-grace-period=20s --kube-api-qps=200 --kube-api-burst=400"},
+	} {
+		s := &tdrill.Scenario{Cluster: tdrill.Cluster{Pools: tc.pools, NodeMonitorGracePeriod: dur(20 * time.Second)}}
+		if got := strings.Join(controllerManagerArgs(s), " "); got != tc.want {
+			t.Errorf("pools %v: got %q, want %q", tc.pools, got, tc.want)
+		}
+	}
+}

@@ -251,17 +251,30 @@ func (c *coordinators) stopAll() []string {
 	}
 	c.procs = map[string]*coordProc{}
 	c.mu.Unlock()
-	var stopped []string
+	// All at once, then one grace period for all of them.
 	for _, p := range procs {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
+	}
+	grace := time.NewTimer(10 * time.Second)
+	defer grace.Stop()
+	expired := false
+	var stopped []string
+	for _, p := range procs {
+		if !expired {
+			select {
+			case <-p.done:
+			case <-grace.C:
+				expired = true
+			}
+		}
+		what := "coordinator process " + p.identity
+		if expired && !exited(p) {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			<-p.done
+			what += " (killed: not stopped 10s after SIGTERM)"
 		}
-		stopped = append(stopped, "coordinator process "+p.identity)
+		stopped = append(stopped, what)
 	}
 	return stopped
 }

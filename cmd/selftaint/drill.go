@@ -256,7 +256,7 @@ func (a *drillActions) InjectFault(ctx context.Context, kubeconfig, configPath, 
 		// Node and grant, per node of a storm).
 		quiet := &drillActions{}
 		return quiet.command(ctx, "fault inject", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return faultInject(ctx, args, stdout, stderr, false)
+			return faultInject(ctx, args, stdout, stderr, noStanding)
 		}, faultInjectArgs(kubeconfig, configPath, node, f))
 	}
 	return a.command(ctx, "fault inject", runFaultInject, faultInjectArgs(kubeconfig, configPath, node, f))

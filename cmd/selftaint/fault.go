@@ -213,13 +213,22 @@ func defaultInjectedBy() string {
 }
 
 func runFaultInject(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return faultInject(ctx, args, stdout, stderr, true)
+	return faultInject(ctx, args, stdout, stderr, (*faultEnv).tellNoExecute)
 }
 
-// faultInject is `selftaint fault inject`; without standing it leaves out
-// what the fault means for the NoExecute rules (which reads every Node and
-// grant: a drill injecting a storm on many nodes says it for one).
-func faultInject(ctx context.Context, args []string, stdout, stderr io.Writer, standing bool) error {
+// standingTeller says what a fault just written means for the NoExecute
+// rules: (*faultEnv).tellNoExecute, or noStanding.
+type standingTeller func(e *faultEnv, ctx context.Context, w io.Writer, n *corev1.Node, c corev1.NodeConditionType, st corev1.ConditionStatus, now time.Time) error
+
+// noStanding says nothing: a drill injecting a storm on many nodes says it
+// for one (it reads every Node and grant).
+func noStanding(*faultEnv, context.Context, io.Writer, *corev1.Node, corev1.NodeConditionType, corev1.ConditionStatus, time.Time) error {
+	return nil
+}
+
+// faultInject is `selftaint fault inject`, tell saying what the fault
+// means for the NoExecute rules.
+func faultInject(ctx context.Context, args []string, stdout, stderr io.Writer, tell standingTeller) error {
 	fs, ff := newFaultFlagSet(ctx, "inject", stderr)
 	target := fs.String("condition", "", conditionFlagUsage(config.DefaultRegistry()))
 	status := fs.String("status", "True", "the status the condition takes: True, False or Unknown")
@@ -309,10 +318,7 @@ func faultInject(ctx context.Context, args []string, stdout, stderr io.Writer, s
 	fmt.Fprintf(stdout, "injected fault on node %s: %s is %s (%s) until %s\n",
 		node, f.Condition, f.Status, f.Reason, expiresIn(f.ExpiresAt, now))
 	fmt.Fprintf(stdout, "annotation %s=%s\n", key, value)
-	if !standing {
-		return nil
-	}
-	return env.tellNoExecute(ctx, stdout, n, f.Condition, f.Status, now)
+	return tell(env, ctx, stdout, n, f.Condition, f.Status, now)
 }
 
 // injectTargetFlags checks that inject's flags, set, name its target one

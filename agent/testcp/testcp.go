@@ -256,12 +256,47 @@ func start(ctx context.Context, opts Options, dir string) (*ControlPlane, error)
 		}
 	}
 
-	cp := &ControlPlane{Dir: dir}
-	if err := cp.startComponents(ctx, opts, etcdBin, apiBin, kcmBin, schedBin); err != nil {
+	// The ports are free when chosen, not reserved: a control plane
+	// starting beside this one may take one first. Such a start is tried
+	// again from scratch with new ports.
+	for attempt := 1; ; attempt++ {
+		cp := &ControlPlane{Dir: dir}
+		err := cp.startComponents(ctx, opts, etcdBin, apiBin, kcmBin, schedBin)
+		if err == nil {
+			return cp, nil
+		}
 		cp.stopAll()
-		return cp, err
+		if attempt == maxStartAttempts || ctx.Err() != nil || !portTaken(err) {
+			return cp, err
+		}
+		if rerr := emptyDir(dir); rerr != nil {
+			return cp, errors.Join(err, fmt.Errorf("testcp: emptying %s to start again: %w", dir, rerr))
+		}
 	}
-	return cp, nil
+}
+
+// maxStartAttempts bounds the starts tried when a port was taken.
+const maxStartAttempts = 3
+
+// portTaken reports whether a start failed only because a component could
+// not bind a port it was given.
+func portTaken(err error) bool {
+	var ce *ComponentError
+	return errors.As(err, &ce) && strings.Contains(ce.LogTail, "address already in use")
+}
+
+// emptyDir removes everything in dir, keeping dir.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (cp *ControlPlane) startComponents(ctx context.Context, opts Options, etcdBin, apiBin, kcmBin, schedBin string) error {

@@ -24,23 +24,6 @@ import (
 // defaultWaitTimeout is a waitFor step's when the file gives none.
 const defaultWaitTimeout = 2 * time.Minute
 
-// stepKind names a step's action.
-func stepKind(st tdrill.Step) string {
-	switch {
-	case st.Fault != nil:
-		return "fault"
-	case st.NotReady != nil:
-		return "notReady"
-	case st.Drain != nil:
-		return "drain"
-	case st.Coordinator != nil:
-		return "coordinator"
-	case st.WaitFor != nil:
-		return "waitFor"
-	}
-	return ""
-}
-
 // timeline runs the steps in order, each at its At (or when the one before
 // has, whichever is later). A failed step ends the timeline.
 func (r *runner) timeline(ctx context.Context) error {
@@ -74,7 +57,7 @@ func sleepUntil(ctx context.Context, at time.Time) error {
 
 // runStep runs one step and records it.
 func (r *runner) runStep(ctx context.Context, st tdrill.Step) error {
-	rec := tdrill.StepRecord{Name: st.Name, Kind: stepKind(st), Started: r.now()}
+	rec := tdrill.StepRecord{Name: st.Name, Kind: st.StepKind(), Started: r.now()}
 	r.view.line("step %s (%s) starts", st.Name, rec.Kind)
 	nodes, err := r.stepNodes(ctx, st)
 	rec.Nodes = nodes

@@ -23,14 +23,14 @@ func nodeLines(prev, next tdrill.NodeVersion) []string {
 	say := func(format string, args ...any) {
 		out = append(out, fmt.Sprintf("node %s: ", next.Name)+fmt.Sprintf(format, args...))
 	}
-	for _, k := range next.NoExecute {
-		if !slices.Contains(prev.NoExecute, k) {
-			say("taint %s:NoExecute on", k)
+	for _, k := range next.Taints {
+		if !slices.Contains(prev.Taints, k) {
+			say("taint %s on", k)
 		}
 	}
-	for _, k := range prev.NoExecute {
-		if !slices.Contains(next.NoExecute, k) {
-			say("taint %s:NoExecute off", k)
+	for _, k := range prev.Taints {
+		if !slices.Contains(next.Taints, k) {
+			say("taint %s off", k)
 		}
 	}
 	if next.Ready != prev.Ready {

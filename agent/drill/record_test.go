@@ -92,6 +92,7 @@ func TestNodeVersion(t *testing.T) {
 	}
 	want := tdrill.NodeVersion{Name: "gpu-1", ResourceVersion: "7",
 		NoExecute: []string{"selftaint.io/gpu-failure", "node.kubernetes.io/unreachable"},
+		Taints:    []string{"selftaint.io/gpu-failure:NoExecute", "selftaint.io/gpu-degraded:NoSchedule", "node.kubernetes.io/unreachable:NoExecute"},
 		Ready:     "Unknown", Unschedulable: true,
 		Conditions:  map[string]string{"Ready": "Unknown", string(fleet.MaintenanceCondition): "True"},
 		Maintenance: "Draining"}
@@ -211,10 +212,12 @@ func TestNodeLines(t *testing.T) {
 		want       []string
 	}{
 		{"heartbeat", healthy, healthy, nil},
-		{"taint on", healthy, with(func(v *tdrill.NodeVersion) { v.NoExecute = []string{"selftaint.io/gpu-failure"} }),
+		{"taint on", healthy, with(func(v *tdrill.NodeVersion) { v.Taints = []string{"selftaint.io/gpu-failure:NoExecute"} }),
 			[]string{"node gpu-1: taint selftaint.io/gpu-failure:NoExecute on"}},
-		{"taint off", with(func(v *tdrill.NodeVersion) { v.NoExecute = []string{"selftaint.io/gpu-failure"} }), healthy,
+		{"taint off", with(func(v *tdrill.NodeVersion) { v.Taints = []string{"selftaint.io/gpu-failure:NoExecute"} }), healthy,
 			[]string{"node gpu-1: taint selftaint.io/gpu-failure:NoExecute off"}},
+		{"fallback on", healthy, with(func(v *tdrill.NodeVersion) { v.Taints = []string{"selftaint.io/memory-pressure:NoSchedule"} }),
+			[]string{"node gpu-1: taint selftaint.io/memory-pressure:NoSchedule on"}},
 		{"not ready", healthy, with(func(v *tdrill.NodeVersion) { v.Ready = "Unknown"; v.Conditions["Ready"] = "Unknown" }),
 			[]string{"node gpu-1: Ready Unknown"}},
 		{"cordoned", healthy, with(func(v *tdrill.NodeVersion) { v.Unschedulable = true }), []string{"node gpu-1: cordoned"}},

@@ -87,6 +87,7 @@ func nodeVersion(node *corev1.Node) tdrill.NodeVersion {
 		if t.Effect == corev1.TaintEffectNoExecute {
 			v.NoExecute = append(v.NoExecute, t.Key)
 		}
+		v.Taints = append(v.Taints, t.Key+":"+string(t.Effect))
 	}
 	for _, c := range node.Status.Conditions {
 		v.Conditions[string(c.Type)] = string(c.Status)

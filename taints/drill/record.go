@@ -93,6 +93,8 @@ type NodeVersion struct {
 	ResourceVersion string
 	// NoExecute are the keys of its NoExecute taints.
 	NoExecute []string
+	// Taints are all its taints as key:Effect (for the live view).
+	Taints []string
 	// Ready is the Ready condition's status ("" when absent).
 	Ready         string
 	Unschedulable bool

@@ -25,19 +25,21 @@ import (
 	tdrill "github.com/selftaint/selftaint/taints/drill"
 )
 
-const drillUsage = `Usage: selftaint drill FILE.yaml [--kubeconfig K] [--report out.json] [--junit out.xml] [--selftaint BIN] [--quiet]
+const drillUsage = `Usage: selftaint drill FILE.yaml [--report out.json] [--junit out.xml] [--keep] [--quiet]
+                       [--kubeconfig K] [--context C] [--cluster C] [--user U]
 
 Runs the drill FILE describes: a scenario of workloads, faults, NotReady
 nodes, drains and coordinator failures on a timeline, with expectations
-judged on every version of the objects it watched. Without --kubeconfig it
-starts its own control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler on loopback; the binaries make builds); with it, it runs in
-that cluster and touches only the nodes it registers or is given.
+judged on every version of the objects it watched. Without --kubeconfig,
+--context, --cluster or --user it starts its own control plane (etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler on loopback; the
+binaries make builds, found with --kube-bin-dir); with them, it runs in that
+cluster and touches only the nodes it registers or is given.
 
 It prints a live view, then a table of the expectations with what was
 measured; --report writes the JSON report, --junit a JUnit XML file. It
 cleans up everything it created, also on Ctrl-C (a second Ctrl-C abandons
-the cleanup).
+the cleanup); --keep first holds it all up, once judged, until Ctrl-C.
 
 Exit status: 0 every expectation held; 1 one was breached; 2 the file or a
 flag is wrong (nothing ran); 3 the drill could not run to its end.

@@ -69,6 +69,7 @@ spec:
 // table, a JSON report that says it passed and a JUnit file, and a cleanup
 // that stopped the control plane.
 func TestDrillTwoNodesPasses(t *testing.T) {
+	t.Parallel()
 	testcp.SkipIfShort(t, "starts a control plane")
 	testcp.KubePath(t, "kube-apiserver") // skip (or, under CI, fail) without the binaries
 	dir := t.TempDir()
@@ -221,6 +222,7 @@ timeout: 3m
 // namespace of the drill's afterwards (the coordinator's namespace, which
 // the drill did not create, stays).
 func TestDrillInterruptedCleansUp(t *testing.T) {
+	t.Parallel()
 	testcp.SkipIfShort(t, "starts a control plane")
 	cp := drillCluster(t)
 	bin := buildStamped(t)
@@ -282,6 +284,7 @@ func TestDrillInterruptedCleansUp(t *testing.T) {
 // A bare pod (no controller) is waited for before t=0 like a workload:
 // one that cannot be scheduled stops the drill with exit 3 naming it.
 func TestDrillWaitsForBarePods(t *testing.T) {
+	t.Parallel()
 	testcp.SkipIfShort(t, "starts a control plane")
 	cp := drillCluster(t)
 	bare := "apiVersion: v1\nkind: Pod\nmetadata: {name: lonely}\nspec:\n  nodeSelector: {nowhere: \"true\"}\n  containers: [{name: app, image: registry.invalid/app}]\n"
@@ -304,6 +307,7 @@ func TestDrillWaitsForBarePods(t *testing.T) {
 }
 
 func TestDrillUnschedulableWorkloadExits3(t *testing.T) {
+	t.Parallel()
 	testcp.SkipIfShort(t, "starts a control plane")
 	cp := drillCluster(t)
 	file := writeDrill(t, strings.NewReplacer(

@@ -306,6 +306,7 @@ func TestPluginKubeFlagsSelect(t *testing.T) {
 // kubectl-selftaint, and runs it through the real kubectl against the real
 // API server, with a kubeconfig whose current context is wrong.
 func TestKubectlPlugin(t *testing.T) {
+	t.Parallel()
 	testcp.SkipIfShort(t, "builds the binary and runs kubectl")
 	kubectl := testcp.KubePath(t, "kubectl")
 	cp := shared.Get(t)

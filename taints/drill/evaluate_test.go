@@ -142,6 +142,16 @@ func TestEvaluateReady(t *testing.T) {
 			message: []string{"back to 3/3 ready 20.0s after xid"},
 		},
 		{
+			name: "back, then down again to the end", expect: ready(time.Minute, "xid"),
+			rec:     withVersions(60, wv(0, 3, 3), wv(12, 2, 3), wv(20, 3, 3), wv(40, 2, 3)),
+			message: []string{"back to 3/3 ready 10.0s after xid, expected within 1m, but down again from 40.0s to the end (ready 2/3)"},
+		},
+		{
+			name: "back, down and back again", expect: ready(time.Minute, "xid"), passed: true,
+			rec:     withVersions(60, wv(0, 3, 3), wv(12, 2, 3), wv(20, 3, 3), wv(40, 2, 3), wv(45, 3, 3)),
+			message: []string{"back to 3/3 ready 10.0s after xid, expected within 1m"},
+		},
+		{
 			name: "last version before the step, down to the end", expect: ready(time.Minute, "xid"),
 			rec:     withVersions(60, wv(0, 3, 3), wv(5, 2, 3)),
 			message: []string{"not ready after 50.0s (ready 2/3)"},

@@ -44,6 +44,13 @@ func (ev *evaluator) ready(r *ReadyExpect) Result {
 		res.Passed = took <= r.Within.Duration
 		res.Message = fmt.Sprintf("%s back to %d/%d ready %.1fs %s, expected within %s",
 			ref, last.Ready, last.Desired, seconds(took), since(r.After), shortDuration(r.Within.Duration))
+		// Back once is not back: a workload down again at the end of the
+		// drill did not come back.
+		if end := vs[len(vs)-1]; end.Ready < end.Desired {
+			res.Passed = false
+			res.Measured.Ready, res.Measured.Desired = ptr(end.Ready), ptr(end.Desired)
+			res.Message += fmt.Sprintf(", but down again from %.1fs to the end (ready %d/%d)", seconds(downAgain(vs, back).Sub(ev.rec.Start)), end.Ready, end.Desired)
+		}
 	}
 	resched.fill(&res.Measured)
 	res.Message += resched.summary()
@@ -77,6 +84,24 @@ func backAt(vs []WorkloadVersion, from time.Time) (back time.Time, dropped bool,
 		dropped = true
 	}
 	return time.Time{}, dropped, last
+}
+
+// downAgain is when the workload last went below its desired ready
+// replicas after back (its versions in order).
+func downAgain(vs []WorkloadVersion, back time.Time) time.Time {
+	var at time.Time
+	wasUp := true
+	for _, v := range vs {
+		if v.Time.Before(back) {
+			continue
+		}
+		up := v.Ready >= v.Desired
+		if wasUp && !up {
+			at = v.Time
+		}
+		wasUp = up
+	}
+	return at
 }
 
 type rescheduled struct {

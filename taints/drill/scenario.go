@@ -238,8 +238,9 @@ type Expectation struct {
 }
 
 // ReadyExpect: the workload is back to its desired ready replicas within
-// Within of step After's start (default t=0), and each pod it lost after
-// then is replaced by a ready one (measured: reschedule p50/p99).
+// Within of step After's start (default t=0) and is so again at the end of
+// the drill if it dropped meanwhile, and each pod it lost after then is
+// replaced by a ready one (measured: reschedule p50/p99).
 type ReadyExpect struct {
 	Workload WorkloadRef `json:"workload"`
 	Within   Duration    `json:"within"`

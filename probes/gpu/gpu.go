@@ -392,6 +392,9 @@ type Monitor struct {
 	rebooted bool
 	closed   bool
 	w        *watcher
+	// retired is the watcher of the set replaced, until a new set's
+	// watcher takes it as its prev (see watcher).
+	retired *watcher
 	// eventsErr is why no event set could be created.
 	eventsErr error
 }

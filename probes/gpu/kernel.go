@@ -170,6 +170,71 @@ func inWindow(ts []time.Time, now time.Time) []time.Time {
 	return ts[i:]
 }
 
+// xidRecoveryActionChanged is Xid 154, "GPU Recovery Action Changed":
+// its line names the recovery action the driver now asks for.
+const xidRecoveryActionChanged = 154
+
+// recoveryActionTo matches the new action in an Xid 154 line ("GPU
+// recovery action changed from 0x0 (None) to 0x2 (Node Reboot
+// Required)"): its number, else its name.
+var recoveryActionTo = regexp.MustCompile(`(?i)\bto\s+(?:0x([0-9a-f]{1,8})\b)?\s*\(?\s*([a-z][a-z0-9 /-]*)?`)
+
+// recoveryActionOfLine is the action for the recovery action an Xid 154
+// line names, as the probe judges NVML's recovery action field: none
+// (0x0) is ActionIgnore (the need went away: it fails nothing, and clears
+// nothing either: the field going back to none is the reset that does);
+// GPU reset (0x1), drain peer-to-peer traffic (0x3: the driver then names
+// another action; held until the GPU is reset or its action is none),
+// drain and reset (0x4) and PCIe bus reset (0x6) are ActionResetGPU; node
+// reboot (0x2) and system reboot (0x7) ActionReboot. ok is false for a
+// line that names no action this selftaint knows (the catalog's action
+// then stands).
+func recoveryActionOfLine(text string) (a Action, ok bool) {
+	m := recoveryActionTo.FindStringSubmatch(text)
+	if m == nil {
+		return "", false
+	}
+	if m[1] != "" {
+		n, err := strconv.ParseUint(m[1], 16, 32)
+		if err != nil {
+			return "", false
+		}
+		switch n {
+		case recoveryNone:
+			return ActionIgnore, true
+		case recoveryReset, recoveryDrainP2P, recoveryDrainReset, recoveryBusReset:
+			return ActionResetGPU, true
+		case recoveryReboot, recoverySystemReboot:
+			return ActionReboot, true
+		}
+		return "", false
+	}
+	name := strings.ToLower(strings.TrimSpace(m[2]))
+	switch {
+	case strings.HasPrefix(name, "none"):
+		return ActionIgnore, true
+	case strings.Contains(name, "reboot"):
+		return ActionReboot, true
+	case strings.Contains(name, "reset") || strings.HasPrefix(name, "drain"):
+		return ActionResetGPU, true
+	}
+	return "", false
+}
+
+// kernelXidInfo is how the Monitor judges a kernel Xid: by the catalog
+// with config's overrides, but an Xid 154 whose line names the new
+// recovery action (and that config does not override) by that action.
+func (m *Monitor) kernelXidInfo(k KernelXid) XidInfo {
+	info := m.catalog.Lookup(k.Xid)
+	if k.Xid != xidRecoveryActionChanged || info.Overridden {
+		return info
+	}
+	if a, ok := recoveryActionOfLine(k.Text); ok {
+		info.Action = a
+	}
+	return info
+}
+
 // KernelXid files an Xid the kernel log reported (see ParseNVRMXid), as
 // recordEvent files NVML's: judged by the same catalog with config's
 // overrides (Xids, SkipXids), a fatal one held under its GPU until a
@@ -185,15 +250,17 @@ func inWindow(ts []time.Time, now time.Time) []time.Time {
 // probe (see Watch). Safe for concurrent use; after Close it does
 // nothing.
 func (m *Monitor) KernelXid(k KernelXid) {
-	if m.fileKernelXid(k) && m.catalog.Lookup(k.Xid).Action.Fatal() {
+	info := m.kernelXidInfo(k)
+	if m.fileKernelXid(k, info) && info.Action.Fatal() {
 		m.wakeFatal()
 	}
 }
 
-// fileKernelXid files k and reports whether it did (not after Close, nor
-// when NVML reported it).
-func (m *Monitor) fileKernelXid(k KernelXid) bool {
-	info := m.catalog.Lookup(k.Xid)
+// fileKernelXid files k, judged as info, and reports whether it did (not
+// after Close, nor when NVML reported it: then the record NVML's event
+// made takes the action k's line names where that is more severe, as NVML's
+// events carry no action).
+func (m *Monitor) fileKernelXid(k KernelXid, info XidInfo) bool {
 	pci := normalizePCI(k.PCIBusID)
 	now := m.now()
 	at := now
@@ -202,8 +269,16 @@ func (m *Monitor) fileKernelXid(k KernelXid) bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed || m.dedupe.heard(dedupeKey{pci: pci, xid: k.Xid}, fromKernel, now) {
+	if m.closed {
 		return false
+	}
+	if m.dedupe.heard(dedupeKey{pci: pci, xid: k.Xid}, fromKernel, now) {
+		found, raised := m.raiseAction(pci, k.Xid, info.Action)
+		if found || info.Action.Severity() <= m.catalog.Lookup(k.Xid).Action.Severity() {
+			return raised
+		}
+		// NVML's record is gone (a recovery since): the line asks for
+		// more than it did, and is filed.
 	}
 	x := xidRecord{Xid: k.Xid, Action: info.Action, Name: info.Name, seq: m.tick()}
 	var g *gpuState
@@ -227,4 +302,36 @@ func (m *Monitor) fileKernelXid(k KernelXid) bool {
 		m.stray = addXid(m.stray, x, at)
 	}
 	return true
+}
+
+// raiseAction gives the record of Xid xid that NVML's event made for the
+// GPU at pci (held by the GPU NVML identified there, or its record kept
+// since) action a where a is more severe than its own. It reports whether
+// it found the record, and whether it raised its action. m.mu is held.
+func (m *Monitor) raiseAction(pci string, xid uint64, a Action) (found, raised bool) {
+	var lists []*[]xidRecord
+	for _, g := range m.gpus {
+		if g.pci == pci && g.rec != nil {
+			lists = append(lists, &g.rec.Xids)
+		}
+	}
+	for _, r := range m.records {
+		if r.PCI == pci {
+			lists = append(lists, &r.Xids)
+		}
+	}
+	for _, l := range lists {
+		for i := range *l {
+			x := &(*l)[i]
+			if x.Xid != xid {
+				continue
+			}
+			found = true
+			if a.Severity() > x.Action.Severity() {
+				x.Action = a
+				raised = true
+			}
+		}
+	}
+	return found, raised
 }

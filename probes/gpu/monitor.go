@@ -43,6 +43,10 @@ type gpuState struct {
 	hist  map[string]history
 	// actionSeen: the driver's recovery action was not none.
 	actionSeen bool
+	// gap: the GPU was registered on an event set that was replaced, and
+	// that set may not have been read out: its Xids are not trusted until
+	// it is (closeGap).
+	gap bool
 	// healthy: the GPU's last read was complete and found no failure but
 	// its Xids (see healthyRead).
 	healthy bool
@@ -84,6 +88,9 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 	if run.driverErr == nil {
 		var wg sync.WaitGroup
 		for i, sp := range specs {
+			if run.countErr == nil && i >= run.count {
+				continue // NVML no longer counts the index: there is no GPU to read
+			}
 			wg.Go(func() { run.reads[i] = readGPU(rctx, m.gpuWorker(i), sp) })
 		}
 		wg.Wait()
@@ -283,9 +290,11 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 	m.mu.Lock()
 	if m.w != nil && m.w.failing() {
 		m.eventsErr = fmt.Errorf("the NVML event set broke (%w); replacing it", m.w.health())
-		m.w.retire()
+		m.w.retire() // it reads the set out, filing what it held
+		m.retired = m.w
 		m.w = nil
 		for _, g := range m.gpus {
+			g.gap = g.gap || g.watched
 			g.watched, g.watch = false, sigRead{}
 		}
 	}
@@ -321,7 +330,8 @@ func (m *Monitor) count(ctx context.Context, now time.Time) (int, error) {
 	defer m.mu.Unlock()
 	if needWatch && has.events && ret == nvml.SUCCESS {
 		if setRet == nvml.SUCCESS {
-			m.w = startWatcher(set, sess, m.cfg.eventWait(), func(ev nvml.EventData) { m.recordEvent(sess, ev) }, m.eventsErr)
+			m.w = startWatcher(set, sess, m.cfg.eventWait(), func(ev nvml.EventData) { m.recordEvent(sess, ev) }, m.eventsErr, m.retired)
+			m.retired = nil
 			m.nv.err = nil
 			m.eventsErr = nil
 		} else {
@@ -648,13 +658,34 @@ func (m *Monitor) adopt(g *gpuState) {
 	}
 	delete(m.records, key)
 	if g.rec != nil {
-		kept.Xids = mergeXids(kept.Xids, g.rec.Xids)
+		mergeRecord(kept, g.rec)
 	}
 	kept.UUID, kept.PCI, kept.Index = g.uuid, g.pci, g.index
 	g.rec = kept
 	if len(kept.Findings[sigRecovery]) > 0 {
 		g.actionSeen = true
 	}
+}
+
+// mergeRecord merges into kept, a record restored from before a restart,
+// what the GPU's record gathered in this agent before it was matched (the
+// GPUs were read before Restore): its Xids, and what it saw that is newer
+// than the restored record (the findings of the signals it read, the
+// recoveries and clear it observed).
+func mergeRecord(kept, fresh *gpuRecord) {
+	kept.Xids = mergeXids(kept.Xids, fresh.Xids)
+	for sig, fs := range fresh.Findings {
+		if kept.Findings == nil {
+			kept.Findings = map[string][]finding{}
+		}
+		kept.Findings[sig] = fs
+	}
+	for _, p := range []struct{ kept, fresh *mark }{{&kept.reset, &fresh.reset}, {&kept.reboot, &fresh.reboot}, {&kept.clear, &fresh.clear}} {
+		if p.fresh.isSet() {
+			*p.kept = *p.fresh
+		}
+	}
+	kept.down = kept.down || fresh.down
 }
 
 // integrate folds one run's reads into the Monitor's state and returns
@@ -674,6 +705,10 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	seenPCI := map[string]bool{}
 	for i, r := range run.reads {
 		g := m.gpus[i]
+		if counted && g.index >= run.count {
+			m.uncounted(g) // the indices past the count are the tail: s.gpus[i] stays m.gpus[i]
+			continue
+		}
 		v := m.integrateGPU(g, r, run, s.watchErr)
 		if g.pci != "" && (!run.counted || g.index < run.count) {
 			seenPCI[g.pci] = true
@@ -685,7 +720,7 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	// After a reboot, a kept record whose GPU is not among a complete set
 	// of identified GPUs belongs to hardware that is gone.
 	if m.rebooted && len(m.records) > 0 && counted && len(s.missing) == 0 &&
-		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.uuid == "" }) {
+		!slices.ContainsFunc(m.gpus, func(g *gpuState) bool { return g.index < run.count && g.uuid == "" }) {
 		clear(m.records)
 	}
 	m.attributeStrayTo(s)
@@ -694,6 +729,20 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	}
 	slices.SortFunc(s.orphans, func(a, b gpuRecord) int { return strings.Compare(a.key(), b.key()) })
 	return s
+}
+
+// uncounted forgets, at an index NVML's count no longer reaches (a driver
+// reload without a GPU), the GPU that was there: it is missing, so its
+// return, at whatever index, is a reset; its record is kept among those
+// not matched to an index (and judged as such) until a GPU is identified
+// with it. The index is not in the snapshot: there is no GPU there to be
+// unreadable. m.mu is held.
+func (m *Monitor) uncounted(g *gpuState) {
+	if g.rec != nil && (g.uuid != "" || g.pci != "") {
+		g.rec.down = true
+	}
+	m.park(g)
+	g.handle, g.reacquire, g.watched, g.watch = nil, false, false, sigRead{}
 }
 
 // countGPUs sets what s says of the GPUs' count: how many the node should
@@ -844,17 +893,20 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 	if r.staleHandle || view.lost != nil {
 		g.reacquire = true // a reset may have re-created the device
 	}
-	missing := run.counted && g.index >= run.count
+	missing := run.counted && g.index >= run.count // by the last count, this run's failed
 	switch {
+	case missing: // before the errors its calls got: they are why
+		view.unreadable = fmt.Errorf("NVML no longer counts GPU %d", g.index)
 	case r.openErr != nil:
 		view.unreadable = r.openErr
 	case r.hung != nil && len(r.sigs) == 0:
 		view.unreadable = r.hung
-	case missing:
-		view.unreadable = fmt.Errorf("NVML no longer counts GPU %d", g.index)
 	}
 	view.hung = r.hung
 	view.xid = xidHealth(g, m.nv.has.events, watchErr, view.unreadable)
+	if err := m.closeGap(g, r); err != nil && view.xid.ok() {
+		view.xid = sigRead{err: err}
+	}
 	back := m.noteResets(g, rec, r, view, missing, now)
 	for sig, sr := range r.sigs {
 		if !sr.ok() {
@@ -899,6 +951,29 @@ func (m *Monitor) noteResets(g *gpuState, rec *gpuRecord, r gpuRead, view gpuVie
 		}
 	}
 	return back
+}
+
+// closeGap closes g's gap (see gpuState) when the set replaced was read
+// out (everything it held was filed), or else when NVML's state of the
+// GPU has been read again since it registered on the new set: this read
+// has the GPU registered and read its recovery action (or found it not
+// available), which says whether an Xid it missed asked for a recovery.
+// It returns why g's Xids are not trusted yet, nil when they are (or
+// the watcher's health says why). m.mu is held.
+func (m *Monitor) closeGap(g *gpuState, r gpuRead) error {
+	if !g.gap || m.w == nil {
+		return nil
+	}
+	done, err := m.w.readOutResult()
+	if !done {
+		return nil // health says so
+	}
+	rec, read := r.sigs[sigRecovery]
+	if err == nil || g.watched && read && rec.err == nil {
+		g.gap = false
+		return nil
+	}
+	return fmt.Errorf("the NVML event set broke and what it held could not be read (%w): an Xid of this GPU may be missed until its state is read again", err)
 }
 
 // xidHealth says whether the GPU's Xid events can be trusted this run.

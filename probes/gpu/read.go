@@ -49,6 +49,10 @@ const (
 	recoveryReboot      = 2 // _NODE_REBOOT
 	recoveryDrainP2P    = 3 // _DRAIN_P2P
 	recoveryDrainReset  = 4 // _DRAIN_AND_RESET
+	// Newer drivers' actions (nvml.h after go-nvml v0.13), named by Xid
+	// 154's line: 5 is recover the IMEX domain (unknown here).
+	recoveryBusReset     = 6 // _BUS_RESET: reset the GPU's PCIe bus
+	recoverySystemReboot = 7 // _SYSTEM_REBOOT
 )
 
 func lookupSymbols(lib nvml.Interface) symbols {

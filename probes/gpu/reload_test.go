@@ -200,7 +200,8 @@ func TestDeadHandleReacquired(t *testing.T) {
 }
 
 // The event set breaks (its waits fail): it is replaced by a new one,
-// every GPU registered on it, and an Xid raised after is seen. While
+// every GPU registered on it, and an Xid raised after is seen (one queued
+// in the broken set: TestBrokenEventSetReadOutBeforeReplaced). While
 // every set's waits fail, each run may replace the set, but events are
 // never trusted meanwhile: a new set proves itself first.
 func TestBrokenEventSetRecreated(t *testing.T) {
@@ -227,11 +228,12 @@ func TestBrokenEventSetRecreated(t *testing.T) {
 
 	f.breakSet()
 	madeBefore, _ = f.sets()
-	f.push(f.xid(3, 79))
-	f.waitFor(t, m, NameFatal, attackXid79)
+	f.waitFor(t, m, NameFatal, fatalOK) // on a new set, each GPU read again
 	if made, _ := f.sets(); made == madeBefore {
 		t.Errorf("no new event set made after the set broke")
 	}
+	f.push(f.xid(3, 79))
+	f.waitFor(t, m, NameFatal, attackXid79)
 	if err := m.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}

@@ -2,8 +2,10 @@ package gpu
 
 // The fault rig: a DGX A100 (go-nvml's dgxa100 mock, 8 A100s) whose every
 // signal reads healthy until a test changes it, with faults per call (an
-// error, a hang until the test ends, a slow answer), an event set that
-// hands out queued events, and a stepping clock.
+// error, a hang until the test ends, a slow answer), event sets that hand
+// out the events queued in them (as in NVML, an event is queued in the set
+// its GPU is registered with, and dropped when that set is freed), and a
+// stepping clock.
 //
 // It has NVML's sessions: Shutdown ends the session (every call then says
 // ERROR_UNINITIALIZED, the handles of that session too), and open (a
@@ -16,6 +18,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +42,15 @@ var busIDs = [8]int{0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd}
 
 // nvLinks is how many NVLinks an A100 has.
 const nvLinks = 12
+
+// queuedEvent is an event NVML has not handed out, and the event set it
+// is queued in: set 0 while its GPU is registered with none (it goes to
+// the set the GPU registers with next), or for a device that is none of
+// the GPUs (any set hands it out).
+type queuedEvent struct {
+	ev  nvml.EventData
+	set int
+}
 
 // fault is what a call does instead of answering at once.
 type fault struct {
@@ -117,7 +129,7 @@ type fake struct {
 	lacks     map[string]bool  // symbols the driver lacks
 	calls     map[string]int   // calls made, by name
 	total     int              // every call made, of any kind
-	queue     []nvml.EventData // events not handed out yet
+	queue     []queuedEvent    // events not handed out yet
 	changed   chan struct{}    // closed and replaced when queue or registered change
 	reg       map[int]bool     // GPUs registered with the current event set
 	setsMade  int
@@ -678,13 +690,21 @@ func (f *fake) changedLocked() {
 	f.changed = make(chan struct{})
 }
 
-// push queues events. NVML hands out a GPU's events once the GPU is
-// registered with the event set; an event of a device that is none of the
-// GPUs goes out at once.
+// push queues events. As in NVML, an event of a GPU registered with the
+// current event set is queued in that set: only a wait on it hands it out,
+// and freeing the set drops it. An event of a GPU not registered yet waits
+// for its registration; one of a device that is none of the GPUs goes out
+// at once.
 func (f *fake) push(evs ...nvml.EventData) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.queue = append(f.queue, evs...)
+	for _, ev := range evs {
+		q := queuedEvent{ev: ev}
+		if i := f.indexLocked(ev.Device); i >= 0 && f.reg[i] {
+			q.set = f.setsMade
+		}
+		f.queue = append(f.queue, q)
+	}
 	f.changedLocked()
 }
 
@@ -701,10 +721,13 @@ func (f *fake) xid(i int, xid uint64) nvml.EventData {
 		GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
 }
 
-// popLocked takes the first event that can be handed out. f.mu is held.
-func (f *fake) popLocked() (nvml.EventData, bool) {
-	for k, ev := range f.queue {
-		if i := f.indexLocked(ev.Device); i < 0 || f.reg[i] {
+// popLocked takes the first event a wait on set n can hand out. f.mu is
+// held.
+func (f *fake) popLocked(n int) (nvml.EventData, bool) {
+	for k, q := range f.queue {
+		ev := q.ev
+		i := f.indexLocked(ev.Device)
+		if q.set == n || q.set == 0 && (i < 0 || n == f.setsMade && f.reg[i]) {
 			if k == 0 {
 				f.queue = f.queue[1:]
 			} else {
@@ -749,7 +772,7 @@ func (s *eventSet) Wait(ms uint32) (nvml.EventData, nvml.Return) {
 			f.mu.Unlock()
 			return nvml.EventData{}, nvml.ERROR_UNKNOWN
 		}
-		ev, ok := f.popLocked()
+		ev, ok := f.popLocked(s.n)
 		changed := f.changed
 		f.mu.Unlock()
 		if ok {
@@ -769,14 +792,28 @@ func (s *eventSet) Wait(ms uint32) (nvml.EventData, nvml.Return) {
 	}
 }
 
-// Free counts the set freed.
+// Free counts the set freed, and drops the events queued in it.
 func (s *eventSet) Free() nvml.Return {
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
 	s.f.calls["EventSetFree"]++
 	s.f.total++
 	s.f.setsFreed++
+	s.f.queue = slices.DeleteFunc(s.f.queue, func(q queuedEvent) bool { return q.set == s.n })
 	return nvml.SUCCESS
+}
+
+// queuedIn is how many events are queued in set n.
+func (f *fake) queuedIn(n int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := 0
+	for _, q := range f.queue {
+		if q.set == n {
+			k++
+		}
+	}
+	return k
 }
 
 // sets is how many event sets were made and freed.

@@ -263,10 +263,14 @@ func compactState(s savedState) savedState {
 	return out
 }
 
+// withoutActions leaves out the actions the catalog gives back, all but
+// those of Xid 154, whose line named the action (kernelXidInfo).
 func withoutActions(l []xidRecord) []xidRecord {
 	l = slices.Clone(l)
 	for i := range l {
-		l[i].Action = ""
+		if l[i].Xid != xidRecoveryActionChanged {
+			l[i].Action = ""
+		}
 	}
 	return l
 }
@@ -694,7 +698,10 @@ func addXid(l []xidRecord, x xidRecord, at time.Time) []xidRecord {
 			r.Count++
 			r.Last = at
 			r.seq = max(r.seq, x.seq)
-			r.Action, r.Name = x.Action, x.Name
+			r.Name = x.Name
+			if x.Action.Severity() > r.Action.Severity() {
+				r.Action = x.Action // an Xid 154 whose line named a worse action
+			}
 			return l
 		}
 	}
@@ -730,6 +737,9 @@ func mergeXids(dst, src []xidRecord) []xidRecord {
 		r := &dst[i]
 		r.Count += x.Count
 		r.seq = max(r.seq, x.seq)
+		if x.Action.Severity() > r.Action.Severity() {
+			r.Action = x.Action
+		}
 		if x.First.Before(r.First) {
 			r.First = x.First
 		}

@@ -87,9 +87,13 @@ func (m *Monitor) Restore(data []byte) error {
 			missing = s.Short.Missing
 		}
 	}
+	// The reboot happened before this agent started: it covers what was
+	// restored (seq 0) and nothing this agent saw, even where the GPUs
+	// were read, and Xids seen, before Restore (the inventory's first
+	// count): a restored mark is before everything seen since.
 	var reboot mark
 	if rebooted {
-		reboot = mark{at: now, seq: m.tick()}
+		reboot = mark{at: now}
 	}
 	for _, r := range s.GPUs {
 		rec := notAfter(cloneRecord(r), now).restored()
@@ -164,7 +168,9 @@ func earliest(a, b time.Time) time.Time {
 
 // judgeKept judges kept Xids as a new occurrence would be judged: by the
 // catalog with config's overrides now, whatever the state said (it does
-// not keep the action, and an older state's is checked but not used).
+// not keep the action, and an older state's is checked but not used),
+// but an Xid 154 by the action its line named, which the state keeps
+// (unless config overrides 154).
 // Config overrides extend the catalog: an Xid config now calls ignore or
 // restart-app no longer fails the GPU, so a kept one goes, as the
 // operator who wrote that asked; one now judged more (or less) severe
@@ -173,6 +179,9 @@ func (m *Monitor) judgeKept(l []xidRecord) []xidRecord {
 	var out []xidRecord
 	for _, x := range l {
 		info := m.catalog.Lookup(x.Xid)
+		if x.Xid == xidRecoveryActionChanged && !info.Overridden && x.Action.Fatal() {
+			info.Action = x.Action // the action its line named, which the state keeps
+		}
 		if !info.Action.Fatal() {
 			continue
 		}
@@ -196,8 +205,10 @@ const ClearAll = "all"
 // healthy: what it held goes at once, and its record with it once it
 // holds no failure. A PCI address NVML does not see (a dead GPU, one gone
 // from the bus) is forgotten as expected: with expectedGPUs set, or once
-// it is off the PCI bus, the node is no longer short of it. It returns
-// what it dropped and what it kept, and why.
+// it is off the PCI bus, the node is no longer short of it; the Xids held
+// for it as a device NVML did not identify (a kernel line naming its PCI
+// address, an event of a device that said its UUID) go at once too. It
+// returns what it dropped and what it kept, and why.
 func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 	if len(targets) == 0 {
 		return "", errors.New("no GPU named: give GPU UUIDs, PCI addresses or \"all\"")
@@ -233,18 +244,54 @@ func (m *Monitor) Clear(targets []string, requested time.Time) (string, error) {
 	if !all {
 		words = append(words, m.forgetMissing(targets)...)
 	}
-	if all && len(m.stray) > 0 {
-		kept, dropped := clearedXids(m.stray, k)
-		m.stray = kept
-		if w := clearWords(dropped, nil, false, kept, requested); w != "" {
-			words = append(words, "unidentified GPU: "+w)
-		}
-	}
+	words = append(words, m.clearStray(all, named, k)...)
 	if len(words) == 0 {
 		return "nothing was held for " + strings.Join(targets, ", "), nil
 	}
 	slices.Sort(words)
 	return "cleared " + strings.Join(words, "; ") + " (a problem still there is found again)", nil
+}
+
+// clearStray clears the stray Xids (of devices NVML did not identify)
+// held before k: every one for all, else those of the devices named (a
+// kernel Xid names its PCI address, an NVML event its device's UUID where
+// the device said it), and says what, per device.
+func (m *Monitor) clearStray(all bool, named func(uuid, pci string) bool, k mark) []string {
+	var words []string
+	if all {
+		kept, dropped := clearedXids(m.stray, k)
+		m.stray = kept
+		if w := clearWords(dropped, nil, false, kept, k.at); w != "" {
+			words = append(words, "unidentified GPU: "+w)
+		}
+		return words
+	}
+	var devices []xidRecord // one stray record of each device named
+	for _, x := range m.stray {
+		if x.device() != "" && named(x.UUID, x.PCI) && !slices.ContainsFunc(devices, func(d xidRecord) bool { return d.device() == x.device() }) {
+			devices = append(devices, x)
+		}
+	}
+	for _, d := range devices {
+		var mine, others []xidRecord
+		for _, x := range m.stray {
+			if x.device() == d.device() {
+				mine = append(mine, x)
+			} else {
+				others = append(others, x)
+			}
+		}
+		kept, dropped := clearedXids(mine, k)
+		m.stray = append(others, kept...)
+		label := "GPU at PCI " + d.PCI + " (NVML does not identify it; from the kernel log)"
+		if d.UUID != "" {
+			label = "GPU " + d.UUID + " (NVML did not identify it)"
+		}
+		if w := clearWords(dropped, nil, false, kept, k.at); w != "" {
+			words = append(words, label+": "+w)
+		}
+	}
+	return words
 }
 
 // clearGPU clears what GPU g, which NVML sees, held before k (see Clear),
@@ -377,7 +424,8 @@ func (m *Monitor) forgetMissing(targets []string) []string {
 }
 
 // knows reports whether t names a GPU the Monitor knows: one NVML saw, a
-// kept record, or a PCI address it expects or saw on the PCI bus.
+// kept record, a PCI address it expects or saw on the PCI bus, or a device
+// a stray Xid names.
 func (m *Monitor) knows(t string) bool {
 	a := normalizePCI(t)
 	for _, g := range m.gpus {
@@ -391,7 +439,8 @@ func (m *Monitor) knows(t string) bool {
 		}
 	}
 	return slices.Contains(m.expected, a) || slices.Contains(m.lastPCI, a) ||
-		slices.ContainsFunc(m.lastCount.missing, func(mg missingGPU) bool { return mg.pci == a })
+		slices.ContainsFunc(m.lastCount.missing, func(mg missingGPU) bool { return mg.pci == a }) ||
+		slices.ContainsFunc(m.stray, func(x xidRecord) bool { return x.UUID != "" && x.UUID == t || x.PCI != "" && x.PCI == a })
 }
 
 func (m *Monitor) knownGPUs() []string {

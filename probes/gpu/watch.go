@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,6 +15,14 @@ import (
 // it, not minutes later. It is the only caller of the set's Wait, and it
 // frees the set when its loop ends (while the set's session is live: an
 // ended session's library freed it).
+//
+// A set whose waits fail is replaced (retire), but what NVML queued in it
+// is not lost with it: the retired watcher reads the set out (waits that
+// do not block, until the set says it is empty) before it frees it, and
+// files what it reads; the watcher of the new set is not trusted until
+// that read-out is over (see readOutResult for when it could not be done).
+// Both sets are registered for a while, so an Xid raised then may be
+// counted twice, never lost.
 type watcher struct {
 	set     nvml.EventSet
 	sess    *session
@@ -21,6 +30,10 @@ type watcher struct {
 	onEvent func(nvml.EventData)
 	quit    chan struct{}
 	exited  chan struct{}
+	// prev is the watcher of the set this one replaced, nil for none, and
+	// replaced why that set was replaced.
+	prev     *watcher
+	replaced error
 
 	mu  sync.Mutex // guards the fields below
 	err error      // the last wait's failure; nil after a wait that worked
@@ -30,14 +43,21 @@ type watcher struct {
 	waiting  bool
 	since    time.Time // when the wait in flight started (real time)
 	stopped  bool
-	freeErr  error // freeing the set failed
+	// readOut: stopped by retire, the set is read out before it is freed.
+	readOut bool
+	// readOutDone and readOutErr: the read-out is over, and why it could
+	// not show the set empty (nil: every event it held was filed).
+	readOutDone bool
+	readOutErr  error
+	freeErr     error // freeing the set failed
 }
 
 // startWatcher starts draining set. unproven is why Xid events could not
 // be trusted before (the set this one replaces broke): health says so
-// until a wait on the new set has returned.
-func startWatcher(set nvml.EventSet, sess *session, wait time.Duration, onEvent func(nvml.EventData), unproven error) *watcher {
-	w := &watcher{set: set, sess: sess, wait: wait, onEvent: onEvent, quit: make(chan struct{}), exited: make(chan struct{}), unproven: unproven}
+// until a wait on the new set has returned, and prev (the watcher of the
+// set replaced, or nil) has read its set out.
+func startWatcher(set nvml.EventSet, sess *session, wait time.Duration, onEvent func(nvml.EventData), unproven error, prev *watcher) *watcher {
+	w := &watcher{set: set, sess: sess, wait: wait, onEvent: onEvent, quit: make(chan struct{}), exited: make(chan struct{}), unproven: unproven, prev: prev, replaced: unproven}
 	go w.loop()
 	return w
 }
@@ -46,15 +66,21 @@ func (w *watcher) loop() {
 	defer close(w.exited)
 	defer w.free()
 	ms := uint32(w.wait / time.Millisecond)
+	first := true
 	for {
 		w.mu.Lock()
 		if w.stopped || !w.sess.live() {
 			w.mu.Unlock()
+			w.readOutIfRetired()
 			return
 		}
 		w.waiting, w.since = true, time.Now()
 		w.mu.Unlock()
-		ev, ret, perr := w.waitOnce(ms)
+		wait := ms
+		if first { // a first wait that does not block proves the set at once
+			wait, first = 0, false
+		}
+		ev, ret, perr := w.waitOnce(wait)
 		w.mu.Lock()
 		w.waiting, w.unproven = false, nil
 		switch ret {
@@ -66,24 +92,94 @@ func (w *watcher) loop() {
 		if perr != nil {
 			w.err = perr
 		}
-		failed, stopped := w.err != nil, w.stopped
+		failed, stopped, readOut := w.err != nil, w.stopped, w.readOut
 		w.mu.Unlock()
-		if stopped { // what a wait returns after stop is not the Monitor's any more
+		if stopped && !readOut { // what a wait returns after stop is not the Monitor's any more
 			return
 		}
 		if ret == nvml.SUCCESS && perr == nil {
-			w.onEvent(ev)
+			w.onEvent(ev) // after retire too: the set's events are the Monitor's
+		}
+		if stopped {
+			w.readOutIfRetired()
+			return
 		}
 		if failed {
 			// A wait that fails at once would spin: pause as long as a
 			// wait would have lasted.
 			select {
 			case <-w.quit:
+				w.readOutIfRetired()
 				return
 			case <-time.After(w.wait):
 			}
 		}
 	}
+}
+
+// Bounds of a read-out: how many events it reads at most (a set that
+// never says it is empty is not read for ever), and how many failed waits
+// it takes before it gives up, readOutPause apart.
+const (
+	maxReadOut      = 4096
+	readOutAttempts = 3
+	readOutPause    = 10 * time.Millisecond
+)
+
+// readOutIfRetired reads the set out when retire stopped the loop: it
+// waits without blocking, filing each event, until the set says it is
+// empty (ERROR_TIMEOUT), and records how that went.
+func (w *watcher) readOutIfRetired() {
+	w.mu.Lock()
+	readOut := w.readOut
+	w.mu.Unlock()
+	if !readOut {
+		return
+	}
+	err := w.drain()
+	w.mu.Lock()
+	w.readOutDone, w.readOutErr = true, err
+	w.mu.Unlock()
+}
+
+// drain reads the set out; nil when it said it is empty.
+func (w *watcher) drain() error {
+	failures := 0
+	for range maxReadOut {
+		if !w.sess.live() {
+			return errors.New("the NVML session ended first")
+		}
+		ev, ret, perr := w.waitOnce(0)
+		switch {
+		case perr == nil && ret == nvml.SUCCESS:
+			w.onEvent(ev)
+			continue
+		case perr == nil && ret == nvml.ERROR_TIMEOUT:
+			return nil
+		}
+		if failures++; failures >= readOutAttempts {
+			if perr != nil {
+				return perr
+			}
+			return fmt.Errorf("waiting for Xid events: %w", ret)
+		}
+		time.Sleep(readOutPause)
+	}
+	return fmt.Errorf("it still held events after %d", maxReadOut)
+}
+
+// readOutResult says whether the set this watcher replaced has been read
+// out, and why not all it held could be read (nil: it was, or there was
+// no set before). done is false while the read-out is under way (its wait
+// may hang).
+func (w *watcher) readOutResult() (done bool, err error) {
+	if w.prev == nil {
+		return true, nil
+	}
+	p := w.prev
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readOutDone, p.readOutErr
 }
 
 // free frees the set when the loop ends, unless its session has ended.
@@ -111,9 +207,15 @@ func (w *watcher) waitOnce(ms uint32) (ev nvml.EventData, ret nvml.Return, err e
 }
 
 // health returns why Xid events cannot be trusted now: the last wait
-// failed, or the wait in flight has not returned long after its timeout.
-// nil when they can.
+// failed, or the wait in flight has not returned long after its timeout,
+// or the set this one replaced is still being read out. nil when they can.
 func (w *watcher) health() error {
+	if done, _ := w.readOutResult(); !done {
+		if w.replaced != nil {
+			return fmt.Errorf("%w; what it held is being read out", w.replaced)
+		}
+		return errors.New("the NVML event set was replaced; what it held is being read out")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err != nil {
@@ -139,22 +241,30 @@ func (w *watcher) failing() bool {
 	return w.err != nil
 }
 
-// retire ends the loop without waiting for it: it frees the set when its
-// wait returns.
+// retire ends the loop, in the same session, without waiting for it: it
+// reads the set out (filing what it held) and frees it, once its wait in
+// flight returns.
 func (w *watcher) retire() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.stopped {
-		w.stopped = true
+		w.stopped, w.readOut = true, true
 		close(w.quit)
 	}
 }
 
-// stop ends the loop and waits for it to free the event set. A wait that
-// hangs keeps the set (freeing it under a waiting call is not safe): the
-// loop frees it when the wait returns, if the session is still live.
+// stop ends the loop and waits for it to free the event set; what the set
+// still holds is dropped (the session ends, or the Monitor closes). A
+// wait that hangs keeps the set (freeing it under a waiting call is not
+// safe): the loop frees it when the wait returns, if the session is still
+// live.
 func (w *watcher) stop() error {
-	w.retire()
+	w.mu.Lock()
+	if !w.stopped {
+		w.stopped = true
+		close(w.quit)
+	}
+	w.mu.Unlock()
 	select {
 	case <-w.exited:
 	case <-time.After(w.wait + 2*time.Second):

@@ -32,7 +32,7 @@
 //     slot, and after Close returns no call is made but one that was
 //     already under way. A handle that dies
 //     alone (a reset re-created the device) is got again by index; an
-//     event set whose waits fail is replaced.
+//     event set whose waits fail is replaced, once read out (watch.go).
 //   - Xids are judged by NVIDIA's Xid catalog (catalog.go, xids.csv),
 //     which config extends. Xid events are drained continuously by a
 //     watcher goroutine, so a storm of harmless Xids cannot hide a

@@ -292,3 +292,33 @@ func TestBrokenEventSetNotReadOutNotTrusted(t *testing.T) {
 	f.fail(5, "GetFieldValues", fault{})
 	f.waitFor(t, m, NameFatal, fatalOK)
 }
+
+// The action an Xid 154 line names, as the probe files it.
+func TestRecoveryActionOfLine(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		want Action
+		ok   bool
+	}{
+		{"GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", ActionResetGPU, true},
+		{"GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", ActionReboot, true},
+		{"GPU recovery action changed from 0x1 (GPU Reset Required) to 0x3 (Drain P2P)", ActionResetGPU, true},
+		{"GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", ActionResetGPU, true},
+		{"GPU recovery action changed from 0x0 (None) to 0x6 (Bus Reset)", ActionResetGPU, true},
+		{"GPU recovery action changed from 0x0 (None) to 0x7 (System Reboot)", ActionReboot, true},
+		{"GPU recovery action changed from 0x2 (Node Reboot Required) to 0x0 (None)", ActionIgnore, true},
+		{"GPU RECOVERY ACTION CHANGED FROM 0X0 (NONE) TO 0X2 (NODE REBOOT REQUIRED)", ActionReboot, true},
+		{"pid=7, name=to go, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x2 (Node Reboot Required)", ActionReboot, true},
+		{"GPU recovery action changed to Node Reboot Required", ActionReboot, true},
+		{"GPU recovery action changed from 0x0 (None) to 0x9 (Node Reboot Required)", ActionReboot, true}, // a number unknown here, a name known
+		{"GPU recovery action changed from 0x0 (None) to 0x5 (Recover IMEX Domain)", "", false},
+		{"GPU recovery action changed from 0x0 (None) to 0x99", "", false},
+		{"GPU recovery action changed", "", false},
+		{"", "", false},
+	} {
+		got, ok := recoveryActionOfLine(tt.text)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("recoveryActionOfLine(%q) = %q, %v; want %q, %v", tt.text, got, ok, tt.want, tt.ok)
+		}
+	}
+}

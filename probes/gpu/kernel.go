@@ -190,27 +190,28 @@ var recoveryActionTo = regexp.MustCompile(`(?i)\bto\s+(?:0x([0-9a-f]{1,8})\b)?\s
 // line that names no action this selftaint knows (the catalog's action
 // then stands).
 func recoveryActionOfLine(text string) (a Action, ok bool) {
-	m := recoveryActionTo.FindStringSubmatch(text)
-	if m == nil {
+	all := recoveryActionTo.FindAllStringSubmatch(text, -1)
+	if len(all) == 0 {
 		return "", false
 	}
+	m := all[len(all)-1] // "from ... to ...": the last "to" names the new one
 	if m[1] != "" {
 		n, err := strconv.ParseUint(m[1], 16, 32)
-		if err != nil {
-			return "", false
+		if err == nil {
+			switch n {
+			case recoveryNone:
+				return ActionIgnore, true
+			case recoveryReset, recoveryDrainP2P, recoveryDrainReset, recoveryBusReset:
+				return ActionResetGPU, true
+			case recoveryReboot, recoverySystemReboot:
+				return ActionReboot, true
+			}
 		}
-		switch n {
-		case recoveryNone:
-			return ActionIgnore, true
-		case recoveryReset, recoveryDrainP2P, recoveryDrainReset, recoveryBusReset:
-			return ActionResetGPU, true
-		case recoveryReboot, recoverySystemReboot:
-			return ActionReboot, true
-		}
-		return "", false
 	}
 	name := strings.ToLower(strings.TrimSpace(m[2]))
 	switch {
+	case name == "":
+		return "", false
 	case strings.HasPrefix(name, "none"):
 		return ActionIgnore, true
 	case strings.Contains(name, "reboot"):

@@ -322,3 +322,26 @@ func TestRecoveryActionOfLine(t *testing.T) {
 		}
 	}
 }
+
+// The GPU that leaves NVML's count holds an Xid 94 (reset the GPU): after
+// the reload without it, the Xid is still reported, as a GPU not seen
+// since; its return (at the index it left) is a reset, which clears it.
+func TestUncountedGPUKeepsItsXidUntilItsReturn(t *testing.T) {
+	f := newFake(t)
+	cfg := testConfig()
+	cfg.ExpectedGPUs = 7
+	m := newMonitor(t, f, cfg, Env{Open: f.open, GPUsOnPCI: f.pciList})
+	f.check(t, "healthy", runProbe(m, NameFatal, runTimeout), fatalOK)
+	f.push(f.xid(7, 94))
+	f.waitFor(t, m, NameFatal, want{status: probes.StatusProblem, reason: ReasonGPUResetRequired, message: []string{"GPU 7 ({uuid7}): Xid 94"}})
+
+	f.reload(m, 0, 1, 2, 3, 4, 5, 6)
+	f.waitFor(t, m, NameFatal, want{status: probes.StatusProblem, reason: ReasonGPUResetRequired,
+		message: []string{"GPU {uuid7} (last seen as index 7", "Xid 94"}, not: []string{"GPU 7:", "no longer counts", "INVALID_ARGUMENT"}})
+	if st := string(m.State()); !strings.Contains(st, f.uuid(7)) || !strings.Contains(st, `"xid":94`) {
+		t.Errorf("state without GPU 7's Xid 94: %s", st)
+	}
+
+	f.reload(m, 0, 1, 2, 3, 4, 5, 6, 7)
+	f.waitFor(t, m, NameFatal, fatalOK)
+}

@@ -345,3 +345,35 @@ func TestUncountedGPUKeepsItsXidUntilItsReturn(t *testing.T) {
 	f.reload(m, 0, 1, 2, 3, 4, 5, 6, 7)
 	f.waitFor(t, m, NameFatal, fatalOK)
 }
+
+// The broken set's read-out hangs (its wait does not return): it is given
+// up after a wait and its grace, and each GPU is trusted again once its
+// state is read again on the new set, so the probe is not Unknown for
+// ever; until then it is never healthy.
+func TestBrokenEventSetReadOutHangs(t *testing.T) {
+	f := newFake(t)
+	m := newMonitor(t, f, testConfig(), Env{GPUsOnPCI: f.pciList})
+	f.waitFor(t, m, NameFatal, fatalOK)
+
+	f.failLib("EventSetWait", errUnknown)
+	f.push(f.xid(0, 13))
+	f.waitFor(t, m, NameFatal, want{status: probes.StatusUnknown, reason: ReasonReadError, message: []string{"waiting for Xid events: ERROR_UNKNOWN"}})
+	f.hangSet() // the set of now: reading it out hangs
+	f.failLib("EventSetWait", fault{})
+	start := time.Now()
+	got := f.waitFor(t, m, NameFatal, want{status: probes.StatusUnknown, reason: ReasonReadError, message: []string{"what it held is being read out"}})
+	t.Logf("%s", got.Message)
+	for {
+		got := runProbe(m, NameFatal, runTimeout)
+		if got.Status == probes.StatusOK {
+			if d := time.Since(start); d < waitGrace {
+				t.Errorf("healthy after %v, before the read-out was given up (%v)", d, waitGrace)
+			}
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("still %s/%s after 20s: %q", got.Status, got.Reason, got.Message)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

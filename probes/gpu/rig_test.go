@@ -135,6 +135,7 @@ type fake struct {
 	setsMade  int
 	setsFreed int
 	broken    map[int]bool // event sets whose waits fail
+	hungSets  map[int]bool // event sets whose waits hang until the test ends
 	// handles are every handle made, to its GPU; dead the handles no
 	// longer valid, with what their calls return.
 	handles map[nvml.Device]int
@@ -154,6 +155,7 @@ func newFake(t testing.TB) *fake {
 		changed:  make(chan struct{}),
 		reg:      map[int]bool{},
 		broken:   map[int]bool{},
+		hungSets: map[int]bool{},
 		handles:  map[nvml.Device]int{},
 		dead:     map[nvml.Device]nvml.Return{},
 	}
@@ -279,6 +281,14 @@ func (f *fake) breakSet() {
 	defer f.mu.Unlock()
 	f.broken[f.setsMade] = true
 	f.changedLocked()
+}
+
+// hangSet makes the waits of the current event set hang (until the test
+// ends) from now on; a set created later works.
+func (f *fake) hangSet() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hungSets[f.setsMade] = true
 }
 
 // totalCalls is how many calls were made, of any kind.
@@ -760,6 +770,9 @@ func (s *eventSet) Wait(ms uint32) (nvml.EventData, nvml.Return) {
 	fl, ok := f.lib["EventSetWait"]
 	if !ok {
 		fl = f.lib[allCalls]
+	}
+	if f.hungSets[s.n] {
+		fl = hang
 	}
 	f.mu.Unlock()
 	if ret := f.apply(fl); ret != nvml.SUCCESS {

@@ -43,8 +43,10 @@ type watcher struct {
 	waiting  bool
 	since    time.Time // when the wait in flight started (real time)
 	stopped  bool
-	// readOut: stopped by retire, the set is read out before it is freed.
-	readOut bool
+	// readOut: stopped by retire, the set is read out before it is freed;
+	// retiredAt is when (real time).
+	readOut   bool
+	retiredAt time.Time
 	// readOutDone and readOutErr: the read-out is over, and why it could
 	// not show the set empty (nil: every event it held was filed).
 	readOutDone bool
@@ -117,6 +119,10 @@ func (w *watcher) loop() {
 	}
 }
 
+// waitGrace is how long past its timeout a wait may take before it counts
+// as hung.
+const waitGrace = 2 * time.Second
+
 // Bounds of a read-out: how many events it reads at most (a set that
 // never says it is empty is not read for ever), and how many failed waits
 // it takes before it gives up, readOutPause apart.
@@ -170,8 +176,10 @@ func (w *watcher) drain() error {
 
 // readOutResult says whether the set this watcher replaced has been read
 // out, and why not all it held could be read (nil: it was, or there was
-// no set before). done is false while the read-out is under way (its wait
-// may hang).
+// no set before). done is false while the read-out is under way, until it
+// has taken longer than a wait and its grace (a wait of the broken set
+// that hangs): then it is given up, and the GPUs are checked again instead
+// (see Monitor.closeGap); what it reads if its wait returns is still filed.
 func (w *watcher) readOutResult() (done bool, err error) {
 	if w.prev == nil {
 		return true, nil
@@ -179,6 +187,11 @@ func (w *watcher) readOutResult() (done bool, err error) {
 	p := w.prev
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.readOutDone {
+		if d := time.Since(p.retiredAt); d > p.wait+waitGrace {
+			return true, fmt.Errorf("reading it out has not returned after %v", d.Round(time.Millisecond))
+		}
+	}
 	return p.readOutDone, p.readOutErr
 }
 
@@ -225,7 +238,7 @@ func (w *watcher) health() error {
 		return w.unproven
 	}
 	if w.waiting {
-		if d := time.Since(w.since); d > w.wait+2*time.Second {
+		if d := time.Since(w.since); d > w.wait+waitGrace {
 			return fmt.Errorf("waiting for Xid events: nvmlEventSetWait has not returned after %v", d.Round(time.Millisecond))
 		}
 	}
@@ -248,7 +261,7 @@ func (w *watcher) retire() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.stopped {
-		w.stopped, w.readOut = true, true
+		w.stopped, w.readOut, w.retiredAt = true, true, time.Now()
 		close(w.quit)
 	}
 }
@@ -267,7 +280,7 @@ func (w *watcher) stop() error {
 	w.mu.Unlock()
 	select {
 	case <-w.exited:
-	case <-time.After(w.wait + 2*time.Second):
+	case <-time.After(w.wait + waitGrace):
 		return fmt.Errorf("the Xid event wait has not returned; the event set is freed when it does")
 	}
 	w.mu.Lock()

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
@@ -66,7 +69,14 @@ func nvrmXid79(bus string) string {
 // NPD log monitor files, none for the GPU probe's own reader.
 func runKernelGPUAgent(t *testing.T, cp *testcp.ControlPlane, node string, lib nvml.Interface, host probes.Host, npdLogs ...string) []agent.ProbeSpec {
 	t.Helper()
-	yaml := "probes:\n  gpu:\n    interval: 500ms\n    timeout: 400ms\n    clearAfter: 2s\n    degraded: {clearAfter: 2s}\n    kernelLog: true\n"
+	return runKernelGPUAgentWith(t, cp, node, lib, host, "", npdLogs...)
+}
+
+// runKernelGPUAgentWith is runKernelGPUAgent with more of probes.gpu's
+// settings (YAML lines at its indent, "    expectedGPUs: 7\n").
+func runKernelGPUAgentWith(t *testing.T, cp *testcp.ControlPlane, node string, lib nvml.Interface, host probes.Host, gpuYAML string, npdLogs ...string) []agent.ProbeSpec {
+	t.Helper()
+	yaml := "probes:\n  gpu:\n    interval: 500ms\n    timeout: 400ms\n    clearAfter: 2s\n    degraded: {clearAfter: 2s}\n    kernelLog: true\n" + gpuYAML
 	if len(npdLogs) > 0 {
 		yaml += fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n", strings.Join(npdLogs, ", "))
 	}
@@ -188,4 +198,43 @@ func hasProbe(specs []agent.ProbeSpec, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestDeadGPUAcceptedAsTheREADMESays: GPU 3 is dead (NVML does not see it)
+// and its Xid 79 is known only from the kernel log, as the Xid of a GPU
+// NVML did not identify: the node is failed and tainted. The README's
+// recipe (expectedGPUs set to the GPUs that work, then `gpu clear --gpu`
+// with the dead GPU's PCI address) drops that Xid, the ProbeStateCleared
+// event says so, and the taint and the condition lift.
+func TestDeadGPUAcceptedAsTheREADMESays(t *testing.T) {
+	t.Parallel()
+	cp := shared.Get(t)
+	c := cp.Client()
+	const node = "gpu-dead-accepted"
+	cp.CreateNode(t, node, nil)
+
+	f := newGPUFake().withBusIDs()
+	bus := f.Devices[3].(*dgxa100.Device).PciBusID // 0000:4e:00.0, as the probe writes it
+	f.Devices = append(f.Devices[:3:3], f.Devices[4:]...)
+	host, kmsg := logmonHost(t, "boot-1")
+	runKernelGPUAgentWith(t, cp, node, f, host, "    expectedGPUs: 7\n")
+	waitNode(t, c, node, 20*time.Second, "GPU condition False", gpuCondition(corev1.ConditionFalse))
+
+	appendKmsg(t, kmsg, kmsgRecord(1, time.Second, nvrmXid79(bus)))
+	waitNode(t, c, node, 20*time.Second, "the GPU failure taint for the dead GPU's Xid 79", func(n *corev1.Node) bool {
+		return hasTaint(n, gpuFailureTaint) && gpuCondition(corev1.ConditionTrue, "a GPU NVML did not identify: PCI "+bus, "Xid 79")(n)
+	})
+
+	req, err := agent.ClearRequest{Targets: []string{bus}, RequestedAt: time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano), By: t.Name()}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, agent.ClearAnnotation(gpu.NameFatal), req)
+	if _, err := c.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("writing the clear request: %v", err)
+	}
+	waitEvent(t, c, node, agent.ReasonProbeStateCleared, 20*time.Second, "PCI "+bus, "dropped Xid 79 x1")
+	waitNode(t, c, node, 20*time.Second, "the dead GPU accepted: no taint, condition False", func(n *corev1.Node) bool {
+		return !hasTaint(n, gpuFailureTaint) && gpuCondition(corev1.ConditionFalse)(n)
+	})
 }

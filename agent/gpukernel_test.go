@@ -214,7 +214,7 @@ func TestDeadGPUAcceptedAsTheREADMESays(t *testing.T) {
 	cp.CreateNode(t, node, nil)
 
 	f := newGPUFake().withBusIDs()
-	bus := f.Devices[3].(*dgxa100.Device).PciBusID // 0000:4e:00.0, as the probe writes it
+	bus := f.Devices[3].(*dgxa100.Device).PciBusID // as the probe writes PCI addresses
 	f.Devices = append(f.Devices[:3:3], f.Devices[4:]...)
 	host, kmsg := logmonHost(t, "boot-1")
 	runKernelGPUAgentWith(t, cp, node, f, host, "    expectedGPUs: 7\n")

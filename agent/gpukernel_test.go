@@ -215,12 +215,19 @@ func TestDeadGPUAcceptedAsTheREADMESays(t *testing.T) {
 
 	f := newGPUFake().withBusIDs()
 	bus := f.Devices[3].(*dgxa100.Device).PciBusID // as the probe writes PCI addresses
-	f.Devices = append(f.Devices[:3:3], f.Devices[4:]...)
+	alive := append(f.Devices[:3:3], f.Devices[4:]...) // GPU 3 is dead: NVML counts the 7 others
+	f.DeviceGetCountFunc = func() (int, nvml.Return) { return len(alive), nvml.SUCCESS }
+	f.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i < 0 || i >= len(alive) {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return alive[i], nvml.SUCCESS
+	}
 	host, kmsg := logmonHost(t, "boot-1")
 	runKernelGPUAgentWith(t, cp, node, f, host, "    expectedGPUs: 7\n")
 	waitNode(t, c, node, 20*time.Second, "GPU condition False", gpuCondition(corev1.ConditionFalse))
 
-	appendKmsg(t, kmsg, kmsgRecord(1, time.Second, nvrmXid79(bus)))
+	appendKmsg(t, kmsg, kmsgRecord(1, -time.Second, nvrmXid79(bus))) // logged after the reader started
 	waitNode(t, c, node, 20*time.Second, "the GPU failure taint for the dead GPU's Xid 79", func(n *corev1.Node) bool {
 		return hasTaint(n, gpuFailureTaint) && gpuCondition(corev1.ConditionTrue, "a GPU NVML did not identify: PCI "+bus, "Xid 79")(n)
 	})

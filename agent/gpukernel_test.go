@@ -214,7 +214,7 @@ func TestDeadGPUAcceptedAsTheREADMESays(t *testing.T) {
 	cp.CreateNode(t, node, nil)
 
 	f := newGPUFake().withBusIDs()
-	bus := f.Devices[3].(*dgxa100.Device).PciBusID // as the probe writes PCI addresses
+	bus := f.Devices[3].(*dgxa100.Device).PciBusID     // as the probe writes PCI addresses
 	alive := append(f.Devices[:3:3], f.Devices[4:]...) // GPU 3 is dead: NVML counts the 7 others
 	f.DeviceGetCountFunc = func() (int, nvml.Return) { return len(alive), nvml.SUCCESS }
 	f.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {

@@ -699,7 +699,7 @@ func addXid(l []xidRecord, x xidRecord, at time.Time) []xidRecord {
 			r.Last = at
 			r.seq = max(r.seq, x.seq)
 			r.Name = x.Name
-			if x.Action.Severity() > r.Action.Severity() {
+			if x.Action != r.Action && x.Action.Severity() > r.Action.Severity() {
 				r.Action = x.Action // an Xid 154 whose line named a worse action
 			}
 			return l
@@ -737,7 +737,7 @@ func mergeXids(dst, src []xidRecord) []xidRecord {
 		r := &dst[i]
 		r.Count += x.Count
 		r.seq = max(r.seq, x.seq)
-		if x.Action.Severity() > r.Action.Severity() {
+		if x.Action != r.Action && x.Action.Severity() > r.Action.Severity() {
 			r.Action = x.Action
 		}
 		if x.First.Before(r.First) {

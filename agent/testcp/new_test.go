@@ -243,7 +243,7 @@ func TestNewStartTimeout(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Component != "etcd" || !errors.Is(err, ErrStartTimeout) {
 		t.Fatalf("New = %v, want a *ComponentError for etcd caused by ErrStartTimeout", err)
 	}
-	if ce.Waited <= 0 || !strings.Contains(err.Error(), "not ready after") || !strings.Contains(err.Error(), "(2s)") || !strings.Contains(err.Error(), "nothing listening yet") {
+	if ce.Waited <= 0 || !strings.Contains(ce.LastAnswer, "nothing listening yet") || !strings.Contains(err.Error(), "not ready after") || !strings.Contains(err.Error(), "(2s) (last answer: /health: nothing listening yet") {
 		t.Errorf("error %q (waited %v): want how long, the limit and the last answer", err, ce.Waited)
 	}
 	mu.Lock()

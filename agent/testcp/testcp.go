@@ -168,6 +168,9 @@ type ComponentError struct {
 	// for a component that exited, else its last line), without its klog
 	// header; "" when none does.
 	LogLine string
+	// LastAnswer is, in short, what its readiness check answered last
+	// ("" when it was not checked, or exited).
+	LastAnswer string
 	// Ready are the components that were ready before it, and how long
 	// each took; Waited is how long this one was waited for.
 	Ready  []ComponentTime
@@ -178,6 +181,9 @@ type ComponentError struct {
 func (e *ComponentError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %v", e.Component, e.Err)
+	if e.LastAnswer != "" {
+		fmt.Fprintf(&b, " (last answer: %s)", e.LastAnswer)
+	}
 	if e.LogLine != "" {
 		fmt.Fprintf(&b, " (its log says: %s)", e.LogLine)
 	}
@@ -924,11 +930,26 @@ func (cp *ControlPlane) run(ctx context.Context, c *component, check string, rea
 func (c *component) failure(err error, ready []ComponentTime, waited time.Duration, exited bool) error {
 	c.reported = true
 	tail := c.tail(logTailLines)
-	return fmt.Errorf("testcp: %w", &ComponentError{
+	ce := &ComponentError{
 		Component: c.name, LogPath: c.logPath, LogTail: tail, LogLine: logReason(tail, exited),
 		Ready: append([]ComponentTime(nil), ready...), Waited: waited, Err: err,
-	})
+	}
+	var we *waitError
+	if errors.As(err, &we) {
+		ce.LastAnswer = we.lastAnswer
+	}
+	return fmt.Errorf("testcp: %w", ce)
 }
+
+// waitError is a component not ready when the wait for it ended, with
+// what its check answered last.
+type waitError struct {
+	err        error
+	lastAnswer string
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
 
 // waitReady polls ready (the check named check) until it succeeds, c
 // exits or ctx ends (when the start's limit, limit, ran out: the cause is
@@ -952,9 +973,9 @@ func (c *component) waitReady(ctx context.Context, check string, ready func() er
 		case <-ctx.Done():
 			cause := context.Cause(ctx)
 			if errors.Is(cause, ErrStartTimeout) {
-				return fmt.Errorf("not ready after %v: %w (%v); last answer: %s", roundDuration(time.Since(began)), cause, limit, describeCheck(check, err))
+				return &waitError{fmt.Errorf("not ready after %v: %w (%v)", roundDuration(time.Since(began)), cause, limit), describeCheck(check, err)}
 			}
-			return fmt.Errorf("not ready when start-up was cancelled (%w): %s", cause, describeCheck(check, err))
+			return &waitError{fmt.Errorf("not ready when start-up was cancelled (%w)", cause), describeCheck(check, err)}
 		case <-tick.C:
 		}
 	}

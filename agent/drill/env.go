@@ -2,8 +2,10 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,20 +36,28 @@ type environment struct {
 func startEnvironment(ctx context.Context, s *tdrill.Scenario, opts Options, v *view) (*environment, error) {
 	env := &environment{rc: opts.RESTConfig, kubeconfig: opts.Kubeconfig}
 	if !opts.Existing {
-		v.line("starting the embedded control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)")
+		limit := opts.StartTimeout
+		if limit <= 0 {
+			limit = DefaultStartTimeout
+		}
+		v.line("starting the embedded control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; at most %s)", limit)
 		began := time.Now()
 		cp, err := testcp.New(ctx, testcp.Options{
 			ControllerManager:     true,
 			Scheduler:             true,
 			ControllerManagerArgs: controllerManagerArgs(s),
 			KubeBinDir:            opts.KubeBinDir,
+			StartTimeout:          limit,
+			Progress:              func(p testcp.Progress) { v.line("control plane: %s", p) },
+			// A failed start's logs stay for the user: the error names them.
+			KeepLogs: true,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("starting the embedded control plane: %w", err)
+			return nil, &StartError{Limit: limit, Err: err}
 		}
 		env.startSeconds = time.Since(began).Seconds()
 		env.cp, env.rc, env.kubeconfig = cp, cp.RESTConfig(), cp.KubeconfigPath
-		v.line("control plane up in %.1fs", env.startSeconds)
+		v.line("control plane up in %.1fs (%s)", env.startSeconds, testcp.FormatTimes(cp.StartTimes))
 	}
 	if env.rc == nil {
 		return nil, fmt.Errorf("no REST config for the existing cluster")
@@ -64,6 +74,74 @@ func startEnvironment(ctx context.Context, s *tdrill.Scenario, opts Options, v *
 	}
 	return env, nil
 }
+
+// DefaultStartTimeout bounds the embedded control plane's start when
+// Options.StartTimeout is zero: generous, for two cores shared with a
+// build (an idle machine takes seconds).
+const DefaultStartTimeout = testcp.DefaultStartTimeout
+
+// StartError is an embedded control plane that did not start within
+// Limit (its Err a *testcp.ComponentError when a component failed). Its
+// message is one line without the component's log; Line adds the log's
+// line that says why.
+type StartError struct {
+	Limit time.Duration
+	Err   error
+}
+
+func (e *StartError) Error() string { return startFailure(e.Err, e.Limit, false) }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Line is the one line a user is shown: Error's, with the line of the
+// failed component's log that says why.
+func (e *StartError) Line() string { return startFailure(e.Err, e.Limit, true) }
+
+// startFailure says in one line why the control plane did not start: for
+// a start that ran out of time, the component that was slow and how long
+// each took; for a component that failed, which, why (withLog: with its
+// log's line that says why); and where its log is kept.
+func startFailure(err error, limit time.Duration, withLog bool) string {
+	var ce *testcp.ComponentError
+	if !errors.As(err, &ce) {
+		return "the embedded control plane did not start: " + strings.TrimPrefix(err.Error(), "testcp: ")
+	}
+	var b strings.Builder
+	if errors.Is(ce.Err, testcp.ErrStartTimeout) {
+		slow := testcp.Slowest(ce.Times())
+		fmt.Fprintf(&b, "the embedded control plane did not start within %s: %s was slow", limit, slow)
+		var ready []string
+		for _, ct := range ce.Ready {
+			if ct.Component == slow {
+				fmt.Fprintf(&b, " (ready after %s), then %s", round(ct.Took), ce.Component)
+			} else {
+				ready = append(ready, fmt.Sprintf("%s ready in %s", ct.Component, round(ct.Took)))
+			}
+		}
+		if slow == ce.Component {
+			b.WriteString(":")
+		}
+		fmt.Fprintf(&b, " not ready after %s", round(ce.Waited))
+		if ce.LastAnswer != "" {
+			fmt.Fprintf(&b, " (last answer: %s)", ce.LastAnswer)
+		}
+		if len(ready) > 0 {
+			fmt.Fprintf(&b, "; %s", strings.Join(ready, ", "))
+		}
+	} else {
+		fmt.Fprintf(&b, "the embedded control plane did not start: %s %v", ce.Component, ce.Err)
+		if ce.LastAnswer != "" {
+			fmt.Fprintf(&b, " (last answer: %s)", ce.LastAnswer)
+		}
+	}
+	if withLog && ce.LogLine != "" {
+		fmt.Fprintf(&b, "; its log says: %s", ce.LogLine)
+	}
+	fmt.Fprintf(&b, "; log kept: %s", ce.LogPath)
+	return b.String()
+}
+
+// round rounds d for people: tenths of a second.
+func round(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 
 // controllerManagerArgs are the embedded kube-controller-manager's flags:
 // the scenario's grace period, and a client limit that grows with the

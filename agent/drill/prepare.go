@@ -33,9 +33,14 @@ type plan struct {
 var errNoCoordinatorForRealNodes = errors.New("the drill runs no coordinator for real nodes (it kills or pauses only the coordinator it runs for its virtual nodes)")
 
 // prepare checks what can be checked before anything is created and reads
-// the config and the workloads. Every error is a *BadFileError.
+// the config and the workloads. Every error is a *BadFileError, or a
+// *ConfigFileError for cluster.config.
 func prepare(s *tdrill.Scenario, opts Options) (*plan, error) {
 	if err := checkCluster(s, opts.Existing); err != nil {
+		return nil, err
+	}
+	// Before the temporary file: the errors name the drill file's lines.
+	if err := CheckConfig(s, opts.File); err != nil {
 		return nil, err
 	}
 	p := &plan{scenario: s}
@@ -85,8 +90,8 @@ func (p *plan) loadConfig(text string) error {
 		p.removeFiles()
 		return fmt.Errorf("writing the config: %w", err)
 	}
-	cfg, err := config.Load(p.configPath)
-	if err != nil {
+	cfg, err := config.Parse([]byte(text))
+	if err != nil { // CheckConfig passed it: not reached
 		p.removeFiles()
 		return &BadFileError{Field: "cluster.config", Err: err}
 	}

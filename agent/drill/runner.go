@@ -75,7 +75,10 @@ type Options struct {
 	// kube-controller-manager and kube-scheduler are (empty: testcp's
 	// lookup, $KUBE_BIN_DIR or the repository's bin/).
 	KubeBinDir string
-	Actions    Actions
+	// StartTimeout bounds the embedded control plane's start, every
+	// component together (zero: testcp.DefaultStartTimeout).
+	StartTimeout time.Duration
+	Actions      Actions
 	// Evaluate judges the Record (taints/drill's Evaluate).
 	Evaluate func(*tdrill.Scenario, *tdrill.Record) []tdrill.Result
 	// Keep, when set, is called once the expectations are judged and
@@ -99,6 +102,9 @@ type Outcome struct {
 	Report tdrill.Report
 	Record tdrill.Record
 	Code   int
+	// Err is why the drill did not run to its end (Report.Error's), nil
+	// when it did; a *StartError when its control plane did not start.
+	Err error
 }
 
 // BadFileError is a scenario the drill refuses before creating anything:
@@ -185,20 +191,28 @@ func Run(ctx context.Context, opts Options) Outcome {
 		// After the cleanup, which clears faults with the config file.
 		r.plan.removeFiles()
 	}
-	r.view.cleanup(rep.Cleanup)
+	if r.env != nil || !rep.Cleanup.Done || len(rep.Cleanup.Removed) > 0 {
+		// (Nothing started, nothing to clean up: nothing to show.)
+		r.view.cleanup(rep.Cleanup)
+	}
 	rep.Finished = r.now()
 	rep.DurationSeconds = rep.Finished.Sub(rep.Started).Seconds()
 	rep.Steps = stepReports(rec)
 	code := verdict(err, rep.Expectations)
 	rep.Passed = code == tdrill.ExitPassed
-	return Outcome{Report: rep, Record: rec, Code: code}
+	o := Outcome{Report: rep, Record: rec, Code: code}
+	if notRun(err) {
+		o.Err = err
+	}
+	return o
 }
 
 // verdict is the exit status of a drill that ended with err and results.
 func verdict(err error, results []tdrill.Result) int {
 	var bad *BadFileError
+	var badConfig *ConfigFileError
 	switch {
-	case errors.As(err, &bad):
+	case errors.As(err, &bad), errors.As(err, &badConfig):
 		return tdrill.ExitBadFile
 	case notRun(err):
 		return tdrill.ExitNotRun

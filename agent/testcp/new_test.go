@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -102,13 +105,15 @@ func TestComponentError(t *testing.T) {
 	c := &component{name: "kube-apiserver", logPath: filepath.Join(dir, "kube-apiserver.log")}
 	var log strings.Builder
 	for i := range 100 {
-		fmt.Fprintf(&log, "line %d\n", i)
+		fmt.Fprintf(&log, "I1127 10:00:00.000000    4242 x.go:1] line %d\n", i)
 	}
+	log.WriteString("E1127 10:00:01.000000    4242 run.go:72] \"command failed\" err=\"bad flag\"\n")
+	log.WriteString("I1127 10:00:01.000000    4242 x.go:1] bye\n")
 	if err := os.WriteFile(c.logPath, []byte(log.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cause := errors.New("boom")
-	err := c.failure(cause)
+	err := c.failure(cause, []ComponentTime{{"etcd", 1200 * time.Millisecond}}, 3*time.Second, true)
 	var ce *ComponentError
 	if !errors.As(err, &ce) || !errors.Is(err, cause) {
 		t.Fatalf("failure() = %v, want a *ComponentError wrapping the cause", err)
@@ -116,14 +121,174 @@ func TestComponentError(t *testing.T) {
 	if !c.reported {
 		t.Errorf("the log is not marked as reported")
 	}
+	// The error is one line: the component, why, the log's reason, the
+	// components ready before it, the log's path; no log lines.
 	msg := err.Error()
-	for _, want := range []string{"testcp: kube-apiserver: boom", "last 40 lines of " + c.logPath, "line 60\n", "line 99"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("error lacks %q:\n%s", want, msg)
+	want := `testcp: kube-apiserver: boom (its log says: "command failed" err="bad flag"); ready before it: etcd 1.2s; log: ` + c.logPath
+	if msg != want {
+		t.Errorf("error\n%s\nwant\n%s", msg, want)
+	}
+	if got := ce.Times(); !slices.Equal(got, []ComponentTime{{"etcd", 1200 * time.Millisecond}, {"kube-apiserver", 3 * time.Second}}) {
+		t.Errorf("Times() = %v", got)
+	}
+	// A test's failure message quotes the last 40 lines.
+	report := failureReport(err)
+	for _, want := range []string{msg + "\n", "last 40 lines of " + c.logPath, "line 62\n", "line 99", "bye"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("failure report lacks %q:\n%s", want, report)
 		}
 	}
-	if strings.Contains(msg, "line 59\n") {
-		t.Errorf("error quotes more than 40 lines:\n%s", msg)
+	if strings.Contains(report, "line 61\n") {
+		t.Errorf("failure report quotes more than 40 lines:\n%s", report)
+	}
+}
+
+func TestLogReason(t *testing.T) {
+	tests := []struct {
+		name, tail string
+		anyLine    bool
+		want       string
+	}{
+		{"klog error line, header cut", "I1127 10:00:00.000000    7 a.go:1] up\nE1127 10:00:00.000001    7 run.go:72] \"command failed\" err=\"x\"\nI1127 10:00:00.000002    7 a.go:2] bye", true, `"command failed" err="x"`},
+		{"klog fatal", "F1127 10:00:00.000000 7 a.go:1] cannot bind", false, "cannot bind"},
+		{"cobra's Error line", "Error: unknown flag: --bogus\nUsage:\n  kube-apiserver [flags]", false, "Error: unknown flag: --bogus"},
+		{"etcd's zap fatal", `{"level":"info","msg":"a"}` + "\n" + `{"level":"fatal","msg":"listen tcp: address already in use"}`, false, `{"level":"fatal","msg":"listen tcp: address already in use"}`},
+		{"no error line: the last line for an exit", "=== testcp 2026: etcd\nsays goodbye\n\n", true, "says goodbye"},
+		{"no error line: nothing for a timeout", "I1127 10:00:00.000000    7 a.go:1] waiting\n", false, ""},
+		{"only testcp's own header", "=== testcp 2026: /bin/etcd --x\n", true, ""},
+		{"long lines shortened", "Error: " + strings.Repeat("x", 300), false, "Error: " + strings.Repeat("x", 192) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := logReason(tt.tail, tt.anyLine); got != tt.want {
+				t.Errorf("logReason = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDescribeCheck(t *testing.T) {
+	readyz := "[+]ping ok\n[-]etcd failed: reason withheld\n[+]log ok\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\nreadyz check failed"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	refused := getOK(plainClient(), "http://"+closed+"/readyz", "", "")
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"failing readyz checks", &checkError{path: "/readyz", status: "500 Internal Server Error", body: []byte(readyz)}, "/readyz 500 Internal Server Error: failing etcd, poststarthook/rbac/bootstrap-roles"},
+		{"another answer", &checkError{path: "/health", status: "503 Service Unavailable", body: []byte(`{"health":"false","reason":"RAFT NO LEADER"}`)}, `/health 503 Service Unavailable: {"health":"false","reason":"RAFT NO LEADER"}`},
+		{"nothing listening", refused, "/readyz: nothing listening yet (connection refused)"},
+		{"none", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := describeCheck("/readyz", tt.err); got != tt.want {
+				t.Errorf("describeCheck(%v) = %q, want %q", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestProgressString(t *testing.T) {
+	p := Progress{
+		Ready: []ComponentTime{{"etcd", 1940 * time.Millisecond}}, Waiting: "kube-apiserver", Check: "/readyz",
+		Waited: 10120 * time.Millisecond, LastAnswer: "/readyz: nothing listening yet (connection refused)",
+		Elapsed: 12060 * time.Millisecond, Limit: 3 * time.Minute,
+	}
+	want := "12.1s of 3m0s: waiting for kube-apiserver (/readyz) for 10.1s: /readyz: nothing listening yet (connection refused); ready: etcd 1.9s"
+	if got := p.String(); got != want {
+		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+	if got := Slowest([]ComponentTime{{"etcd", time.Second}, {"kube-apiserver", 90 * time.Second}, {"kube-scheduler", 2 * time.Second}}); got != "kube-apiserver" {
+		t.Errorf("Slowest = %q, want kube-apiserver", got)
+	}
+}
+
+func TestStartTimeoutFromEnv(t *testing.T) {
+	t.Setenv(StartTimeoutEnv, "5m")
+	if o, err := startTimeoutFromEnv(Options{}); err != nil || o.StartTimeout != 5*time.Minute {
+		t.Errorf("from $%s=5m: %v, %v; want 5m", StartTimeoutEnv, o.StartTimeout, err)
+	}
+	if o, err := startTimeoutFromEnv(Options{StartTimeout: time.Second}); err != nil || o.StartTimeout != time.Second {
+		t.Errorf("the option's own: %v, %v; want 1s", o.StartTimeout, err)
+	}
+	t.Setenv(StartTimeoutEnv, "soon")
+	if _, err := startTimeoutFromEnv(Options{}); err == nil || !strings.Contains(err.Error(), StartTimeoutEnv) {
+		t.Errorf("a bad value: %v, want an error naming $%s", err, StartTimeoutEnv)
+	}
+	if (Options{}).startTimeout() != DefaultStartTimeout {
+		t.Errorf("default limit %v, want %v", (Options{}).startTimeout(), DefaultStartTimeout)
+	}
+}
+
+// A start slower than its limit: progress on the way, naming the component
+// awaited and its check; then a *ComponentError for it whose cause is
+// ErrStartTimeout, with how long it was waited for.
+func TestNewStartTimeout(t *testing.T) {
+	left := privateTmp(t)
+	fakeBins(t, "exec sleep 60")
+	var mu sync.Mutex
+	var progress []Progress
+	_, err := New(t.Context(), Options{
+		StartTimeout: 2 * time.Second, ProgressInterval: 300 * time.Millisecond,
+		Progress: func(p Progress) { mu.Lock(); progress = append(progress, p); mu.Unlock() },
+	})
+	var ce *ComponentError
+	if !errors.As(err, &ce) || ce.Component != "etcd" || !errors.Is(err, ErrStartTimeout) {
+		t.Fatalf("New = %v, want a *ComponentError for etcd caused by ErrStartTimeout", err)
+	}
+	if ce.Waited <= 0 || !strings.Contains(ce.LastAnswer, "nothing listening yet") || !strings.Contains(err.Error(), "not ready after") || !strings.Contains(err.Error(), "(2s) (last answer: /health: nothing listening yet") {
+		t.Errorf("error %q (waited %v): want how long, the limit and the last answer", err, ce.Waited)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(progress) == 0 {
+		t.Fatalf("no progress reported")
+	}
+	p := progress[0]
+	if p.Waiting != "etcd" || p.Check != "/health" || p.Limit != 2*time.Second || p.Waited <= 0 || !strings.Contains(p.LastAnswer, "nothing listening yet") {
+		t.Errorf("progress %+v, want etcd's /health awaited, nothing listening", p)
+	}
+	if l := left(); len(l) != 0 {
+		t.Errorf("New left %v behind", l)
+	}
+}
+
+// With KeepLogs, a failed start leaves the logs (and only them) for the
+// caller; the error's LogPath is one of them.
+func TestNewKeepLogs(t *testing.T) {
+	left := privateTmp(t)
+	fakeBins(t, "echo etcd says goodbye >&2; exit 3")
+	_, err := New(t.Context(), Options{KeepLogs: true})
+	var ce *ComponentError
+	if !errors.As(err, &ce) || ce.Component != "etcd" {
+		t.Fatalf("New = %v, want a *ComponentError for etcd", err)
+	}
+	if ce.LogLine != "etcd says goodbye" || !strings.Contains(ce.Err.Error(), "exit status 3") {
+		t.Errorf("LogLine %q, Err %v; want its last line and exit", ce.LogLine, ce.Err)
+	}
+	b, err := os.ReadFile(ce.LogPath)
+	if err != nil || !strings.Contains(string(b), "etcd says goodbye") {
+		t.Fatalf("the kept log: %v, %q", err, b)
+	}
+	dirs := left()
+	if len(dirs) != 1 || dirs[0] != filepath.Dir(ce.LogPath) {
+		t.Fatalf("left %v, want only the log's directory", dirs)
+	}
+	entries, err := os.ReadDir(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".log") {
+			t.Errorf("kept %s besides the logs", e.Name())
+		}
 	}
 }
 

@@ -30,7 +30,8 @@ type Shared struct {
 // first Get.
 func NewShared(opts Options) *Shared { return &Shared{opts: opts} }
 
-// Get returns the shared control plane, starting it on the first call. A
+// Get returns the shared control plane, starting it on the first call
+// (within the start's limit, as Start; its progress logged to t). A
 // missing binary skips t (fails it under CI=true) as Start does; a start
 // that failed fails every test that asks for it, with the same error. When t
 // fails, the end of each component's log is logged with it.
@@ -41,18 +42,24 @@ func (s *Shared) Get(t T) *ControlPlane {
 	if !s.started {
 		s.started = true
 		began := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*readyTimeout)
-		s.cp, s.err = New(ctx, s.opts)
-		cancel()
+		opts, err := startTimeoutFromEnv(s.opts)
+		if err != nil {
+			s.err = err
+		} else {
+			if opts.Progress == nil {
+				opts.Progress = func(p Progress) { t.Logf("testcp: shared control plane start: %s", p) }
+			}
+			s.cp, s.err = New(context.Background(), opts)
+		}
 		if s.err == nil {
-			t.Logf("testcp: shared control plane up in %v (api server %s, dir %s)", time.Since(began).Round(time.Millisecond), s.cp.restConfig.Host, s.cp.Dir)
+			t.Logf("testcp: shared control plane up in %v (%s; api server %s, dir %s)", time.Since(began).Round(time.Millisecond), FormatTimes(s.cp.StartTimes), s.cp.restConfig.Host, s.cp.Dir)
 		}
 	}
 	if s.err != nil {
 		if mb := (*MissingBinaryError)(nil); errors.As(s.err, &mb) {
 			skipOrFail(t, mb)
 		}
-		t.Fatalf("shared control plane: %v", s.err)
+		t.Fatalf("shared control plane: %s", failureReport(s.err))
 	}
 	cp := s.cp
 	t.Cleanup(func() {

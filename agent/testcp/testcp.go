@@ -56,12 +56,11 @@ const AdminUser = "testcp-admin"
 // at (see the Makefile).
 const KubeVersion = "v1.35.4"
 
-// Timeouts for the components to become healthy, and for them to exit after
-// SIGTERM before they are killed.
+// How long the components have to exit after SIGTERM before they are
+// killed. (The start's limit is DefaultStartTimeout, in progress.go.)
 const (
-	readyTimeout = 60 * time.Second
-	stopGrace    = 10 * time.Second
-	// logTailLines is how much of a component's log a failure report shows.
+	stopGrace = 10 * time.Second
+	// logTailLines is how much of a component's log a failing test shows.
 	logTailLines = 40
 )
 
@@ -98,6 +97,29 @@ type Options struct {
 	// KubeBinDir, when set, is where kube-apiserver, kube-controller-manager
 	// and kube-scheduler are (instead of $KUBE_BIN_DIR, else <repo root>/bin).
 	KubeBinDir string
+	// StartTimeout bounds the whole start, every component together
+	// (DefaultStartTimeout when zero; Start and Shared read
+	// $TESTCP_START_TIMEOUT first). RestartAPIServer has as long.
+	StartTimeout time.Duration
+	// Progress, when set, hears about every ProgressInterval
+	// (DefaultProgressInterval when zero) of a start that is still
+	// waiting, which component it waits for and what that one answers.
+	// Start logs it to the test when nil.
+	Progress         func(Progress)
+	ProgressInterval time.Duration
+	// KeepLogs: when a component fails to start, New keeps the
+	// components' logs in Dir (and removes the rest) for the caller to
+	// read; the *ComponentError names the failed one's. Without it New
+	// removes everything.
+	KeepLogs bool
+}
+
+// startTimeout is opts' start limit.
+func (opts Options) startTimeout() time.Duration {
+	if opts.StartTimeout > 0 {
+		return opts.StartTimeout
+	}
+	return DefaultStartTimeout
 }
 
 // ControlPlane is a running control plane. Its methods are not safe for
@@ -109,6 +131,9 @@ type ControlPlane struct {
 	Dir string
 	// KubeconfigPath is a kubeconfig file for the admin user.
 	KubeconfigPath string
+	// StartTimes are how long each component took to become ready, in
+	// start order.
+	StartTimes []ComponentTime
 
 	t          T    // the test, for a control plane from Start; nil from New
 	ownDir     bool // Close removes Dir (New made it)
@@ -121,20 +146,64 @@ type ControlPlane struct {
 	// components in start order; nil entries were not requested or not
 	// reached.
 	etcd, apiserver, controllerManager, scheduler *component
+
+	// The start's limit, and how it reports progress.
+	limit        time.Duration
+	progress     func(Progress)
+	interval     time.Duration
+	began        time.Time // when the start began
+	nextProgress time.Time // when progress is reported next
 }
 
 // ComponentError reports a control-plane component that could not be
-// started or did not become ready. Its message quotes the end of the
-// component's log, which New deletes with its directory on failure.
+// started or did not become ready. Its message is one line: the component,
+// why, the log line that best says why, the components ready before it,
+// and the log's path. New deletes the log with its directory on failure
+// unless Options.KeepLogs.
 type ComponentError struct {
 	Component string // for example "kube-apiserver"
 	LogPath   string
 	LogTail   string // the last lines of the log, read when the error was made
-	Err       error
+	// LogLine is the line of LogTail that best says why (an error line;
+	// for a component that exited, else its last line), without its klog
+	// header; "" when none does.
+	LogLine string
+	// LastAnswer is, in short, what its readiness check answered last
+	// ("" when it was not checked, or exited).
+	LastAnswer string
+	// Ready are the components that were ready before it, and how long
+	// each took; Waited is how long this one was waited for.
+	Ready  []ComponentTime
+	Waited time.Duration
+	Err    error // errors.Is(Err, ErrStartTimeout) when the start's limit ran out
 }
 
 func (e *ComponentError) Error() string {
-	return fmt.Sprintf("%s: %v\nlast %d lines of %s:\n%s", e.Component, e.Err, logTailLines, e.LogPath, e.LogTail)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %v", e.Component, e.Err)
+	if e.LastAnswer != "" {
+		fmt.Fprintf(&b, " (last answer: %s)", e.LastAnswer)
+	}
+	if e.LogLine != "" {
+		fmt.Fprintf(&b, " (its log says: %s)", e.LogLine)
+	}
+	if len(e.Ready) > 0 {
+		fmt.Fprintf(&b, "; ready before it: %s", FormatTimes(e.Ready))
+	}
+	fmt.Fprintf(&b, "; log: %s", e.LogPath)
+	return b.String()
+}
+
+// Times are how long each component took, the failed one's time the time
+// it was waited for.
+func (e *ComponentError) Times() []ComponentTime {
+	return append(append([]ComponentTime(nil), e.Ready...), ComponentTime{Component: e.Component, Took: e.Waited})
+}
+
+// tailReport is the end of the failed component's log, for a test's
+// failure message.
+func (e *ComponentError) tailReport() string {
+	return fmt.Sprintf("last %d lines of %s:\n%s", logTailLines, e.LogPath, e.LogTail)
 }
 
 func (e *ComponentError) Unwrap() error { return e.Err }
@@ -143,12 +212,20 @@ func (e *ComponentError) Unwrap() error { return e.Err }
 // kube-scheduler when opts asks for them, waits until each is healthy and
 // registers their teardown with t.Cleanup. It skips the test (fails it under
 // CI=true) when a binary is missing, and fails it when a component does not
-// become healthy within a minute, quoting the end of that component's log.
-// When the test fails, the end of every other component's log is logged at
-// teardown.
+// become healthy within the start's limit (Options.StartTimeout, else
+// $TESTCP_START_TIMEOUT, else DefaultStartTimeout), quoting the end of that
+// component's log; a start that waits logs its progress to t. When the test
+// fails, the end of every other component's log is logged at teardown.
 func Start(t T, opts Options) *ControlPlane {
 	t.Helper()
 	began := time.Now()
+	opts, err := startTimeoutFromEnv(opts)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if opts.Progress == nil {
+		opts.Progress = func(p Progress) { t.Logf("testcp: start: %s", p) }
+	}
 	cp, err := start(testContext(t), opts, t.TempDir())
 	if cp != nil {
 		cp.t = t
@@ -162,10 +239,20 @@ func Start(t T, opts Options) *ControlPlane {
 		if mb := (*MissingBinaryError)(nil); errors.As(err, &mb) {
 			skipOrFail(t, mb)
 		}
-		t.Fatalf("%v", err)
+		t.Fatalf("%s", failureReport(err))
 	}
-	t.Logf("testcp: control plane up in %v (api server %s, dir %s)", time.Since(began).Round(time.Millisecond), cp.restConfig.Host, cp.Dir)
+	t.Logf("testcp: control plane up in %v (%s; api server %s, dir %s)", time.Since(began).Round(time.Millisecond), FormatTimes(cp.StartTimes), cp.restConfig.Host, cp.Dir)
 	return cp
+}
+
+// failureReport is a failed start's error for a test: its one line and,
+// for a component's failure, the end of that component's log.
+func failureReport(err error) string {
+	var ce *ComponentError
+	if errors.As(err, &ce) {
+		return fmt.Sprintf("%v\n%s", err, ce.tailReport())
+	}
+	return err.Error()
 }
 
 // testContext is t's Context when it has one (*testing.T and *testing.B do),
@@ -179,12 +266,14 @@ func testContext(t T) context.Context {
 
 // New runs etcd and kube-apiserver, and kube-controller-manager and
 // kube-scheduler when opts asks for them, in a new temporary directory, and
-// waits until each is healthy (at most a minute each, less if ctx ends
-// first). ctx bounds only the start-up: the components run until Close.
+// waits until each is healthy (all of them within opts' StartTimeout, less
+// if ctx ends first). ctx bounds only the start-up: the components run
+// until Close.
 //
-// On error nothing is left running and the directory is removed. A missing
-// binary is a *MissingBinaryError; a component that does not start or become
-// ready is a *ComponentError, quoting the end of its log.
+// On error nothing is left running and the directory is removed (but for
+// the components' logs with opts.KeepLogs). A missing binary is a
+// *MissingBinaryError; a component that does not start or become ready is
+// a *ComponentError.
 func New(ctx context.Context, opts Options) (*ControlPlane, error) {
 	dir, err := os.MkdirTemp("", "testcp-")
 	if err != nil {
@@ -197,10 +286,35 @@ func New(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	cp.ownDir = true
 	if err != nil {
+		var ce *ComponentError
+		if opts.KeepLogs && errors.As(err, &ce) {
+			cp.stopAll()
+			if rerr := removeAllBut(dir, ".log"); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("testcp: removing all but the logs in %s: %w", dir, rerr))
+			}
+			return nil, err
+		}
 		_ = cp.Close()
 		return nil, err
 	}
 	return cp, nil
+}
+
+// removeAllBut removes everything in dir but the files whose name ends
+// in suffix.
+func removeAllBut(dir, suffix string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), suffix) {
+			continue
+		}
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops the components, last started first (SIGTERM, then SIGKILL
@@ -256,11 +370,20 @@ func start(ctx context.Context, opts Options, dir string) (*ControlPlane, error)
 		}
 	}
 
+	// One limit for the whole start, however many attempts it takes.
+	limit := opts.startTimeout()
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, ErrStartTimeout)
+	defer cancel()
+	interval := opts.ProgressInterval
+	if interval <= 0 {
+		interval = DefaultProgressInterval
+	}
+	began := time.Now()
 	// The ports are free when chosen, not reserved: a control plane
 	// starting beside this one may take one first. Such a start is tried
 	// again from scratch with new ports.
 	for attempt := 1; ; attempt++ {
-		cp := &ControlPlane{Dir: dir}
+		cp := &ControlPlane{Dir: dir, limit: limit, progress: opts.Progress, interval: interval, began: began, nextProgress: began.Add(interval)}
 		err := cp.startComponents(ctx, opts, etcdBin, apiBin, kcmBin, schedBin)
 		if err == nil {
 			return cp, nil
@@ -336,7 +459,7 @@ func (cp *ControlPlane) startComponents(ctx context.Context, opts Options, etcdB
 		"--logger=zap",
 		"--log-outputs=stderr",
 	})
-	if err := cp.etcd.run(ctx, func() error { return getOK(plainClient(), etcdURL+"/health", "", `"health":"true"`) }); err != nil {
+	if err := cp.run(ctx, cp.etcd, "/health", func() error { return getOK(plainClient(), etcdURL+"/health", "", `"health":"true"`) }); err != nil {
 		return err
 	}
 
@@ -346,7 +469,7 @@ func (cp *ControlPlane) startComponents(ctx context.Context, opts Options, etcdB
 		return err
 	}
 	cp.apiserver = cp.newComponent("kube-apiserver", apiBin, os.Environ(), apiServerArgs(cp.pki, etcdURL, cp.apiPort, apiDir, opts.APIServerArgs))
-	if err := cp.apiserver.run(ctx, cp.apiServerReady); err != nil {
+	if err := cp.run(ctx, cp.apiserver, "/readyz", cp.apiServerReady); err != nil {
 		return err
 	}
 
@@ -374,7 +497,7 @@ func (cp *ControlPlane) startComponents(ctx context.Context, opts Options, etcdB
 			"--root-ca-file="+cp.pki.caFile,
 			"--controllers=*",
 		), opts.ControllerManagerArgs))
-		if err := cp.controllerManager.run(ctx, func() error {
+		if err := cp.run(ctx, cp.controllerManager, "/healthz", func() error {
 			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), "", "")
 		}); err != nil {
 			return err
@@ -382,7 +505,7 @@ func (cp *ControlPlane) startComponents(ctx context.Context, opts Options, etcdB
 	}
 	if opts.Scheduler {
 		cp.scheduler = cp.newComponent("kube-scheduler", schedBin, os.Environ(), cp.clientComponentArgs(schedPort))
-		if err := cp.scheduler.run(ctx, func() error {
+		if err := cp.run(ctx, cp.scheduler, "/healthz", func() error {
 			return getOK(cp.tlsClient(), fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), "", "")
 		}); err != nil {
 			return err
@@ -430,10 +553,17 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 	}
 	// The old listening socket can linger for a moment; retry a start that
 	// fails only because the port is still taken.
+	limit := cp.limit
+	if limit <= 0 {
+		limit = DefaultStartTimeout
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, ErrStartTimeout)
+	defer cancel()
+	began := time.Now()
 	for attempt := 1; ; attempt++ {
 		err := cp.apiserver.start()
 		if err == nil {
-			err = cp.apiserver.waitReady(ctx, readyTimeout, cp.apiServerReady)
+			err = cp.apiserver.waitReady(ctx, "/readyz", cp.apiServerReady, limit, nil)
 		}
 		if err == nil {
 			return nil
@@ -445,8 +575,9 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 				continue
 			}
 		}
+		exited := !cp.apiserver.running()
 		cp.apiserver.stop()
-		return cp.apiserver.failure(fmt.Errorf("restarting: %w", err))
+		return cp.apiserver.failure(fmt.Errorf("restarting: %w", err), nil, time.Since(began), exited)
 	}
 }
 
@@ -643,7 +774,7 @@ func getOK(c *http.Client, url, token, want string) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(want)) {
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(body))
+		return &checkError{path: req.URL.Path, status: resp.Status, body: bytes.TrimSpace(body)}
 	}
 	return nil
 }
@@ -761,30 +892,71 @@ func (c *component) stop() {
 	signalGroup(p, sigKill)
 }
 
-// run starts c and waits for ready to succeed. On failure c is stopped and
-// the error is a *ComponentError.
-func (c *component) run(ctx context.Context, ready func() error) error {
+// run starts c and waits for ready (the check named check) to succeed,
+// reporting progress on the way. On failure c is stopped and the error is
+// a *ComponentError.
+func (cp *ControlPlane) run(ctx context.Context, c *component, check string, ready func() error) error {
+	began := time.Now()
 	if err := c.start(); err != nil {
-		return c.failure(fmt.Errorf("starting: %w", err))
+		return c.failure(fmt.Errorf("starting: %w", err), cp.StartTimes, 0, false)
 	}
-	if err := c.waitReady(ctx, readyTimeout, ready); err != nil {
+	err := c.waitReady(ctx, check, ready, cp.limit, func(last error) {
+		now := time.Now()
+		if cp.progress == nil || now.Before(cp.nextProgress) {
+			return
+		}
+		for !now.Before(cp.nextProgress) {
+			cp.nextProgress = cp.nextProgress.Add(cp.interval)
+		}
+		cp.progress(Progress{
+			Ready: append([]ComponentTime(nil), cp.StartTimes...), Waiting: c.name, Check: check,
+			Waited: now.Sub(began), LastAnswer: describeCheck(check, last),
+			Elapsed: now.Sub(cp.began), Limit: cp.limit,
+		})
+	})
+	if err != nil {
+		exited := !c.running()
 		c.stop()
-		return c.failure(err)
+		return c.failure(err, cp.StartTimes, time.Since(began), exited)
 	}
+	cp.StartTimes = append(cp.StartTimes, ComponentTime{Component: c.name, Took: time.Since(began)})
 	return nil
 }
 
-// failure wraps err in a *ComponentError quoting the end of c's log, and
-// marks the log as reported.
-func (c *component) failure(err error) error {
+// failure wraps err in a *ComponentError with the end of c's log, the
+// components ready before it and how long it was waited for, and marks the
+// log as reported. exited: c ended by itself (its last log line says why,
+// if no error line does).
+func (c *component) failure(err error, ready []ComponentTime, waited time.Duration, exited bool) error {
 	c.reported = true
-	return fmt.Errorf("testcp: %w", &ComponentError{Component: c.name, LogPath: c.logPath, LogTail: c.tail(logTailLines), Err: err})
+	tail := c.tail(logTailLines)
+	ce := &ComponentError{
+		Component: c.name, LogPath: c.logPath, LogTail: tail, LogLine: logReason(tail, exited),
+		Ready: append([]ComponentTime(nil), ready...), Waited: waited, Err: err,
+	}
+	var we *waitError
+	if errors.As(err, &we) {
+		ce.LastAnswer = we.lastAnswer
+	}
+	return fmt.Errorf("testcp: %w", ce)
 }
 
-// waitReady polls ready until it succeeds, c exits, timeout passes or ctx
-// ends.
-func (c *component) waitReady(ctx context.Context, timeout time.Duration, ready func() error) error {
-	deadline := time.Now().Add(timeout)
+// waitError is a component not ready when the wait for it ended, with
+// what its check answered last.
+type waitError struct {
+	err        error
+	lastAnswer string
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+// waitReady polls ready (the check named check) until it succeeds, c
+// exits or ctx ends (when the start's limit, limit, ran out: the cause is
+// ErrStartTimeout). waiting, when not nil, is called with ready's error
+// after each failed check.
+func (c *component) waitReady(ctx context.Context, check string, ready func() error, limit time.Duration, waiting func(last error)) error {
+	began := time.Now()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -792,14 +964,18 @@ func (c *component) waitReady(ctx context.Context, timeout time.Duration, ready 
 		if err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v: %v", timeout, err)
+		if waiting != nil {
+			waiting(err)
 		}
 		select {
 		case <-c.done:
-			return fmt.Errorf("exited before it was ready: %v", c.err)
+			return fmt.Errorf("exited before it was ready (%v)", c.err)
 		case <-ctx.Done():
-			return fmt.Errorf("not ready when start-up was cancelled (%w): %v", context.Cause(ctx), err)
+			cause := context.Cause(ctx)
+			if errors.Is(cause, ErrStartTimeout) {
+				return &waitError{fmt.Errorf("not ready after %v: %w (%v)", roundDuration(time.Since(began)), cause, limit), describeCheck(check, err)}
+			}
+			return &waitError{fmt.Errorf("not ready when start-up was cancelled (%w)", cause), describeCheck(check, err)}
 		case <-tick.C:
 		}
 	}

@@ -26,6 +26,7 @@ import (
 )
 
 const drillUsage = `Usage: selftaint drill FILE.yaml [--report out.json] [--junit out.xml] [--keep] [--quiet]
+                       [--kube-bin-dir DIR] [--start-timeout 3m]
                        [--kubeconfig K] [--context C] [--cluster C] [--user U]
 
 Runs the drill FILE describes: a scenario of workloads, faults, NotReady
@@ -33,8 +34,9 @@ nodes, drains and coordinator failures on a timeline, with expectations
 judged on every version of the objects it watched. Without --kubeconfig,
 --context, --cluster or --user it starts its own control plane (etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler on loopback; the
-binaries make builds, found with --kube-bin-dir); with them, it runs in that
-cluster and touches only the nodes it registers or is given.
+binaries make builds, found with --kube-bin-dir), showing every 10 s which
+component it still waits for, within --start-timeout; with them, it runs in
+that cluster and touches only the nodes it registers or is given.
 
 It prints a live view, then a table of the expectations with what was
 measured; --report writes the JSON report, --junit a JUnit XML file. It
@@ -58,6 +60,7 @@ const drillNamespaceUsage = "accepted as kubectl takes it, and unused: the drill
 type drillFlags struct {
 	report, junit, selftaint, logLevel, kubeBinDir string
 	quiet, keep                                    bool
+	startTimeout                                   time.Duration
 }
 
 func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -73,6 +76,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.logLevel, "log-level", "error", "log level of the virtual nodes' logs on stderr")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the closing table")
 	fs.StringVar(&f.kubeBinDir, "kube-bin-dir", "", "where the embedded control plane's kube-apiserver, kube-controller-manager and kube-scheduler are (default $KUBE_BIN_DIR, else beside this binary, else the repository's bin/ that make builds); etcd is $ETCD_BIN or on $PATH")
+	fs.DurationVar(&f.startTimeout, "start-timeout", agentdrill.DefaultStartTimeout, "how long the embedded control plane may take to start, every component together (a loaded machine takes minutes); on a timeout the drill says which component was slow")
 	fs.BoolVar(&f.keep, "keep", false, "once the expectations are judged, keep the cluster, virtual nodes and workloads up until Ctrl-C (to look around with kubectl), then clean up")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -82,9 +86,18 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "selftaint drill: want one FILE, got %d arguments %v\n", len(pos), pos)
 		return errUsage
 	}
+	if f.startTimeout <= 0 {
+		fmt.Fprintf(stderr, "selftaint drill: --start-timeout %s: want a positive duration\n", f.startTimeout)
+		return errUsage
+	}
 	s, err := tdrill.Load(pos[0])
+	if err == nil {
+		// cluster.config as the agents will load it, each error at its
+		// line of the file, before anything starts.
+		err = agentdrill.CheckConfig(s, pos[0])
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "selftaint drill: %v\n", err)
+		printLines(stderr, "selftaint drill: ", err.Error())
 		return &exitCodeError{tdrill.ExitBadFile}
 	}
 	logger, err := newLogger(stderr, f.logLevel)
@@ -94,6 +107,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := agentdrill.Options{
 		Scenario: s, File: pos[0], Selftaint: f.selftaint, Logger: logger,
 		Evaluate: tdrill.Evaluate, KubeBinDir: kubeBinDir(f.kubeBinDir, os.Getenv("KUBE_BIN_DIR"), os.Executable),
+		StartTimeout: f.startTimeout,
 	}
 	if kf.existing() {
 		// One kubeconfig file holding just the cluster and user the flags
@@ -143,12 +157,21 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return finishDrill(o, f, stdout, stderr)
 }
 
-// finishDrill prints the table and writes the report files.
+// finishDrill prints the table and writes the report files. A drill that
+// did not run to its end says why on stderr, in one line (a control plane
+// that did not start: which component, why, and its kept log); one
+// refused as a bad file (nothing ran) prints no table.
 func finishDrill(o agentdrill.Outcome, f drillFlags, stdout, stderr io.Writer) error {
-	if o.Report.Error != "" {
-		fmt.Fprintf(stderr, "selftaint drill: %s\n", o.Report.Error)
+	var startErr *agentdrill.StartError
+	switch {
+	case errors.As(o.Err, &startErr):
+		fmt.Fprintf(stderr, "selftaint drill: %s\n", startErr.Line())
+	case o.Report.Error != "":
+		printLines(stderr, "selftaint drill: ", o.Report.Error)
 	}
-	fmt.Fprint(stdout, tdrill.Table(&o.Report))
+	if o.Code != tdrill.ExitBadFile {
+		fmt.Fprint(stdout, tdrill.Table(&o.Report))
+	}
 	var errs []error
 	if f.report != "" {
 		errs = append(errs, writeReportFile(f.report, func(w io.Writer) error { return tdrill.WriteJSON(w, &o.Report) }))
@@ -164,6 +187,13 @@ func finishDrill(o agentdrill.Outcome, f drillFlags, stdout, stderr io.Writer) e
 		return nil
 	}
 	return &exitCodeError{o.Code}
+}
+
+// printLines writes each line of text to w after prefix.
+func printLines(w io.Writer, prefix, text string) {
+	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		fmt.Fprintf(w, "%s%s\n", prefix, l)
+	}
 }
 
 func writeReportFile(path string, write func(io.Writer) error) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -283,8 +284,34 @@ func (c *controller) sync(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("listing maintenance slot leases from the cache: %w", err)
 	}
 	now := c.clock.Now()
-	v := c.observe(nodes, c.mergeLeases(cached), now)
-	c.observeSlots(v, c.slotWritten.merge(cachedSlots))
+	leases, slots := c.mergeLeases(cached), c.slotWritten.merge(cachedSlots)
+	v, d := c.decide(nodes, leases, slots, now)
+	var unconfirmed error
+	if len(d.Maintenance.Start) > 0 {
+		if c.opts.beforeStart != nil {
+			c.opts.beforeStart(ctx, d.Maintenance.Start)
+		}
+		v, d, unconfirmed = c.confirmStarts(ctx, v, d, leases, slots, now)
+	}
+	c.memory = d.Memory
+	c.logDecision(now, d)
+	err = c.execute(ctx, v, d, now)
+	if !errors.Is(err, errStale) {
+		err = errors.Join(err, c.executeMaintenance(ctx, v, d.Maintenance, now, unconfirmed))
+	}
+	c.tell(v, d.Events)
+	if err != nil {
+		return time.Time{}, err
+	}
+	c.state.update(func(s *loopState) { s.decided = true })
+	return d.Next, nil
+}
+
+// decide builds the view from nodes and the Leases as the coordinator
+// knows them, and asks fleet.Decide.
+func (c *controller) decide(nodes []*corev1.Node, leases, slots []*coordinationv1.Lease, now time.Time) (*view, fleet.Decision) {
+	v := c.observe(nodes, leases, now)
+	c.observeSlots(v, slots)
 	in := fleet.Input{
 		Config: c.opts.Config,
 		Now:    now,
@@ -297,18 +324,65 @@ func (c *controller) sync(ctx context.Context) (time.Time, error) {
 	start := c.clock.Now()
 	d := fleet.Decide(in)
 	c.opts.Metrics.Decided(d, c.clock.Since(start))
-	c.memory = d.Memory
-	c.logDecision(now, d)
-	err = c.execute(ctx, v, d, now)
-	if !errors.Is(err, errStale) {
-		err = errors.Join(err, c.executeMaintenance(ctx, v, d.Maintenance, now))
-	}
-	c.tell(v, d.Events)
+	return v, d
+}
+
+// confirmStarts makes decision d, made from the caches, again from the
+// fleet's Nodes read fresh from the API server, because d starts drains:
+// the informer may not have seen a node someone else cordoned, or one
+// gone NotReady, a moment ago, and a start decided without them could take
+// the pool past maxParallel. The slot Leases need no fresh read: only the
+// leader writes them, and its own writes are merged in. What the fresh
+// decision starts is what the pool has room for as of that read (the
+// window left is from the read to the start's cordon, see README,
+// Maintenance drains). If the read fails, the cached decision stands
+// without its starts (unconfirmed says why): nothing starts on a view
+// that could not be confirmed.
+func (c *controller) confirmStarts(ctx context.Context, v *view, d fleet.Decision, leases, slots []*coordinationv1.Lease, now time.Time) (*view, fleet.Decision, error) {
+	read := time.Now()
+	nodes, err := c.readNodes(ctx)
 	if err != nil {
-		return time.Time{}, err
+		return v, d, fmt.Errorf("not starting the drains of %v: confirming the maintenance pool: %w", d.Maintenance.Start, err)
 	}
-	c.state.update(func(s *loopState) { s.decided = true })
-	return d.Next, nil
+	took := time.Since(read)
+	fv, fd := c.decide(nodes, leases, slots, now)
+	if !slices.Equal(fd.Maintenance.Start, d.Maintenance.Start) {
+		c.log.Info("maintenance starts changed on a fresh read of the nodes", "cached", d.Maintenance.Start, "fresh", fd.Maintenance.Start,
+			"unavailable", fd.Maintenance.Unavailable, "pool", fd.Maintenance.Size, "read", took)
+	} else {
+		c.log.Debug("maintenance starts confirmed on a fresh read of the nodes", "start", fd.Maintenance.Start, "nodes", len(nodes), "read", took)
+	}
+	return fv, fd, nil
+}
+
+// nodePage is how many Nodes one page of readNodes holds.
+const nodePage = 500
+
+// readNodes lists the fleet's Nodes (NodeSelector) from the API server
+// itself, not the informer's cache: a List without a resourceVersion is
+// a consistent read (as of the moment it is served), paged, all pages from
+// the same snapshot. managedFields are dropped, as the informer does.
+func (c *controller) readNodes(ctx context.Context) ([]*corev1.Node, error) {
+	opts := metav1.ListOptions{Limit: nodePage}
+	if sel := c.opts.NodeSelector; sel != nil && !sel.Empty() {
+		opts.LabelSelector = sel.String()
+	}
+	var out []*corev1.Node
+	for {
+		list, err := c.opts.Client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing nodes from the API server: %w", err)
+		}
+		for i := range list.Items {
+			n := &list.Items[i]
+			n.ManagedFields = nil
+			out = append(out, n)
+		}
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
 }
 
 // logDecision logs what a decision changes.

@@ -97,6 +97,12 @@ type Options struct {
 	// NewDrainer makes a node's drain (default: through the Eviction API
 	// with Client, agent/drain).
 	NewDrainer NewDrainer
+
+	// beforeStart, if set (tests only, through export_test.go), is called
+	// when a decision made from the caches starts maintenance slots,
+	// before anything of it is confirmed or written: a test's seam for a
+	// change the informer has not seen yet.
+	beforeStart func(ctx context.Context, starts []string)
 }
 
 // Metrics is what the coordinator reports for monitoring (see

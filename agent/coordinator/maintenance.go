@@ -43,8 +43,10 @@ const (
 // deleted, new slots started and cordoned, the drains running as ordered,
 // their progress, and every node's condition. It goes on past a failed
 // step for one node (each node's writes are independent); a stale view
-// ends it (the decision was made from it).
-func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.MaintenanceDecision, now time.Time) error {
+// ends it (the decision was made from it). unconfirmed, if not nil, says
+// why the starts may not be written: they are left out (and their drains
+// with them), the rest written.
+func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.MaintenanceDecision, now time.Time, unconfirmed error) error {
 	var errs []error
 	step := func(err error) bool {
 		if err != nil {
@@ -75,7 +77,15 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 		// A start may rely on the slot an end frees.
 		ended = false
 	}
-	if ended {
+	// notStarted are the starts not written now: their nodes hold no
+	// slot, so nothing of them may be drained or cordoned.
+	notStarted := map[string]bool{}
+	if unconfirmed != nil && len(md.Start) > 0 {
+		errs = append(errs, unconfirmed)
+		for _, node := range md.Start {
+			notStarted[node] = true
+		}
+	} else if ended {
 		for _, node := range md.Start {
 			if !step(c.startSlot(ctx, v, node, now)) {
 				return errors.Join(errs...)
@@ -83,9 +93,15 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 		}
 	} else if len(md.Start) > 0 {
 		errs = append(errs, fmt.Errorf("not starting the drains of %v until the slots given back before them are written", md.Start))
+		for _, node := range md.Start {
+			notStarted[node] = true
+		}
 	}
 	c.steerDrains(v, md)
 	for _, node := range slices.Sorted(maps.Keys(md.Drain)) {
+		if notStarted[node] {
+			continue
+		}
 		if !step(c.followDrain(ctx, v, node, md.Drain[node], now)) {
 			return errors.Join(errs...)
 		}

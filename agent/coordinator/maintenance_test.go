@@ -42,6 +42,7 @@ func TestMaintenance(t *testing.T) {
 		{"ConditionRestored", testConditionRestored},
 		{"TheirCordonLifted", testTheirCordonLifted},
 		{"LeaderChangeResumes", testMaintenanceLeaderChange},
+		{"CordonedJustBeforeAStart", testCordonedJustBeforeAStart},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -570,4 +571,60 @@ func testTheirCordonLifted(t *testing.T, e *env) {
 		t.Errorf("node %s cordoned again by selftaint after its owner uncordoned it: unschedulable %t, record %q",
 			n, node.Spec.Unschedulable, node.Annotations[fleet.CordonAnnotation])
 	}
+}
+
+// testCordonedJustBeforeAStart: someone else cordons a node after the
+// coordinator's caches were read for a decision that starts drains, and
+// before it writes them (its informer has not seen the cordon): the pool
+// is confirmed against a fresh read, so the start that no longer fits
+// waits, and no Node version ever shows more nodes unavailable than the
+// pool's size. Lifted, the cordon frees the place and the waiting node
+// starts.
+func testCordonedJustBeforeAStart(t *testing.T, e *env) {
+	t0 := e.clock.Now()
+	a, b, d := e.name("a"), e.name("b"), e.name("d")
+	for _, n := range []string{a, b, d} {
+		e.node(n, "z", time.Time{})
+	}
+	e.watchPool(2, []string{a, b, d})
+	drains := newFakeDrains()
+	var once sync.Once
+	cordoned := make(chan []string, 1)
+	opts := coordinator.WithBeforeStart(e.options("solo", maintenanceConfig(2)), func(ctx context.Context, starts []string) {
+		once.Do(func() {
+			// Someone else's cordon, written after the caches were read.
+			if _, err := e.client.CoreV1().Nodes().Patch(ctx, d, types.StrategicMergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+				t.Errorf("cordoning node %s before the start: %v", d, err)
+			}
+			cordoned <- slices.Clone(starts)
+		})
+	})
+	opts.NewDrainer = drains.new
+	e.requestDrain(a, t0.Add(-2*time.Minute), nil)
+	e.requestDrain(b, t0.Add(-time.Minute), nil)
+	e.start(opts, false)
+
+	select {
+	case starts := <-cordoned:
+		if !slices.Equal(starts, []string{a, b}) {
+			t.Fatalf("the decision from the caches started %v, want both %s and %s (the pool of 2 was empty to the caches)", starts, a, b)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("no decision started a drain within %s", waitTimeout)
+	}
+	e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonDraining)
+	cond, nb := e.waitMaintenance(b, corev1.ConditionTrue, fleet.ReasonMaintenanceWaiting)
+	if !strings.Contains(cond.Message, "pool is full") || !strings.Contains(cond.Message, d+" cordoned") {
+		t.Errorf("waiting node %s: message %q, want the pool full with %s cordoned", b, cond.Message, d)
+	}
+	if nb.Spec.Unschedulable {
+		t.Errorf("node %s, which does not fit the pool, was cordoned", b)
+	}
+	if l := e.slot(b); l != nil && l.Spec.HolderIdentity != nil {
+		t.Errorf("node %s, which does not fit the pool, holds a slot: %+v", b, l.Spec)
+	}
+
+	// Their cordon lifted: b's turn.
+	e.setUnschedulable(d, false)
+	e.waitMaintenance(b, corev1.ConditionTrue, fleet.ReasonDraining)
 }

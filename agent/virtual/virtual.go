@@ -297,6 +297,8 @@ type virtualNode struct {
 	podInf   cache.SharedIndexInformer
 	agent    *agent.Agent
 	workers  int
+	// ready reads whether the Node is Ready in the API.
+	ready func(context.Context) (bool, error)
 }
 
 // newVirtualNode builds node name's parts; reg records the Node it
@@ -375,7 +377,8 @@ func newVirtualNode(opts Options, name string, index int, reg *registration, pro
 	if err != nil {
 		return nil, fmt.Errorf("virtual node %s: %w", name, err)
 	}
-	return &virtualNode{name: name, log: log, nodes: nc, pods: pc, provider: provider, podInf: podInf, agent: a, workers: opts.PodSyncWorkers}, nil
+	return &virtualNode{name: name, log: log, nodes: nc, pods: pc, provider: provider, podInf: podInf, agent: a, workers: opts.PodSyncWorkers,
+		ready: nodeReady(nodeClient, name)}, nil
 }
 
 // noExecute is the agents' NoExecute options, reading grants with the
@@ -425,6 +428,18 @@ func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail contex
 		n.provider.resend(ctx)
 		return nil
 	})
+	run("pod readiness reconcile", func(ctx context.Context) error {
+		// What the node lifecycle controller marked not ready while the
+		// node was NotReady, ready again once it is Ready (see
+		// reconcileReady).
+		select {
+		case <-n.pods.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+		n.provider.reconcileReady(ctx, n.cachedPods, n.ready, n.log.Warn)
+		return nil
+	})
 	run("agent", func(ctx context.Context) error {
 		// The agent writes to the Node once it is known to be virtual
 		// and registered.
@@ -438,4 +453,17 @@ func (n *virtualNode) start(ctx context.Context, wg *sync.WaitGroup, fail contex
 		}
 		return nil
 	})
+}
+
+// cachedPods are the node's pods as the pod informer has them (cached
+// objects: never mutate).
+func (n *virtualNode) cachedPods() []*corev1.Pod {
+	objs := n.podInf.GetIndexer().List()
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }

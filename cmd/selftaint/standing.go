@@ -258,11 +258,17 @@ func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases 
 	if err != nil {
 		return s, err
 	}
-	p := taints.ProjectNoExecute(in, node, s.rules, s.statuses, s.flapping, now)
-	d := p.Decision
-	if s.guard != nil {
-		g := d.Guard
-		s.projected, s.holds = &g, p.Holds
+	var d fleet.Decision
+	if s.members.Includes(node) {
+		p := taints.ProjectNoExecute(in, node, s.rules, s.statuses, s.flapping, now)
+		d = p.Decision
+		if s.guard != nil {
+			g := d.Guard
+			s.projected, s.holds = &g, p.Holds
+		}
+	} else {
+		// Not counted by that coordinator: the fleet as it is.
+		d = fleet.Decide(in)
 	}
 	s.budget, s.held, s.waiting = d.Budget, d.Held, d.Waiting
 	s.granting = slices.Contains(d.Grant, node.Name)

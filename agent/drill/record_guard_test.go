@@ -71,6 +71,8 @@ func TestGuardLines(t *testing.T) {
 	zoneA := v(map[string]bool{"a": true, fleet.FleetScope: false})
 	both := v(map[string]bool{"a": true, fleet.FleetScope: true})
 	bad := tdrill.GuardVersion{Error: "guard: renewTime is required"}
+	// The nodes without a zone label are one zone to the guard, named "".
+	noZone := v(map[string]bool{"": true, fleet.FleetScope: false})
 	for _, tc := range []struct {
 		name string
 		prev *tdrill.GuardVersion
@@ -87,6 +89,7 @@ func TestGuardLines(t *testing.T) {
 		{"unreadable", &zoneA, bad, []string{"guard: unreadable: guard: renewTime is required"}},
 		{"still unreadable", &bad, bad, nil},
 		{"readable again, tripped", &bad, zoneA, []string{"guard: MemoryPressure tripped in zone a (3 of 4 nodes)"}},
+		{"trips among the nodes without a zone (named, not an empty zone)", &calm, noZone, []string{"guard: MemoryPressure tripped among the nodes without a zone (3 of 4 nodes)"}},
 		{"deleted", &zoneA, tdrill.GuardVersion{Deleted: true}, []string{"guard: deleted (nothing tripped)"}},
 	} {
 		if got := guardLines(tc.prev, tc.next); !reflect.DeepEqual(got, tc.want) {

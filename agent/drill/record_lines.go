@@ -160,10 +160,7 @@ func guardLines(prev *tdrill.GuardVersion, next tdrill.GuardVersion) []string {
 	var out []string
 	for _, k := range guardScopes(was, next.State) {
 		before, now := was.Conditions[k.cond][k.scope], next.State.Conditions[k.cond][k.scope]
-		where := "in zone " + k.scope
-		if k.scope == fleet.FleetScope {
-			where = "fleet-wide"
-		}
+		where := fleet.ScopeWhere(k.scope)
 		switch {
 		case now.Tripped && !before.Tripped:
 			out = append(out, fmt.Sprintf("guard: %s tripped %s (%d of %d nodes)", k.cond, where, now.Unhealthy, now.Nodes))

@@ -53,8 +53,10 @@ type Actions interface {
 	// EndDrains removes the operator's maintenance request from nodes.
 	EndDrains(ctx context.Context, kubeconfig string, nodes []string) error
 	// Explain is explain's verdict on every pod bound to node with the
-	// proposed taints added to its own.
-	Explain(ctx context.Context, kubeconfig, node string, proposed []corev1.Taint, now time.Time) ([]taints.Eviction, error)
+	// proposed taints added to its own, those the coordinator will not
+	// allow left out: a NoExecute taint whose condition the disruption
+	// guard holds once the node's own condition is counted.
+	Explain(ctx context.Context, kubeconfig, configPath, node string, proposed []corev1.Taint, now time.Time) ([]taints.Eviction, error)
 }
 
 // Options are one drill run's.

@@ -98,7 +98,7 @@ func (a *testActions) Drain(context.Context, string, []string, string, tdrill.Dr
 
 func (a *testActions) EndDrains(context.Context, string, []string) error { return nil }
 
-func (a *testActions) Explain(context.Context, string, string, []corev1.Taint, time.Time) ([]taints.Eviction, error) {
+func (a *testActions) Explain(context.Context, string, string, string, []corev1.Taint, time.Time) ([]taints.Eviction, error) {
 	return nil, nil
 }
 

@@ -261,7 +261,7 @@ func (r *runner) predict(ctx context.Context, step string, f tdrill.FaultStep, n
 		index[n] = i
 	}
 	err = forEachNode(ctx, nodes, stepConcurrency, func(ctx context.Context, n string) error {
-		evs, err := r.opts.Actions.Explain(ctx, r.env.kubeconfig, n, proposed, now)
+		evs, err := r.opts.Actions.Explain(ctx, r.env.kubeconfig, r.plan.configPath, n, proposed, now)
 		if err != nil {
 			return fmt.Errorf("explain on %s: %w", n, err)
 		}

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/selftaint/selftaint/agent/config"
 	agentdrill "github.com/selftaint/selftaint/agent/drill"
 	"github.com/selftaint/selftaint/taints"
 	tdrill "github.com/selftaint/selftaint/taints/drill"
@@ -385,8 +386,17 @@ func (a *drillActions) EndDrains(ctx context.Context, kubeconfig string, nodes [
 	return a.command(ctx, "drain", runDrain, args)
 }
 
-func (a *drillActions) Explain(ctx context.Context, kubeconfig, node string, proposed []corev1.Taint, now time.Time) ([]taints.Eviction, error) {
-	client, err := operatorClient(&kubeFlags{kubeconfig: kubeconfig}, "selftaint-drill")
+// Explain is explain's verdict for the pods on node once the proposed
+// taints go on, as the coordinator will allow them: asked with the node's
+// own condition counted (readStanding), a NoExecute taint the disruption
+// guard then holds does not go on, and no pod is evicted for it.
+func (a *drillActions) Explain(ctx context.Context, kubeconfig, configPath, node string, proposed []corev1.Taint, now time.Time) ([]taints.Eviction, error) {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return nil, err
+	}
+	kf := &kubeFlags{kubeconfig: kubeconfig}
+	client, leases, err := operatorClients(kf, "selftaint-drill")
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +408,11 @@ func (a *drillActions) Explain(ctx context.Context, kubeconfig, node string, pro
 	if err != nil {
 		return nil, err
 	}
-	considered, _ := withProposed(n.Spec.Taints, proposed, now)
+	st, err := readStanding(ctx, client, leases, cfg, kf.coordinatorNamespace(cfg), n, proposedStatuses(cfg.TaintRules(), n, proposed), now)
+	if err != nil {
+		return nil, err
+	}
+	considered, _ := withProposed(n.Spec.Taints, withoutTaints(proposed, st.withheld(proposed)), now)
 	return taints.ExplainWith(considered, pods, now, taints.ExplainOptions{}), nil
 }
 

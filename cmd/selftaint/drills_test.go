@@ -174,6 +174,50 @@ func TestDrillExpectationsCanFail(t *testing.T) {
 	}
 }
 
+// TestDrillExplainSeesOwnGuard runs the issue's drill: three nodes without
+// a zone, a budget of one, a-1 faulted and granted, then b-1 faulted.
+// b-1's own condition trips the guard (2 of 3 report), so explain, asked
+// just before b-1's fault, must predict that b-1's pods stay (no grant, no
+// NoExecute while the guard holds), and every prediction must hold; the
+// fault's standing must say the guard trips with b-1 counted and when it
+// resets; and the live view must name the guard's scope of the nodes
+// without a zone.
+func TestDrillExplainSeesOwnGuard(t *testing.T) {
+	t.Parallel()
+	bin := drillPrerequisites(t, "runs a drill (about 80 s)")
+	rep, code, out := runDrillFile(t, bin, "testdata/drills/explain-own-guard.yaml")
+	if code != tdrill.ExitPassed {
+		t.Errorf("exit %d, want %d (passed); output:\n%s", code, tdrill.ExitPassed, out)
+	}
+	checkDrillReport(t, rep, true)
+	for _, e := range rep.Expectations {
+		if e.Kind != "explain" {
+			continue
+		}
+		m := e.Measured
+		if m.Predictions == nil || *m.Predictions == 0 || m.Held == nil || *m.Held != *m.Predictions {
+			t.Errorf("explain's predictions: %s", e.Message)
+		}
+	}
+	// The fault's standing is read once the fault is written; b-1's agent
+	// may have published the condition by then ("is tripped ..., this node
+	// counted") or not ("with this node's ... counted, ... trips"): either
+	// way b-1 is counted once, 2 of 3.
+	for _, want := range []string{
+		"guard, projected: ",
+		"SelftaintMemoryPressure", "fleet-wide: 2 of 3 nodes (66.67%)",
+		"the NoExecute taints held for it come off (a-1); it resets once at most 1 of 3 nodes report it, for 10s",
+		"guard: SelftaintMemoryPressure tripped among the nodes without a zone (2 of 3 nodes)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "in zone  ") || strings.Contains(out, `in zone ""`) {
+		t.Errorf("the output names an empty zone:\n%s", out)
+	}
+}
+
 // TestDrillMalformedExits2 checks that a malformed scenario exits 2 before
 // anything runs, naming the field path of each error.
 func TestDrillMalformedExits2(t *testing.T) {

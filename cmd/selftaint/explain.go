@@ -107,7 +107,38 @@ Flags:
 	if err := printExplain(stdout, node, considered, isProposed, rep, now); err != nil {
 		return err
 	}
-	return printStanding(ctx, stdout, client, leases, cfg, kf.coordinatorNamespace(cfg), n, nil, now)
+	// The standing with the proposed taints' conditions counted as the
+	// node's own: the guard they would trip holds them.
+	st, err := readStanding(ctx, client, leases, cfg, kf.coordinatorNamespace(cfg), n, proposedStatuses(cfg.TaintRules(), n, proposed), now)
+	if err != nil {
+		return err
+	}
+	if w := st.withheld(proposed); len(w) > 0 {
+		fmt.Fprintf(stdout, "\nBut %s would not go on: with this node's own condition counted, the disruption guard holds it (below); while it holds, no pod is evicted for it.\n", taintList(w))
+	}
+	st.print(stdout)
+	return nil
+}
+
+// proposedStatuses are the condition statuses of node n's that would put
+// on the proposed NoExecute taints of rules (taints.ProposedStatuses).
+func proposedStatuses(rules []taints.Rule, n *corev1.Node, proposed []corev1.Taint) map[corev1.NodeConditionType]corev1.ConditionStatus {
+	statuses := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	for _, c := range n.Status.Conditions {
+		statuses[c.Type] = c.Status
+	}
+	return taints.ProposedStatuses(rules, proposed, statuses)
+}
+
+// withoutTaints is ts without those in drop (by key, effect and value).
+func withoutTaints(ts, drop []corev1.Taint) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range ts {
+		if !containsTaint(drop, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // podsOnNode lists the pods bound to node in all namespaces, page by page.

@@ -56,6 +56,12 @@ type standing struct {
 	// members are the Nodes the coordinator counts: the guard's record of
 	// its coordinator's, else the config's coordinator.fleet.
 	members fleet.Membership
+	// projected is the guard fleet.Decide decides with this node's own
+	// conditions and request counted (taints.ProjectNoExecute; nil when no
+	// guard was read: no coordinator decides), and holds its scopes that
+	// hold a condition the node asks NoExecute for.
+	projected *fleet.GuardState
+	holds     []fleet.GuardHold
 }
 
 // describe says, for each NoExecute rule of the node's, whether its
@@ -80,12 +86,21 @@ func (s standing) describe() []string {
 		}
 	}
 	in := taints.NoExecuteInput{Guard: s.guard}
+	if s.projected != nil {
+		// The gates under the guard as the coordinator will decide it
+		// once this node's own condition is counted.
+		in.Guard = s.projected
+	}
 	in.Granted, in.GrantUntil = fleet.Granted(s.grant, name, s.now, s.now)
 	if s.guard != nil {
 		in.GuardFresh, _ = s.guard.Fresh(s.now, s.now, s.staleAfter)
 	}
 	out := []string{fmt.Sprintf("NoExecute on %s: selftaint's NoExecute rules need a grant from the coordinator (namespace %s).", name, s.namespace)}
-	out = append(out, "  "+s.budgetLine(), "  "+s.guardLine(in.GuardFresh), "  "+s.grantLine(in))
+	out = append(out, "  "+s.budgetLine(), "  "+s.guardLine(in.GuardFresh))
+	for _, h := range s.holds {
+		out = append(out, "  guard, projected: "+h.Describe())
+	}
+	out = append(out, "  "+s.grantLine(in))
 	gates := taints.PlanGates(s.rules, s.statuses, s.flapping, s.node.Labels[fleet.ZoneLabel], in)
 	for _, r := range ruled {
 		g := gates[r.Condition]
@@ -121,11 +136,7 @@ func (s standing) guardLine(fresh bool) string {
 	for c, scopes := range s.guard.Conditions {
 		for scope, sc := range scopes {
 			if sc.Tripped {
-				where := "zone " + scope
-				if scope == fleet.FleetScope {
-					where = "fleet-wide"
-				}
-				tripped = append(tripped, fmt.Sprintf("%s (%s, %d of %d nodes)", c, where, sc.Unhealthy, sc.Nodes))
+				tripped = append(tripped, fmt.Sprintf("%s (%s, %d of %d nodes)", c, strings.TrimPrefix(fleet.ScopeWhere(scope), "in "), sc.Unhealthy, sc.Nodes))
 			}
 		}
 	}
@@ -194,20 +205,39 @@ func printStanding(ctx context.Context, w io.Writer, core typedcorev1.CoreV1Inte
 	if err != nil {
 		return err
 	}
-	for _, lines := range [][]string{st.describe(), st.maintenance.describe(node, namespace, now)} {
+	st.print(w)
+	return nil
+}
+
+// print prints what printStanding prints.
+func (s standing) print(w io.Writer) {
+	for _, lines := range [][]string{s.describe(), s.maintenance.describe(s.node, s.namespace, s.now)} {
 		if len(lines) > 0 {
 			fmt.Fprintln(w)
 			fmt.Fprintln(w, strings.Join(lines, "\n"))
 		}
 	}
-	return nil
+}
+
+// withheld are the taints of proposed that the node will not put on: the
+// NoExecute taints of its rules whose condition the guard, with the
+// node's own condition counted, holds in its zone (taints.Withheld; none
+// when no guard was read).
+func (s standing) withheld(proposed []corev1.Taint) []corev1.Taint {
+	if s.projected == nil {
+		return nil
+	}
+	return taints.Withheld(s.rules, proposed, *s.projected, s.node.Labels[fleet.ZoneLabel])
 }
 
 // readStanding reads what describe needs: the Nodes, the grant and slot
 // Leases and the guard, in the coordinator's namespace for cfg, and asks
-// fleet.Decide about them as the coordinator would now. overrides replace
-// the node's condition statuses (a fault just injected) for its rules; the
-// fleet is seen as it is.
+// fleet.Decide about them as the coordinator will decide once the node's
+// own conditions are counted (taints.ProjectNoExecute): overrides replace
+// the node's condition statuses (a fault just injected, a proposed
+// taint's condition), and the node is seen reporting them and asking for
+// NoExecute as its agent will, counted once; the rest of the fleet is seen
+// as it is.
 func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases typedcoordv1.LeasesGetter, cfg *config.Config, namespace string, node *corev1.Node, overrides map[corev1.NodeConditionType]corev1.ConditionStatus, now time.Time) (standing, error) {
 	s := standing{
 		node: node, rules: cfg.TaintRules(), namespace: namespace, now: now,
@@ -228,7 +258,18 @@ func readStanding(ctx context.Context, core typedcorev1.CoreV1Interface, leases 
 	if err != nil {
 		return s, err
 	}
-	d := fleet.Decide(in)
+	var d fleet.Decision
+	if s.members.Includes(node) {
+		p := taints.ProjectNoExecute(in, node, s.rules, s.statuses, s.flapping, now)
+		d = p.Decision
+		if s.guard != nil {
+			g := d.Guard
+			s.projected, s.holds = &g, p.Holds
+		}
+	} else {
+		// Not counted by that coordinator: the fleet as it is.
+		d = fleet.Decide(in)
+	}
 	s.budget, s.held, s.waiting = d.Budget, d.Held, d.Waiting
 	s.granting = slices.Contains(d.Grant, node.Name)
 	s.maintenance.decision = d.Maintenance

@@ -56,6 +56,29 @@ func TestStandingDescribe(t *testing.T) {
 			want: []string{"STALE", "NoExecuteSuspended", "stale"}},
 		{name: "tripped guard", s: with(func(s *standing) { s.guard, s.grant = tripped, grant }),
 			want: []string{"tripped for: Mem (fleet-wide, 6 of 10 nodes)", "no new taint for it is added while the guard holds"}},
+		{name: "tripped among the nodes without a zone: named, not an empty zone", s: with(func(s *standing) {
+			s.guard = &fleet.GuardState{RenewTime: now, Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{
+				"Mem": {"": {Tripped: true, Since: now, Unhealthy: 2, Nodes: 3}},
+			}}
+		}), want: []string{"tripped for: Mem (among the nodes without a zone, 2 of 3 nodes)"}},
+		{name: "its own condition trips the guard", s: with(func(s *standing) {
+			// The guard read is calm; with n1's Mem counted, 2 of 3 report.
+			s.guard, s.held, s.budget, s.waiting = fresh, 1, 1, []string{"n1"}
+			s.projected = &fleet.GuardState{RenewTime: now, Conditions: map[corev1.NodeConditionType]map[string]fleet.Scope{
+				"Mem": {fleet.FleetScope: {Tripped: true, Since: now, Unhealthy: 2, Nodes: 3}, "": {Tripped: true, Since: now, Unhealthy: 2, Nodes: 3}},
+			}}
+			for _, scope := range []string{fleet.FleetScope, ""} {
+				s.holds = append(s.holds, fleet.GuardHold{Condition: "Mem", Scope: scope, State: s.projected.Conditions["Mem"][scope], ByThisNode: true,
+					Threshold: 55, ResetAt: 1, CoolDown: 5 * time.Minute, Off: []string{"n0"}})
+			}
+		}), want: []string{
+			"tripped for: none",
+			"guard, projected: with this node's Mem counted, the disruption guard trips fleet-wide: 2 of 3 nodes (66.67%) would report it, more than the threshold 55%",
+			"guard, projected: with this node's Mem counted, the disruption guard trips among the nodes without a zone",
+			"the NoExecute taints held for it come off (n0); it resets once at most 1 of 3 nodes report it, for 5m0s",
+			"Mem is True: NoExecuteSuspended (the disruption guard for Mem is tripped fleet-wide: 2 of 3 nodes report it",
+			"no new taint for it is added while the guard holds",
+		}},
 		{name: "condition healthy", s: with(func(s *standing) {
 			s.guard = fresh
 			s.statuses = map[corev1.NodeConditionType]corev1.ConditionStatus{"Mem": corev1.ConditionFalse}

@@ -159,10 +159,11 @@ func (v *view) judgeScope(c corev1.NodeConditionType, name string, prev Scope, t
 	return s, judged && t.reporting > 0, true
 }
 
-// where names a scope in a sentence.
+// where names a scope in a sentence, a zone's name quoted (ScopeWhere
+// for the fleet and the nodes without a zone).
 func where(scope string) string {
-	if scope == FleetScope {
-		return "fleet-wide"
+	if scope == FleetScope || scope == "" {
+		return ScopeWhere(scope)
 	}
 	return "in zone " + strconv.Quote(scope)
 }

@@ -191,7 +191,7 @@ func (g GuardState) Tripped(c corev1.NodeConditionType, zone string) (bool, stri
 		return true, fmt.Sprintf("the disruption guard for %s is tripped fleet-wide: %d of %d nodes report it (since %s)", c, s.Unhealthy, s.Nodes, s.Since.UTC().Format(time.RFC3339))
 	}
 	if s, ok := scopes[zone]; ok && s.Tripped {
-		return true, fmt.Sprintf("the disruption guard for %s is tripped in zone %q: %d of %d nodes report it (since %s)", c, zone, s.Unhealthy, s.Nodes, s.Since.UTC().Format(time.RFC3339))
+		return true, fmt.Sprintf("the disruption guard for %s is tripped %s: %d of %d nodes report it (since %s)", c, where(zone), s.Unhealthy, s.Nodes, s.Since.UTC().Format(time.RFC3339))
 	}
 	return false, ""
 }

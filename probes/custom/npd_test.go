@@ -278,7 +278,9 @@ func TestNPDConfigVerdicts(t *testing.T) {
 	}{
 		// NPD refuses: so does selftaint.
 		{name: "other plugin", file: kubelet, old: `"plugin": "custom"`, new: `"plugin": "journald"`,
-			npdErr: `NPD does not support "journald" plugin`, wantErr: `plugin: "journald" is not supported, only "custom"`},
+			npdErr: `NPD does not support "journald" plugin`, wantErr: `this is an NPD system-log-monitor file (plugin "journald"), not a custom-plugin-monitor file`},
+		{name: "a plugin of neither monitor", file: kubelet, old: `"plugin": "custom"`, new: `"plugin": "other"`,
+			npdErr: `NPD does not support "other" plugin`, wantErr: `plugin: "other" is not supported, only "custom"`},
 		{name: "global timeout unparsable", file: kubelet, old: `"timeout": "3m",`, new: `"timeout": "3 minutes",`,
 			npdErr: "error in parsing global timeout", wantErr: `pluginConfig.timeout: time: unknown unit`},
 		{name: "global interval unparsable", file: kubelet, old: `"invoke_interval": "10s"`, new: `"invoke_interval": "10"`,

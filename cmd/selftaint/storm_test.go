@@ -512,7 +512,8 @@ func TestStormGuard(t *testing.T) {
 // 100 nodes in two zones, budget 10, the guard out of the way; the fault goes on all 100 and the
 // holders' faults are cleared as they get NoExecute; while grants are
 // being handed out the leader is SIGKILLed: the other replica holds the
-// leader Lease within its duration (+ retry period + 2s), the budget holds
+// leader Lease within its duration (+ retry period + 5s for the API
+// server of a loaded machine to answer), the budget holds
 // at every Node version throughout, and the storm completes (every node
 // had NoExecute once).
 //
@@ -592,7 +593,7 @@ func TestStormLeaderKill(t *testing.T) {
 	}
 	if tookOver.IsZero() {
 		t.Errorf("%s never took over after %s was killed (leader Lease holder %q; %s: %v)", standby.identity, leader.identity, leaderOf(t, c), standby.identity, standby.err)
-	} else if limit := leaseDuration + retryPeriod + 2*time.Second; tookOver.Sub(killedAt) > limit {
+	} else if limit := leaseDuration + retryPeriod + 5*time.Second; tookOver.Sub(killedAt) > limit {
 		t.Errorf("%s took over %s after the kill, more than %s", standby.identity, tookOver.Sub(killedAt), limit)
 	}
 	var never []string

@@ -240,7 +240,8 @@ drill-storm: deps build
 demo-intro:
 	@if [ ! -x $(BIN)/kube-apiserver ] || [ ! -x $(BIN)/kube-controller-manager ] || [ ! -x $(BIN)/kube-scheduler ] || [ ! -x $(BIN)/kubectl ]; then \
 		echo "make demo: first run: building kube-apiserver, kube-controller-manager, kube-scheduler and kubectl $(KUBE_VERSION) from source into bin/"; \
-		echo "           (about 5-8 minutes on 2 cores, and etcd from apt-get if missing); later runs start in seconds."; \
+		echo "           (about 13 minutes on an idle 2-core machine: some 26 CPU-minutes of compiling, CPU-bound, so longer on a busy or smaller one;"; \
+		echo "           etcd from apt-get if missing); later runs start in seconds."; \
 	fi
 
 clean:

@@ -266,6 +266,9 @@ func (c *Config) customSpecs(sb *specBuilder, log *slog.Logger) error {
 	for i, path := range c.Checks.NPDConfigs {
 		from := fmt.Sprintf("checks.npdConfigs[%d] (%s)", i, path)
 		npd, err := custom.LoadNPDConfig(path, custom.NPDOptions{PluginRoot: c.Checks.NPDPluginRoot})
+		if lm := (*custom.LogMonitorFileError)(nil); errors.As(err, &lm) {
+			return fmt.Errorf("%s: %w: put it under checks.npdLogConfigs", from, err)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", from, err)
 		}

@@ -91,6 +91,11 @@ func TestCheckProbeSpecs(t *testing.T) {
 			want:   []string{"logmon-CorruptDockerOverlay2=CorruptDockerOverlay2", "logmon-systemd-monitor="},
 		},
 		{
+			name:    "NPD's kernel-monitor.json given as a custom-plugin-monitor file: where it goes",
+			checks:  fmt.Sprintf("npdConfigs: [%s]", logs("kernel-monitor.json")),
+			wantErr: "checks.npdConfigs[0] (" + logs("kernel-monitor.json") + "): NPD config " + logs("kernel-monitor.json") + `: this is an NPD system-log-monitor file (plugin "kmsg"; logPath, lookback, bufferSize), not a custom-plugin-monitor file: put it under checks.npdLogConfigs`,
+		},
+		{
 			name:    "two files of temporary rules only with one base name",
 			checks:  fmt.Sprintf("npdConfigs: [%s, %s]", npd("npd/iptables-mode-monitor.json"), again),
 			wantErr: "checks.npdConfigs[1] (" + again + "): its events-only probe custom-npd:iptables-mode-monitor, named after the file, is also checks.npdConfigs[0] (" + npd("npd/iptables-mode-monitor.json") + ")'s",

@@ -63,6 +63,11 @@ var ErrLostLeadership = errors.New("coordinator: lost leadership")
 type Options struct {
 	// Client talks to the API server.
 	Client kubernetes.Interface
+	// ElectionClient renews the leader Lease; nil means Client. Give it a
+	// rate limiter of its own (as kube-controller-manager does): sharing
+	// Client's, a renewal queues behind the controller's own requests, and
+	// a leader busy writing loses its leadership and exits.
+	ElectionClient kubernetes.Interface
 	// Namespace holds the grant Leases, the guard ConfigMap and the leader
 	// Lease. Required.
 	Namespace string
@@ -179,6 +184,9 @@ func (o *Options) complete() error {
 	if o.Client == nil {
 		errs = append(errs, errors.New("a client is required"))
 	}
+	if o.ElectionClient == nil {
+		o.ElectionClient = o.Client
+	}
 	for _, msg := range validation.IsDNS1123Label(o.Namespace) {
 		errs = append(errs, fmt.Errorf("namespace %q: %s", o.Namespace, msg))
 	}
@@ -274,7 +282,7 @@ func (c *Coordinator) electionConfig(ctx context.Context, leCancel context.Cance
 	return leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta: objectMeta(c.opts.LeaderLease, c.opts.Namespace),
-			Client:    c.opts.Client.CoordinationV1(),
+			Client:    c.opts.ElectionClient.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{
 				Identity:      c.opts.Identity,
 				EventRecorder: recorder,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/coordinator"
@@ -157,6 +158,16 @@ func newCoordinator(f coordinatorFlags, cfg *config.Config, identity string, sel
 	if opts.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		obs.close()
 		return nil, nil, fmt.Errorf("building API client: %w", err)
+	}
+	// Leader election's own client, with no client-side limit (its
+	// requests are few, paced by the retry period): a renewal must never
+	// wait behind the controller's requests under --kube-api-qps.
+	ec := rest.CopyConfig(rc)
+	ec.QPS, ec.Burst = -1, 0
+	ec.UserAgent = rc.UserAgent + "/leader-election"
+	if opts.ElectionClient, err = kubernetes.NewForConfig(ec); err != nil {
+		obs.close()
+		return nil, nil, fmt.Errorf("building the leader election's API client: %w", err)
 	}
 	c, err := coordinator.New(opts)
 	if err != nil {

@@ -114,6 +114,58 @@ func TestCoordinatorCommand(t *testing.T) {
 	}
 }
 
+// TestCoordinatorLeadsBeyondItsAPIBudget: the leader Lease is renewed
+// outside the client-side limit on the coordinator's API requests
+// (--kube-api-qps), as kube-controller-manager renews its own, so a leader
+// whose controller has used its budget does not lose its leadership and
+// exit. Here the budget (a request every 5s) is far below what renewing
+// every 200ms takes: sharing it, the leader could not renew within its 2s
+// deadline.
+func TestCoordinatorLeadsBeyondItsAPIBudget(t *testing.T) {
+	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
+	t.Parallel()
+	cp := shared.Get(t)
+	const ns = "selftaint-budget"
+	if _, err := cp.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "rules:\n- condition: SelftaintMemoryPressure\n  status: \"True\"\n  taint: {key: selftaint.io/memory-pressure, effect: NoSchedule}\n")
+	args := []string{"coordinator", "--kubeconfig=" + cp.KubeconfigPath, "--namespace=" + ns, "--identity=budget-test",
+		"--config=" + cfg, "--node-selector=selftaint.test/group=budget",
+		"--kube-api-qps=0.2", "--kube-api-burst=1",
+		"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=200ms"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr, code := startCommand(t, ctx, args)
+	waitLeaderLease(t, cp, ns, "budget-test", stderr)
+	leases := cp.Client().CoordinationV1().Leases(ns)
+	var renewals int
+	var last metav1.MicroTime
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		select {
+		case c := <-code:
+			t.Fatalf("the leader exited (code %d) with its API budget used up; stderr:\n%s", c, stderr)
+		default:
+		}
+		l, err := leases.Get(t.Context(), fleet.DefaultLeaderLease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "budget-test" {
+			t.Fatalf("the leader Lease is held by %v, not the coordinator with its API budget used up; stderr:\n%s", l.Spec.HolderIdentity, stderr)
+		}
+		if l.Spec.RenewTime != nil && !l.Spec.RenewTime.Equal(&last) {
+			renewals++
+			last = *l.Spec.RenewTime
+		}
+	}
+	// Renewed every 200ms: a renewal seen at most every other look, even
+	// on a loaded machine.
+	if renewals < 3 {
+		t.Errorf("the leader Lease was seen renewed %d times in 10s, want 3 or more", renewals)
+	}
+}
+
 // startCommand runs `selftaint args...` as its own process (this test
 // binary running main), as a pod would, since the command sets process
 // globals (klog's logger). Cancelling ctx sends it SIGTERM; its exit code

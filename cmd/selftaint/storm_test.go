@@ -226,16 +226,34 @@ func TestStormBudget(t *testing.T) {
 
 	// A granted agent applies NoExecute promptly: it watches its grant by
 	// name (under this storm the fallback's p99 is a few seconds, from the
-	// same agents; 10s is ample). A grant given in the last moments of the
-	// clearing cycle gets its 10s before it is judged (the watch goes on).
-	var lastGrant time.Time
-	for _, n := range all {
-		if gs, ok := g.firstStart(n, stormAt); ok && gs.After(lastGrant) {
-			lastGrant = gs
+	// same agents; 10s is ample). Every grant gets its 10s before it is
+	// judged, those given after the clearing cycle too: the holders
+	// cleared last are released seconds after it, and the budget then
+	// refills at the rate (a grant every 3s per zone) until it is full of
+	// holders no longer cleared. So wait until 10s after the latest
+	// grant, looking again for grants given meanwhile (issue 28: a grant
+	// given after the latest one had been looked up was judged "never"
+	// when its agent, on a loaded machine, took a few seconds).
+	latestGrant := func() time.Time {
+		var last time.Time
+		for _, n := range all {
+			for _, s := range g.startsOf(n) {
+				if s.After(last) {
+					last = s
+				}
+			}
 		}
+		return last
 	}
-	if wait := time.Until(lastGrant.Add(10 * time.Second)); wait > 0 {
-		time.Sleep(wait)
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		judgeAt := latestGrant().Add(10 * time.Second)
+		if !time.Now().Before(judgeAt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grants still given 2 minutes after the clearing cycle, with the budget's holders no longer cleared (holders %v)", g.holders())
+		}
+		time.Sleep(time.Until(judgeAt))
 	}
 	var slow []string
 	for _, n := range all {
@@ -250,6 +268,9 @@ func TestStormBudget(t *testing.T) {
 				took = s.at.Sub(gs).Round(time.Millisecond).String()
 			}
 			slow = append(slow, n+" "+took)
+			if len(slow) <= 3 {
+				t.Logf("%s: grants started %v, ended %v; its versions:%s", n, stamps(g.startsOf(n)), stamps(g.endsOf(n)), w.describe(n))
+			}
 		}
 	}
 	if len(slow) > 0 {
@@ -491,9 +512,19 @@ func TestStormGuard(t *testing.T) {
 // 100 nodes in two zones, budget 10, the guard out of the way; the fault goes on all 100 and the
 // holders' faults are cleared as they get NoExecute; while grants are
 // being handed out the leader is SIGKILLed: the other replica holds the
-// leader Lease within its duration (+ retry period + 2s), the budget holds
+// leader Lease within its duration (+ retry period + 5s for the API
+// server of a loaded machine to answer), the budget holds
 // at every Node version throughout, and the storm completes (every node
 // had NoExecute once).
+//
+// With the test's short renew deadline (renewDeadline) a leader on a
+// loaded machine may fail to renew in time and lose its leadership by
+// itself before the kill; it then exits, as the product does (client-go's
+// leader election, as kube-controller-manager's: its Deployment restarts
+// it). So the replica killed is whichever leads at the moment, a replica
+// that exited on a lost leadership is restarted as its Deployment would
+// restart it (any other exit fails the test), and a leader that exits
+// just as it is killed counts as killed.
 func TestStormLeaderKill(t *testing.T) {
 	testcp.SkipIfShort(t, "runs 100 virtual nodes and two coordinators")
 	t.Parallel()
@@ -504,17 +535,13 @@ func TestStormLeaderKill(t *testing.T) {
 	cp := testcp.Start(t, testcp.Options{})
 	c := cp.Client()
 	cfg := writeStormConfig(t, fleetPolicy{maxNoExecute: strconv.Itoa(budget), ratePerMinute: 600, grantTTL: 15 * time.Second, guard: guardOff})
-	c1 := startFastCoordinator(t, cp, cfg, "coord-1")
-	c2 := startFastCoordinator(t, cp, cfg, "coord-2")
-	leader := waitLeader(t, c, 30*time.Second, c1, c2)
+	replicas := []*coordProc{startFastCoordinator(t, cp, cfg, "coord-1"), startFastCoordinator(t, cp, cfg, "coord-2")}
+	leader := waitLeader(t, c, 30*time.Second, replicas...)
 	startZone(t, cp, cfg, "ka-", "zone-a", perZone)
 	startZone(t, cp, cfg, "kb-", "zone-b", perZone)
 	all := append(nodeNames("ka-", perZone), nodeNames("kb-", perZone)...)
 	waitFleet(t, c, all, 2*time.Minute)
-	standby := c2
-	if leader == c2 {
-		standby = c1
-	}
+	var standby *coordProc
 	w := watchFleet(t, c, budget)
 	g := watchGrants(t, c)
 	time.Sleep(2 * time.Second)
@@ -540,10 +567,20 @@ func TestStormLeaderKill(t *testing.T) {
 		for n, at := range clearFaults(t, c, holders) {
 			cleared[n] = at
 		}
+		var killed *coordProc
+		if !killedAt.IsZero() {
+			killed = leader
+		}
+		restartLostLeaders(t, cp, cfg, replicas, killed)
 		if killedAt.IsZero() && len(cleared) >= 25 {
-			leader.kill(t)
-			killedAt = time.Now()
-			t.Logf("SIGKILLed the leader %s after %d nodes had NoExecute, %s into the storm; %d hold grants", leader.identity, len(cleared), killedAt.Sub(stormAt).Round(time.Millisecond), len(g.holders()))
+			if l, other := leadingReplica(t, c, replicas); l != nil && other.running() {
+				leader, standby = l, other
+				if !leader.killOrExited(t) {
+					t.Logf("the leader %s exited by itself as it was being killed: %v", leader.identity, leader.err)
+				}
+				killedAt = time.Now()
+				t.Logf("SIGKILLed the leader %s after %d nodes had NoExecute, %s into the storm; %d hold grants", leader.identity, len(cleared), killedAt.Sub(stormAt).Round(time.Millisecond), len(g.holders()))
+			}
 		}
 		if !killedAt.IsZero() && tookOver.IsZero() && leaderOf(t, c) == standby.identity {
 			tookOver = time.Now()
@@ -555,12 +592,9 @@ func TestStormLeaderKill(t *testing.T) {
 		t.Fatalf("only %d nodes got NoExecute; the leader was never killed", len(cleared))
 	}
 	if tookOver.IsZero() {
-		t.Errorf("%s never took over after %s was killed (leader Lease holder %q)", standby.identity, leader.identity, leaderOf(t, c))
-	} else if limit := leaseDuration + retryPeriod + 2*time.Second; tookOver.Sub(killedAt) > limit {
+		t.Errorf("%s never took over after %s was killed (leader Lease holder %q; %s: %v)", standby.identity, leader.identity, leaderOf(t, c), standby.identity, standby.err)
+	} else if limit := leaseDuration + retryPeriod + 5*time.Second; tookOver.Sub(killedAt) > limit {
 		t.Errorf("%s took over %s after the kill, more than %s", standby.identity, tookOver.Sub(killedAt), limit)
-	}
-	if !standby.running() {
-		t.Errorf("the new leader %s exited: %v", standby.identity, standby.err)
 	}
 	var never []string
 	afterKill := 0

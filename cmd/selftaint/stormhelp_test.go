@@ -9,6 +9,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -170,6 +171,19 @@ func (p *proc) kill(t *testing.T) {
 	<-p.done
 }
 
+// killOrExited is kill for a process that may exit by itself at any
+// moment (a coordinator losing its leadership): it reports false when the
+// process had exited already, and waits for it either way.
+func (p *proc) killOrExited(t *testing.T) bool {
+	t.Helper()
+	err := p.cmd.Process.Kill()
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("killing %s: %v", p.name, err)
+	}
+	<-p.done
+	return err == nil
+}
+
 // running reports whether the process has not exited.
 func (p *proc) running() bool {
 	select {
@@ -290,6 +304,43 @@ func leaderOf(t *testing.T, c kubernetes.Interface) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// leadingReplica returns the running replica that holds the leader Lease,
+// and another running one if there is one (nil: none).
+func leadingReplica(t *testing.T, c kubernetes.Interface, replicas []*coordProc) (leader, other *coordProc) {
+	t.Helper()
+	id := leaderOf(t, c)
+	for _, r := range replicas {
+		switch {
+		case !r.running():
+		case r.identity == id:
+			leader = r
+		case other == nil:
+			other = r
+		}
+	}
+	if leader == nil {
+		return nil, nil
+	}
+	return leader, other
+}
+
+// restartLostLeaders restarts, in place, each replica but killed that has
+// exited on a lost leadership, as its Deployment would; a replica that
+// exited for any other reason fails the test.
+func restartLostLeaders(t *testing.T, cp *testcp.ControlPlane, cfg string, replicas []*coordProc, killed *coordProc) {
+	t.Helper()
+	for i, r := range replicas {
+		if r == killed || r.running() {
+			continue
+		}
+		if !strings.Contains(r.stderr.String(), "lost leadership") {
+			t.Fatalf("%s exited, not on a lost leadership: %v\n%s", r.name, r.err, lastBytes(r.stderr.String(), 4<<10))
+		}
+		t.Logf("%s lost its leadership by itself and exited (%v); restarting it, as its Deployment would", r.identity, r.err)
+		replicas[i] = startFastCoordinator(t, cp, cfg, r.identity)
+	}
 }
 
 // waitLeader waits until one of coords holds the leader Lease and the
@@ -957,6 +1008,13 @@ func (g *grantWatch) firstEnd(node string, from time.Time) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// endsOf is every end of a grant to node the watch saw.
+func (g *grantWatch) endsOf(node string) []time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.ends[node])
 }
 
 // startsOf is every grant start to node the watch saw.

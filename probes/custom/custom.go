@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -109,8 +110,9 @@ type Rule struct {
 	Args []string
 	// Interval is how often the rule runs. It must be positive.
 	Interval time.Duration
-	// Timeout bounds one run, from its start (not counting a wait for a
-	// free slot). It must be positive. It may be longer than Interval,
+	// Timeout bounds one run, from the moment its process started (not
+	// counting a wait for a free slot, nor the fork and exec a loaded
+	// machine makes slow). It must be positive. It may be longer than Interval,
 	// as in NPD's health checkers (every 10s, 3m timeout): a rule never
 	// has two runs at once, and a run that outlasts its probe's run goes
 	// on in the background (see Probe.Probe).
@@ -186,6 +188,9 @@ type Group struct {
 	opts   Options
 	slots  chan struct{} // a plugin runs while holding a slot
 	events eventLimiter  // paces the events of the group's probes, per reason
+	// beforeStart, if set, is called before each plugin's process is
+	// started; tests set it to stand for a slow fork and exec.
+	beforeStart func()
 }
 
 // NewGroup returns a Group with opts.
@@ -615,19 +620,17 @@ func (g *Group) run(ctx context.Context, r Rule) outcome {
 	}
 	defer func() { <-g.slots }()
 
-	rctx, cancel := context.WithTimeout(ctx, r.Timeout)
-	defer cancel()
-	res, err := execPlugin(rctx, r.Path, r.Args, g.opts.MaxOutputBytes)
+	res, err := execPlugin(ctx, execSpec{path: r.Path, args: r.Args, maxBytes: g.opts.MaxOutputBytes, timeout: r.Timeout, beforeStart: g.beforeStart})
 	if err != nil {
 		return unknown(ReasonPluginError, "cannot run", "%s: cannot run: %v", label, err)
 	}
 	line := firstLine(res.stdout, g.opts.MaxOutputLength)
 	code := res.state.ExitCode() // -1: killed by a signal
 	switch {
-	case code == -1 && res.killed && ctx.Err() != nil:
-		return unknown(ReasonPluginTimeout, "canceled", "%s was killed: %v", label, context.Cause(ctx))
 	case code == -1 && res.killed:
-		return unknown(ReasonPluginTimeout, "timed out", "%s did not finish within its timeout of %v and was killed%s", label, r.Timeout, withOutput(line))
+		return unknown(ReasonPluginTimeout, "canceled", "%s was killed: %v", label, context.Cause(ctx))
+	case code == -1 && res.timedOut:
+		return unknown(ReasonPluginTimeout, "timed out", "%s did not finish within its timeout of %v and was killed%s (%s)", label, r.Timeout, withOutput(line), res.timing(r.Timeout))
 	case code == -1:
 		return unknown(ReasonPluginError, res.state.String(), "%s was killed (%v)%s", label, res.state, withOutput(line))
 	case code == 0:
@@ -648,11 +651,66 @@ func (g *Group) run(ctx context.Context, r Rule) outcome {
 	return unknown(ReasonPluginUnknown, fmt.Sprintf("exit status %d", code), "%s could not tell (exit status %d)%s", label, code, withOutput(line))
 }
 
+// execSpec is one run of a plugin.
+type execSpec struct {
+	path     string
+	args     []string
+	maxBytes int           // how much of stdout and of stderr is read
+	timeout  time.Duration // from the moment the process started
+	// beforeStart, if set, is called just before the process is started
+	// (tests: a fork and exec slowed by a loaded machine).
+	beforeStart func()
+}
+
 // execResult is what running a plugin produced.
 type execResult struct {
 	stdout, stderr []byte // the first MaxOutputBytes of each
 	state          *os.ProcessState
-	killed         bool // its process group was killed because ctx ended
+	killed         bool          // its process group was killed because ctx ended
+	timedOut       bool          // its process group was killed at its timeout
+	started        time.Time     // when the process started
+	startTook      time.Duration // from the call to the process's start: fork and exec
+	ran            time.Duration // from its start until it exited or was killed
+	cpuWait        time.Duration // how long it waited for a CPU, when it timed out; 0: unknown
+}
+
+// loadedShare: a plugin that spent at least 1/loadedShare of its timeout
+// being started, or waiting for a CPU, timed out on a loaded machine.
+const loadedShare = 4
+
+// timing tells a timed-out run's own times, which the probe run that
+// reports it may not share (see Probe): when the process started and how
+// long it ran before it was killed, and, when the machine was loaded
+// enough to matter, how long starting it took and how long it waited for
+// a CPU.
+func (res execResult) timing(timeout time.Duration) string {
+	s := fmt.Sprintf("its run started at %s and was killed after %v", res.started.UTC().Format("15:04:05.000Z"), res.ran.Round(time.Millisecond))
+	var load []string
+	if res.startTook >= timeout/loadedShare {
+		load = append(load, fmt.Sprintf("starting its process took %v before that", res.startTook.Round(time.Millisecond)))
+	}
+	if res.cpuWait >= timeout/loadedShare {
+		load = append(load, fmt.Sprintf("it waited %v of its run for a CPU", res.cpuWait.Round(time.Millisecond)))
+	}
+	if len(load) > 0 {
+		s += "; the machine is loaded: " + strings.Join(load, " and ")
+	}
+	return s
+}
+
+// runDelay returns the run-queue wait in a /proc/<pid>/schedstat line
+// (nanoseconds on a CPU, nanoseconds waiting for one, time slices), or 0
+// when the line is not one.
+func runDelay(schedstat []byte) time.Duration {
+	f := strings.Fields(string(schedstat))
+	if len(f) != 3 {
+		return 0
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || ns < 0 {
+		return 0
+	}
+	return time.Duration(ns)
 }
 
 func unknown(reason, reading, format string, args ...any) outcome {

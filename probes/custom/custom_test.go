@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -798,6 +799,141 @@ func TestCheckFieldErrors(t *testing.T) {
 		}
 		if got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestTimeoutReportedByALaterProbeRun reproduces issue 28's log line "own
+// did not finish within its timeout of 400ms and was killed" with
+// duration=264.639µs. That duration was not the plugin's: it was the
+// duration of the probe run that reported the plugin's outcome. A rule
+// whose timeout (400ms) is longer than its probe's wait (seven tenths of
+// its 500ms interval, 350ms) goes on in the background once the probe run
+// that started it has reported; the next probe run finds it in flight (or
+// just ended) and reports its outcome as soon as it ends, however short
+// that probe run is itself, and the runner logs that probe run's
+// duration. Here the runner's clock stands still, so the reporting run
+// takes 0s, while the plugin really ran out its 400ms. The report must say
+// the plugin's own run: when it started and how long it ran before it was
+// killed.
+func TestTimeoutReportedByALaterProbeRun(t *testing.T) {
+	requireLinux(t)
+	path := writeScript(t, t.TempDir(), "hang.sh", "sleep 1000\n")
+	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	p := newTestProbe(t, Options{Clock: clock}, Condition{Type: "OwnMessages", Reason: "Fine", Rules: []Rule{
+		{Name: "own", Reason: "OwnBroken", Path: path, Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond},
+	}})
+	e := p.Entry()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// The first probe run starts the plugin and gives up waiting for it
+	// after 350ms: the plugin goes on in the background.
+	first := make(chan probes.Result, 1)
+	go func() { first <- probes.RunOnce(ctx, p, e.Timeout, clock) }()
+	// RunOnce's timeout and the probe's wait.
+	if err := clock.BlockUntilWaitersContext(ctx, 2); err != nil {
+		t.Fatalf("the first probe run never waited for its plugin: %v", err)
+	}
+	clock.Step(350 * time.Millisecond)
+	got := <-first
+	t.Logf("first probe run, %v: %s %s %q", got.Duration, got.Status, got.Reason, got.Message)
+
+	// The next probe run reports the plugin's timeout without taking any
+	// time of its own.
+	got = probes.RunOnce(ctx, p, e.Timeout, clock)
+	t.Logf("second probe run, %v: %s %s %q", got.Duration, got.Status, got.Reason, got.Message)
+	probestest.CheckResult(t, got, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout,
+		Message: []string{"own did not finish within its timeout of 400ms and was killed"}})
+	if got.Duration != 0 {
+		t.Errorf("the reporting probe run took %v on a clock that stood still", got.Duration)
+	}
+	m := regexp.MustCompile(`its run started at (\d\d:\d\d:\d\d\.\d{3}Z) and was killed after ([^ ;)]+)`).FindStringSubmatch(got.Message)
+	if m == nil {
+		t.Fatalf("the message %q does not say when the plugin's own run started and how long it ran", got.Message)
+	}
+	if ran, err := time.ParseDuration(m[2]); err != nil || ran < 400*time.Millisecond {
+		t.Errorf("the plugin's own run lasted %q, want at least its timeout of 400ms (%v)", m[2], err)
+	}
+}
+
+// TestTimeoutCountsFromTheProcessStart: a plugin's timeout is its own
+// run's, counted from the moment its process started. On a loaded machine
+// fork and exec can take most of a short timeout; a timeout counted from
+// before them would kill a plugin as soon as it started, its deadline
+// already spent. Here starting the process takes 300ms (a slow start
+// stands for the load) against a 200ms timeout: a plugin that answers at
+// once passes, and one that hangs is killed with a message that says how
+// long starting it took.
+func TestTimeoutCountsFromTheProcessStart(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	quick := writeScript(t, dir, "quick.sh", "echo fine\n")
+	hang := writeScript(t, dir, "hang.sh", "echo stuck\nsleep 1000\n")
+	slowStart := func() { time.Sleep(300 * time.Millisecond) }
+	for _, tt := range []struct {
+		path string
+		want probestest.Want
+	}{
+		{quick, probestest.Want{Status: probes.StatusOK, Reason: "Fine", Message: []string{"fine"}}},
+		{hang, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{
+			hang + " did not finish within its timeout of 200ms and was killed: stuck (its run started at ",
+			"; the machine is loaded: starting its process took ",
+		}}},
+	} {
+		g, err := NewGroup(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.beforeStart = slowStart
+		r := testRule(tt.path)
+		r.Timeout = 200 * time.Millisecond
+		p, err := g.NewProbe(Condition{Type: "Slow", Reason: "Fine", Rules: []Rule{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.Probe(context.Background())
+		t.Logf("%s: %s %s %q", filepath.Base(tt.path), got.Status, got.Reason, got.Message)
+		probestest.CheckResult(t, got, tt.want)
+	}
+}
+
+func TestTimingSaysWhenTheMachineWasLoaded(t *testing.T) {
+	started := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	for _, tt := range []struct {
+		name string
+		res  execResult
+		want string
+	}{
+		{"quiet", execResult{started: started, ran: 400 * time.Millisecond, startTook: 2 * time.Millisecond, cpuWait: 5 * time.Millisecond},
+			"its run started at 12:00:00.123Z and was killed after 400ms"},
+		{"slow start", execResult{started: started, ran: 401 * time.Millisecond, startTook: 100 * time.Millisecond},
+			"its run started at 12:00:00.123Z and was killed after 401ms; the machine is loaded: starting its process took 100ms before that"},
+		{"waiting for a CPU", execResult{started: started, ran: 400 * time.Millisecond, cpuWait: 390 * time.Millisecond},
+			"its run started at 12:00:00.123Z and was killed after 400ms; the machine is loaded: it waited 390ms of its run for a CPU"},
+		{"both", execResult{started: started, ran: 400 * time.Millisecond, startTook: time.Second, cpuWait: 300 * time.Millisecond},
+			"its run started at 12:00:00.123Z and was killed after 400ms; the machine is loaded: starting its process took 1s before that and it waited 300ms of its run for a CPU"},
+	} {
+		if got := tt.res.timing(400 * time.Millisecond); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestRunDelay(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"4213374 391000000 12\n", 391 * time.Millisecond},
+		{"0 0 0", 0},
+		{"", 0},
+		{"4213374 -5 12", 0},
+		{"4213374 lots 12", 0},
+		{"1 2", 0},
+	} {
+		if got := runDelay([]byte(tt.in)); got != tt.want {
+			t.Errorf("runDelay(%q) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
 }

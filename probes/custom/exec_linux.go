@@ -3,6 +3,7 @@ package custom
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -13,20 +14,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// execPlugin runs path with args in a process group of its own, reads at
-// most maxBytes of its stdout and of its stderr and discards the rest (so
-// a chatty plugin never blocks on a full pipe, nor fills memory), and
-// returns once it has exited and been reaped. When ctx ends first, the
-// whole group is killed with SIGKILL. Processes the plugin left behind in
-// its group are killed when it exits, so a check never outlives its run.
+// execPlugin runs spec.path with spec.args in a process group of its own,
+// reads at most spec.maxBytes of its stdout and of its stderr and discards
+// the rest (so a chatty plugin never blocks on a full pipe, nor fills
+// memory), and returns once it has exited and been reaped. When its
+// timeout passes, counted from the moment the process started (so the
+// time a loaded machine takes to fork and exec it is not the plugin's), or
+// when ctx ends first, the whole group is killed with SIGKILL. Processes
+// the plugin left behind in its group are killed when it exits, so a check
+// never outlives its run.
 //
 // The group is signalled only while the plugin itself is unreaped (alive
 // or a zombie), so its process ID, which is the group's ID, cannot have
 // been reused by an unrelated process group.
-func execPlugin(ctx context.Context, path string, args []string, maxBytes int) (execResult, error) {
+func execPlugin(ctx context.Context, spec execSpec) (execResult, error) {
 	if err := ctx.Err(); err != nil {
 		return execResult{}, err
 	}
+	called := time.Now()
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
 		return execResult{}, err
@@ -39,9 +44,12 @@ func execPlugin(ctx context.Context, path string, args []string, maxBytes int) (
 	}
 	defer stderrR.Close()
 
-	cmd := exec.Command(path, args...)
+	cmd := exec.Command(spec.path, spec.args...)
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW // stdin is /dev/null
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.beforeStart != nil {
+		spec.beforeStart()
+	}
 	err = cmd.Start()
 	stdoutW.Close() // the plugin has its own copies now
 	stderrW.Close()
@@ -49,13 +57,14 @@ func execPlugin(ctx context.Context, path string, args []string, maxBytes int) (
 		return execResult{}, err
 	}
 	pid := cmd.Process.Pid
+	res := execResult{started: time.Now()}
+	res.startTook = res.started.Sub(called)
+	timeout := time.NewTimer(spec.timeout)
+	defer timeout.Stop()
 
-	var (
-		res execResult
-		wg  sync.WaitGroup
-	)
-	wg.Go(func() { res.stdout = readCapped(stdoutR, maxBytes) })
-	wg.Go(func() { res.stderr = readCapped(stderrR, maxBytes) })
+	var wg sync.WaitGroup
+	wg.Go(func() { res.stdout = readCapped(stdoutR, spec.maxBytes) })
+	wg.Go(func() { res.stderr = readCapped(stderrR, spec.maxBytes) })
 
 	exited := make(chan struct{})
 	go func() {
@@ -64,7 +73,16 @@ func execPlugin(ctx context.Context, path string, args []string, maxBytes int) (
 	}()
 	select {
 	case <-exited:
+		res.ran = time.Since(res.started)
+	case <-timeout.C:
+		res.ran = time.Since(res.started)
+		res.timedOut = true
+		// Read before the kill, while the process is still there.
+		res.cpuWait = runQueueWait(pid)
+		_ = unix.Kill(-pid, unix.SIGKILL)
+		<-exited
 	case <-ctx.Done():
+		res.ran = time.Since(res.started)
 		res.killed = true
 		_ = unix.Kill(-pid, unix.SIGKILL)
 		<-exited
@@ -117,6 +135,17 @@ func reapGroup(pgid int) {
 		}
 		time.Sleep(10 * time.Millisecond) // still dying
 	}
+}
+
+// runQueueWait returns how long process pid has waited on a run queue
+// for a CPU, or 0 when that cannot be read (a kernel without schedstats,
+// the process gone).
+func runQueueWait(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0
+	}
+	return runDelay(data)
 }
 
 // waitExited blocks until process pid has exited, leaving it unreaped.

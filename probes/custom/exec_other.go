@@ -9,6 +9,6 @@ import (
 
 // execPlugin needs process groups and waitid(2); custom checks run on
 // Linux only.
-func execPlugin(ctx context.Context, path string, args []string, maxBytes int) (execResult, error) {
+func execPlugin(ctx context.Context, spec execSpec) (execResult, error) {
 	return execResult{}, errors.New("custom checks run on Linux only")
 }

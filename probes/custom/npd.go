@@ -1,6 +1,7 @@
 package custom
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -214,6 +215,9 @@ func pluginThere(path string) error {
 // directory (not the config file's directory), a bare name through $PATH.
 func ParseNPDConfig(data []byte, path string, opts NPDOptions) (*NPDConfig, error) {
 	wrap := func(err error) error { return fmt.Errorf("NPD config %s: %w", path, err) }
+	if err := logMonitorFile(data); err != nil {
+		return nil, wrap(err)
+	}
 	var f npdFile
 	if err := strict.JSON(data, &f); err != nil {
 		return nil, wrap(err)
@@ -223,6 +227,62 @@ func ParseNPDConfig(data []byte, path string, opts NPDOptions) (*NPDConfig, erro
 		return nil, wrap(err)
 	}
 	return c, nil
+}
+
+// LogMonitorFileError says a file given as a custom-plugin-monitor file is
+// one of NPD's system-log-monitor files, which selftaint reads elsewhere
+// (package logmon), so the user is told where it goes rather than which of
+// its fields a custom-plugin-monitor file lacks.
+type LogMonitorFileError struct {
+	// Plugin is the file's "plugin" (kmsg, filelog, journald), or empty.
+	Plugin string
+	// Fields are the file's top-level fields only a system-log-monitor
+	// file has, of logPath, lookback, delay and bufferSize, in that order.
+	Fields []string
+}
+
+func (e *LogMonitorFileError) Error() string {
+	var what []string
+	if e.Plugin != "" {
+		what = append(what, fmt.Sprintf("plugin %q", e.Plugin))
+	}
+	if len(e.Fields) > 0 {
+		what = append(what, strings.Join(e.Fields, ", "))
+	}
+	return fmt.Sprintf("this is an NPD system-log-monitor file (%s), not a custom-plugin-monitor file", strings.Join(what, "; "))
+}
+
+// logMonitorFields are the top-level fields of NPD's system-log-monitor
+// files (pkg/systemlogmonitor's MonitorConfig and WatcherConfig) that a
+// custom-plugin-monitor file does not have.
+func logMonitorFields() []string { return []string{"logPath", "lookback", "delay", "bufferSize"} }
+
+// logMonitorFile returns a *LogMonitorFileError when data, a JSON object,
+// is an NPD system-log-monitor file: its plugin is one of that monitor's
+// (kmsg, filelog, journald) or it has fields only that monitor's files
+// have. Anything else, JSON or not, is left to the strict decoding.
+func logMonitorFile(data []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return nil
+	}
+	e := &LogMonitorFileError{}
+	var plugin string
+	if raw, ok := top["plugin"]; ok && json.Unmarshal(raw, &plugin) == nil {
+		switch plugin {
+		case "kmsg", "filelog", "journald":
+			e.Plugin = plugin
+		}
+	}
+	for _, f := range logMonitorFields() {
+		if _, ok := top[f]; ok {
+			e.Fields = append(e.Fields, f)
+		}
+	}
+	if e.Plugin == "" && len(e.Fields) == 0 {
+		return nil
+	}
+	return e
 }
 
 // resolve applies NPD's defaults, checks the file and builds conditions.

@@ -2,6 +2,7 @@ package custom
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -277,7 +278,9 @@ func TestNPDConfigVerdicts(t *testing.T) {
 	}{
 		// NPD refuses: so does selftaint.
 		{name: "other plugin", file: kubelet, old: `"plugin": "custom"`, new: `"plugin": "journald"`,
-			npdErr: `NPD does not support "journald" plugin`, wantErr: `plugin: "journald" is not supported, only "custom"`},
+			npdErr: `NPD does not support "journald" plugin`, wantErr: `this is an NPD system-log-monitor file (plugin "journald"), not a custom-plugin-monitor file`},
+		{name: "a plugin of neither monitor", file: kubelet, old: `"plugin": "custom"`, new: `"plugin": "other"`,
+			npdErr: `NPD does not support "other" plugin`, wantErr: `plugin: "other" is not supported, only "custom"`},
 		{name: "global timeout unparsable", file: kubelet, old: `"timeout": "3m",`, new: `"timeout": "3 minutes",`,
 			npdErr: "error in parsing global timeout", wantErr: `pluginConfig.timeout: time: unknown unit`},
 		{name: "global interval unparsable", file: kubelet, old: `"invoke_interval": "10s"`, new: `"invoke_interval": "10"`,
@@ -612,4 +615,44 @@ func TestParseNPDConfigAsNPDRunsIt(t *testing.T) {
 func TestLoadNPDConfigMissing(t *testing.T) {
 	_, err := LoadNPDConfig(filepath.Join("testdata", "missing.json"), NPDOptions{})
 	probestest.CheckError(t, "missing", err, "reading NPD config: open testdata/missing.json: no such file or directory")
+}
+
+// TestSystemLogMonitorFilesAreNamed: NPD's system-log-monitor files (its
+// kernel-monitor.json among them) given as custom-plugin-monitor files are
+// refused as what they are, not by the first field a custom-plugin-monitor
+// file lacks (issue 28: "unknown field \"bufferSize\"" and nothing else).
+func TestSystemLogMonitorFilesAreNamed(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "logmon", "testdata", "npd", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("NPD's system-log-monitor files: %v %v", files, err)
+	}
+	for _, path := range files {
+		_, err := LoadNPDConfig(path, NPDOptions{})
+		var lm *LogMonitorFileError
+		if !errors.As(err, &lm) {
+			t.Errorf("%s: got error %v, want a *LogMonitorFileError", path, err)
+			continue
+		}
+		if lm.Plugin == "" {
+			t.Errorf("%s: the error %q names no plugin", path, err)
+		}
+		if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "is an NPD system-log-monitor file") || strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("%s: got error %q, want it to name the file and say it is a system-log-monitor file", path, err)
+		}
+	}
+	_, err = LoadNPDConfig(filepath.Join("..", "logmon", "testdata", "npd", "kernel-monitor.json"), NPDOptions{})
+	probestest.CheckError(t, "kernel-monitor.json", err, `NPD config ../logmon/testdata/npd/kernel-monitor.json: this is an NPD system-log-monitor file (plugin "kmsg"; logPath, lookback, bufferSize), not a custom-plugin-monitor file`)
+
+	tests := []struct {
+		name, in, wantErr string
+	}{
+		{"a log monitor's field without its plugin", `{"plugin":"custom","bufferSize":10}`, `this is an NPD system-log-monitor file (bufferSize), not a custom-plugin-monitor file`},
+		{"a log monitor's plugin alone", `{"plugin":"journald"}`, `this is an NPD system-log-monitor file (plugin "journald"), not a custom-plugin-monitor file`},
+		{"another plugin is not a log monitor's", `{"plugin":"other","conditions":[],"rules":[]}`, `plugin: "other" is not supported, only "custom"`},
+		{"a custom file's unknown field", `{"plugin":"custom","sources":"s"}`, `unknown field "sources"`},
+	}
+	for _, tt := range tests {
+		_, err := ParseNPDConfig([]byte(tt.in), "x.json", NPDOptions{})
+		probestest.CheckError(t, tt.name, err, tt.wantErr)
+	}
 }

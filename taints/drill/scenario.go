@@ -256,9 +256,10 @@ type PDBExpect struct {
 }
 
 // EvictExpect picks pods by label selector (in Namespace, default the
-// drill's own). Evicted: at least Min (default 1) of them are evicted
-// (deleted with a DisruptionTarget condition: the Eviction API or the
-// taint-eviction controller) after step After. NotEvicted: none is
+// drill's own). Evicted: at least Min (default 1) of the pods there when
+// step After started are evicted (deleted with a DisruptionTarget
+// condition: the Eviction API or the taint-eviction controller) after it;
+// pods created since (replacements) are not counted. NotEvicted: none is
 // evicted or deleted at all.
 //
 // With Reason (one of EvictionReasons), only evictions whose

@@ -138,8 +138,6 @@ type runner struct {
 	coord     *coordinators
 	applied   []appliedObject
 	recording recording
-	// lines batches the recorder's lines for the view.
-	lines *lineBatcher
 	// realNodes are the existing cluster's nodes the drill was given.
 	realNodes map[string]bool
 
@@ -236,7 +234,7 @@ func (r *runner) run(ctx context.Context, rep *tdrill.Report) error {
 	r.mu.Lock()
 	r.t0 = r.now()
 	r.mu.Unlock()
-	r.view.start(r.t0)
+	r.startLine(r.t0)
 	tctx, cancel := context.WithDeadline(ctx, r.t0.Add(r.s.Timeout.Duration))
 	defer cancel()
 	err = r.timeline(tctx)

@@ -82,7 +82,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "selftaint drill: want one FILE, got %d arguments %v\n", len(pos), pos)
 		return errUsage
 	}
-	s, err := tdrill.Load(pos[0])
+	s, err := tdrill.Load(pos[0], agentdrill.Check)
 	if err != nil {
 		fmt.Fprintf(stderr, "selftaint drill: %v\n", err)
 		return &exitCodeError{tdrill.ExitBadFile}

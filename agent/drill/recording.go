@@ -69,6 +69,16 @@ func (r *runner) startLine(t0 time.Time) {
 	r.view.start(t0)
 }
 
+// sayNow prints every line said so far (the recorder's too), before what
+// is written to the view's writer directly: the output of a command a
+// step runs goes after its step's line.
+func (r *runner) sayNow() {
+	if r.recording != nil {
+		r.recording.Flush()
+	}
+	r.view.flushLines()
+}
+
 // coalesceMin is how many nodes must say the same thing within one
 // coalesceWindow for the view to say it once for all of them; lineHold is
 // how long a line waits at least before it is printed: one handed to the

@@ -83,7 +83,10 @@ type Options struct {
 	// kubeconfig of the drill's cluster; the cleanup waits until it
 	// returns (--keep: look around until Ctrl-C).
 	Keep func(ctx context.Context, results []tdrill.Result, kubeconfig string)
-	// Out gets the live view's lines; nil shows nothing.
+	// Out gets the live view's lines; nil shows nothing. While the drill
+	// watches, lines wait at least half a second, to print in the order
+	// they were seen; a fault or drain step prints what was said before it
+	// runs its Actions, whose output (to the same writer) then follows.
 	Out io.Writer
 	// Logger gets the virtual nodes' and the runner's logs (default:
 	// discarded).

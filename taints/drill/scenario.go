@@ -127,8 +127,9 @@ type Step struct {
 }
 
 // Nodes picks nodes among the drill's own: by name, or by label selector,
-// or both (the union). A pick that matches none of the drill's nodes is an
-// error when the step runs.
+// or both (the union). A selector that matches none of the drill's virtual
+// nodes is refused with the file (CheckKnown); with real nodes, a pick
+// that matches none of the drill's nodes is an error when the step runs.
 type Nodes struct {
 	Names    []string `json:"nodes,omitempty"`
 	Selector string   `json:"selector,omitempty"`

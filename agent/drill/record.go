@@ -62,6 +62,10 @@ type Recorder struct {
 	factories []informers.SharedInformerFactory
 	delivered chan struct{} // closed when the line deliverer has returned
 	wake      chan struct{} // a line is pending (buffer of one)
+	// handing is held while lines taken from pending are handed to
+	// onChange: lines keep their order, and Flush returns once they are
+	// handed on.
+	handing sync.Mutex
 
 	mu sync.Mutex // guards the fields below
 	// rec holds Pods, PDBs, Nodes and Workloads in the order seen; pod
@@ -89,8 +93,9 @@ type pdbState struct {
 // StartRecorder starts watching scope with client and returns once every
 // watch has delivered its initial list to the recorder (those first
 // versions are recorded; lines are said only for what changes after).
-// onChange (may be nil) gets the live view's lines in order, from one
-// goroutine, never while the recorder's lock is held. It fails when ctx
+// onChange (may be nil) gets the live view's lines in order, one at a
+// time (from the recorder's goroutine, or Flush's caller), never while the
+// recorder's lock is held. It fails when ctx
 // ends first, or when a watch is refused (forbidden, unauthorized).
 func StartRecorder(ctx context.Context, client kubernetes.Interface, scope Scope, clk clock.Clock, onChange func(Change)) (*Recorder, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -273,20 +278,31 @@ func (r *Recorder) deliver(ctx context.Context) {
 			done = true
 		case <-r.wake:
 		}
-		r.mu.Lock()
-		lines := r.pending
-		r.pending = nil
-		r.mu.Unlock()
-		if r.onChange != nil {
-			for _, c := range lines {
-				r.onChange(c)
-			}
-		}
+		r.handOn()
 		if done {
 			return
 		}
 	}
 }
+
+// handOn gives onChange the lines pending, in order.
+func (r *Recorder) handOn() {
+	r.handing.Lock()
+	defer r.handing.Unlock()
+	r.mu.Lock()
+	lines := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if r.onChange != nil {
+		for _, c := range lines {
+			r.onChange(c)
+		}
+	}
+}
+
+// Flush returns once every line said so far has been handed to onChange
+// (from the calling goroutine, for those not yet taken).
+func (r *Recorder) Flush() { r.handOn() }
 
 // say queues lines for the live view (only once synced). r.mu is held.
 func (r *Recorder) say(now time.Time, lines []string) {

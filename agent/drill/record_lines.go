@@ -43,12 +43,8 @@ func nodeLines(prev, next tdrill.NodeVersion) []string {
 			say("uncordoned")
 		}
 	}
-	if next.Maintenance != prev.Maintenance {
-		if next.Maintenance == "" {
-			say("maintenance ended")
-		} else {
-			say("maintenance %s", next.Maintenance)
-		}
+	if line := maintenanceLine(prev, next); line != "" {
+		say("%s", line)
 	}
 	// Other conditions (a probe's), in a stable order; Ready and the
 	// maintenance condition are said above.
@@ -69,6 +65,29 @@ func nodeLines(prev, next tdrill.NodeVersion) []string {
 		say("%s %s", t, orNone(next.Conditions[t]))
 	}
 	return out
+}
+
+// maintenanceLine says how selftaint's maintenance condition changed, by
+// its status and reason: a new reason while True ("maintenance
+// Draining"); the condition going False, the node given back ("maintenance
+// given back (SelftaintMaintenance False, DrainBlocked)": a blocked drain
+// given back at its deadline keeps its reason, only the status says it);
+// the condition gone ("maintenance ended"). "" when neither changed.
+func maintenanceLine(prev, next tdrill.NodeVersion) string {
+	mc := string(fleet.MaintenanceCondition)
+	was, now := prev.Conditions[mc], next.Conditions[mc]
+	if was == now && prev.Maintenance == next.Maintenance {
+		return ""
+	}
+	switch {
+	case now == "" && next.Maintenance == "":
+		return "maintenance ended"
+	case now == string(corev1.ConditionFalse):
+		return fmt.Sprintf("maintenance given back (%s False, %s)", mc, orNone(next.Maintenance))
+	case now == string(corev1.ConditionTrue) || now == "":
+		return "maintenance " + orNone(next.Maintenance)
+	}
+	return fmt.Sprintf("maintenance %s (%s %s)", orNone(next.Maintenance), mc, now)
 }
 
 func orNone(s string) string {

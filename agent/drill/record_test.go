@@ -206,6 +206,12 @@ func TestNodeLines(t *testing.T) {
 		f(&v)
 		return v
 	}
+	maintenance := func(status, reason string, cordoned bool) tdrill.NodeVersion {
+		return with(func(v *tdrill.NodeVersion) {
+			v.Maintenance, v.Unschedulable = reason, cordoned
+			v.Conditions[string(fleet.MaintenanceCondition)] = status
+		})
+	}
 	for _, tc := range []struct {
 		name       string
 		prev, next tdrill.NodeVersion
@@ -227,6 +233,22 @@ func TestNodeLines(t *testing.T) {
 			v.Conditions[string(fleet.MaintenanceCondition)] = "True"
 		}), []string{"node gpu-1: maintenance Draining"}},
 		{"maintenance gone", with(func(v *tdrill.NodeVersion) { v.Maintenance = "Released" }), healthy, []string{"node gpu-1: maintenance ended"}},
+		// A blocked drain given back at its deadline: the reason stays
+		// DrainBlocked, the status goes False, and the uncordon is a
+		// write of its own.
+		{"drain given back", maintenance("True", "DrainBlocked", true), maintenance("False", "DrainBlocked", true),
+			[]string{"node gpu-1: maintenance given back (SelftaintMaintenance False, DrainBlocked)"}},
+		{"drain given back and uncordoned at once", maintenance("True", "DrainBlocked", true), maintenance("False", "DrainBlocked", false),
+			[]string{"node gpu-1: uncordoned", "node gpu-1: maintenance given back (SelftaintMaintenance False, DrainBlocked)"}},
+		{"released", maintenance("True", "Drained", true), maintenance("False", "Released", true),
+			[]string{"node gpu-1: maintenance given back (SelftaintMaintenance False, Released)"}},
+		{"blocked while draining", maintenance("True", "Draining", true), maintenance("True", "DrainBlocked", true),
+			[]string{"node gpu-1: maintenance DrainBlocked"}},
+		{"asked again after given back", maintenance("False", "DrainBlocked", false), maintenance("True", "Waiting", false),
+			[]string{"node gpu-1: maintenance Waiting"}},
+		{"unknown", maintenance("True", "Draining", true), maintenance("Unknown", "Draining", true),
+			[]string{"node gpu-1: maintenance Draining (SelftaintMaintenance Unknown)"}},
+		{"given back, then the condition removed", maintenance("False", "DrainBlocked", false), healthy, []string{"node gpu-1: maintenance ended"}},
 		{"probe condition", healthy, with(func(v *tdrill.NodeVersion) { v.Conditions["SelftaintGPU"] = "True" }), []string{"node gpu-1: SelftaintGPU True"}},
 		{"condition removed", healthy, with(func(v *tdrill.NodeVersion) { delete(v.Conditions, "SelftaintGPU") }), []string{"node gpu-1: SelftaintGPU none"}},
 		{"first seen", tdrill.NodeVersion{}, healthy, []string{"node gpu-1: Ready True", "node gpu-1: SelftaintGPU False"}},

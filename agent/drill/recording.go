@@ -16,6 +16,8 @@ import (
 // recording is the recorder's side the runner uses: what it saw so far.
 type recording interface {
 	Record() tdrill.Record
+	// Flush hands on every line said so far before it returns.
+	Flush()
 	Stop()
 }
 
@@ -40,9 +42,10 @@ func (r *runner) startRecording(ctx context.Context) error {
 		scope.CoordinatorNamespace = r.coordinatorNamespace()
 		scope.GuardName = r.plan.cfg.Coordinator.Guard.Name
 	}
-	r.lines = &lineBatcher{window: coalesceWindow, out: func(c Change) { r.view.lineAt(c.Time, c.Line) }}
-	rec, err := StartRecorder(ctx, r.env.client, scope, clock.RealClock{}, r.lines.add)
+	r.view.holdLines(coalesceWindow, lineHold)
+	rec, err := StartRecorder(ctx, r.env.client, scope, clock.RealClock{}, func(c Change) { r.view.lineAt(c.Time, c.Line) })
 	if err != nil {
+		r.view.releaseLines()
 		return fmt.Errorf("starting to watch the drill's objects: %w", err)
 	}
 	r.recording = rec
@@ -54,24 +57,47 @@ func (r *runner) stopRecording() {
 	if r.recording != nil {
 		r.recording.Stop()
 	}
-	if r.lines != nil {
-		r.lines.flush()
+	r.view.releaseLines()
+}
+
+// startLine marks t=0 in the view once every line the recorder said before
+// it is in the view: what was seen before t=0 prints before the t=0 line.
+func (r *runner) startLine(t0 time.Time) {
+	if r.recording != nil {
+		r.recording.Flush()
 	}
+	r.view.start(t0)
+}
+
+// sayNow prints every line said so far (the recorder's too), before what
+// is written to the view's writer directly: the output of a command a
+// step runs goes after its step's line.
+func (r *runner) sayNow() {
+	if r.recording != nil {
+		r.recording.Flush()
+	}
+	r.view.flushLines()
 }
 
 // coalesceMin is how many nodes must say the same thing within one
-// coalesceWindow for the view to say it once for all of them.
+// coalesceWindow for the view to say it once for all of them; lineHold is
+// how long a line waits at least before it is printed: one handed to the
+// view that much later than it was seen (the recorder's lines come a
+// moment after) still prints in order.
 const (
 	coalesceMin    = 4
 	coalesceWindow = time.Second
+	lineHold       = 500 * time.Millisecond
 )
 
-// lineBatcher holds the recorder's lines for up to window after the first
-// of a batch, then hands them on coalesced (coalesceLines): a storm on a
-// hundred nodes is a few lines, not hundreds.
+// lineBatcher holds the view's lines for window after the first of a
+// batch, then hands on, in time order and coalesced (coalesceLines: a
+// storm on a hundred nodes is a few lines, not hundreds), those seen at
+// least hold before (dueLines); the younger ones wait for the next batch.
 type lineBatcher struct {
-	window time.Duration
-	out    func(Change)
+	window, hold time.Duration
+	now          func() time.Time
+	out          func(Change)
 
 	flushMu sync.Mutex // held while a batch is handed on: batches keep their order
 	mu      sync.Mutex // guards buf and timer
@@ -84,25 +110,53 @@ func (b *lineBatcher) add(c Change) {
 	defer b.mu.Unlock()
 	b.buf = append(b.buf, c)
 	if b.timer == nil {
-		b.timer = time.AfterFunc(b.window, b.flush)
+		b.timer = time.AfterFunc(b.window, b.due)
 	}
 }
 
-// flush hands on what is held.
-func (b *lineBatcher) flush() {
+// due hands on the lines seen at least hold ago.
+func (b *lineBatcher) due() { b.hand(b.now().Add(-b.hold)) }
+
+// flush hands on every line held.
+func (b *lineBatcher) flush() { b.hand(time.Time{}) }
+
+// hand hands on the lines seen up to cutoff (zero: all of them) and
+// waits again for the rest.
+func (b *lineBatcher) hand(cutoff time.Time) {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 	b.mu.Lock()
-	buf := b.buf
-	b.buf = nil
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
+	due, rest := dueLines(b.buf, cutoff)
+	b.buf = rest
+	if len(rest) > 0 {
+		b.timer = time.AfterFunc(b.window, b.due)
+	}
 	b.mu.Unlock()
-	for _, c := range coalesceLines(buf, coalesceMin) {
+	for _, c := range coalesceLines(due, coalesceMin) {
 		b.out(c)
 	}
+}
+
+// dueLines sorts lines by the time they were seen (stable: lines seen at
+// once keep the order they were said in) and splits them into those seen
+// at or before cutoff (all of them when cutoff is zero) and the rest.
+func dueLines(lines []Change, cutoff time.Time) (due, rest []Change) {
+	lines = slices.Clone(lines)
+	slices.SortStableFunc(lines, func(x, y Change) int { return x.Time.Compare(y.Time) })
+	if cutoff.IsZero() {
+		return lines, nil
+	}
+	i, _ := slices.BinarySearchFunc(lines, cutoff, func(c Change, t time.Time) int {
+		if c.Time.After(t) {
+			return 1
+		}
+		return -1
+	})
+	return lines[:i], lines[i:]
 }
 
 // coalesceLines says the node lines of changes that are the same but for

@@ -88,7 +88,10 @@ type Options struct {
 	// kubeconfig of the drill's cluster; the cleanup waits until it
 	// returns (--keep: look around until Ctrl-C).
 	Keep func(ctx context.Context, results []tdrill.Result, kubeconfig string)
-	// Out gets the live view's lines; nil shows nothing.
+	// Out gets the live view's lines; nil shows nothing. While the drill
+	// watches, lines wait at least half a second, to print in the order
+	// they were seen; a fault or drain step prints what was said before it
+	// runs its Actions, whose output (to the same writer) then follows.
 	Out io.Writer
 	// Logger gets the virtual nodes' and the runner's logs (default:
 	// discarded).
@@ -146,8 +149,6 @@ type runner struct {
 	coord     *coordinators
 	applied   []appliedObject
 	recording recording
-	// lines batches the recorder's lines for the view.
-	lines *lineBatcher
 	// realNodes are the existing cluster's nodes the drill was given.
 	realNodes map[string]bool
 
@@ -252,7 +253,7 @@ func (r *runner) run(ctx context.Context, rep *tdrill.Report) error {
 	r.mu.Lock()
 	r.t0 = r.now()
 	r.mu.Unlock()
-	r.view.start(r.t0)
+	r.startLine(r.t0)
 	tctx, cancel := context.WithDeadline(ctx, r.t0.Add(r.s.Timeout.Duration))
 	defer cancel()
 	err = r.timeline(tctx)

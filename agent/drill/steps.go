@@ -165,6 +165,7 @@ func (r *runner) fault(ctx context.Context, st tdrill.Step, nodes []string) erro
 	r.track(func(c *created) { c.add(&c.faults, nodes...) })
 	// The first node's injection says all the command says; the others
 	// are summed up in one line.
+	r.sayNow()
 	if err := r.opts.Actions.InjectFault(ctx, r.env.kubeconfig, r.plan.configPath, nodes[0], f, true); err != nil {
 		return fmt.Errorf("injecting the fault on %s: %w", nodes[0], err)
 	}
@@ -343,6 +344,7 @@ func (r *runner) drain(ctx context.Context, st *tdrill.DrainStep, nodes []string
 			return err
 		}
 	}
+	r.sayNow() // the command's output goes after the step's line
 	return r.opts.Actions.Drain(ctx, r.env.kubeconfig, nodes, selector, *st)
 }
 

@@ -49,10 +49,9 @@ func DefaultCapacity() corev1.ResourceList {
 	}
 }
 
-// newNode is the Node object virtual node number index (0-based) registers
-// as. Conditions are left out: selftaint's agent writes them (server-side
-// apply), the same pipeline as on a real node.
-func (t NodeTemplate) newNode(name string, index int) *corev1.Node {
+// NodeLabels are the labels virtual node name registers with: the
+// standard ones (hostname, os, arch, virtual) and t's.
+func (t NodeTemplate) NodeLabels(name string) map[string]string {
 	labels := map[string]string{
 		corev1.LabelHostname:   name,
 		corev1.LabelOSStable:   "linux",
@@ -66,6 +65,14 @@ func (t NodeTemplate) newNode(name string, index int) *corev1.Node {
 	// Never overridden: it keeps a virtual node out of a real fleet's
 	// budget and guard, and it is what the admission policy confines.
 	labels[LabelVirtual] = "true"
+	return labels
+}
+
+// newNode is the Node object virtual node number index (0-based) registers
+// as. Conditions are left out: selftaint's agent writes them (server-side
+// apply), the same pipeline as on a real node.
+func (t NodeTemplate) newNode(name string, index int) *corev1.Node {
+	labels := t.NodeLabels(name)
 	taints := append([]corev1.Taint(nil), t.Taints...)
 	// Like the kubelet: no pods until the node is known to be ready. The
 	// node lifecycle controller lifts it once Ready is True.

@@ -91,7 +91,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "selftaint drill: --start-timeout %s: want a positive duration\n", f.startTimeout)
 		return errUsage
 	}
-	s, err := tdrill.Load(pos[0])
+	s, err := tdrill.Load(pos[0], agentdrill.Check)
 	if err == nil {
 		// cluster.config as the agents will load it, each error at its
 		// line of the file, before anything starts.

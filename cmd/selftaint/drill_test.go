@@ -101,6 +101,15 @@ func TestDrillTwoNodesPasses(t *testing.T) {
 			t.Errorf("stdout lacks %q", want)
 		}
 	}
+	checkViewOrder(t, stdout.String())
+	// The fault command's output follows its step's line.
+	if start, cmd := strings.Index(stdout.String(), "step memory (fault) starts"), strings.Index(stdout.String(), "| injected fault on node vn-1"); cmd < 0 || start > cmd {
+		t.Errorf("the fault command's output is not after its step's line:\n%s", stdout.String())
+	}
+	// The workloads' ready line, which makes t=0, prints before it.
+	if ready, t0 := strings.Index(stdout.String(), "Deployment web: 2/2 ready"), strings.Index(stdout.String(), "t=0: "); ready < 0 || ready > t0 {
+		t.Errorf("the live view does not say the workload ready before t=0:\n%s", stdout.String())
+	}
 	b, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)

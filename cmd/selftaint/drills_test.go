@@ -52,7 +52,7 @@ func TestDrillFilesParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range append(shipped, testdata...) {
-		s, err := tdrill.Load(f)
+		s, err := tdrill.Load(f, agentdrill.Check)
 		if err != nil {
 			t.Errorf("%v", err)
 			continue
@@ -77,9 +77,55 @@ func TestExampleDrills(t *testing.T) {
 				t.Errorf("selftaint drill %s exited %d, want 0; output:\n%s", name, code, out)
 			}
 			checkDrillReport(t, rep, true)
+			checkViewOrder(t, out)
+			if name == "demo" {
+				// Act 4: gpu-3's drain, blocked by ledger's PDB, is given
+				// back at its deadline: the condition goes False, its
+				// reason stays DrainBlocked.
+				const given = "node gpu-3: maintenance given back (SelftaintMaintenance False, DrainBlocked)"
+				if !strings.Contains(out, given) {
+					t.Errorf("the live view does not say %q:\n%s", given, out)
+				}
+			}
 			t.Logf("%s: wall time %.1fs (control plane start %.1fs), %d steps, %d expectations",
 				name, rep.DurationSeconds, rep.ControlPlaneStartSeconds, len(rep.Steps), len(rep.Expectations))
 		})
+	}
+}
+
+// checkViewOrder checks the live view in out: its lines in time order,
+// no time before t=0. A line seen before t=0 may come after the t=0 line
+// only as setup (seen as t=0 was marked).
+func checkViewOrder(t *testing.T, out string) {
+	t.Helper()
+	last, t0 := -1.0, -1
+	for i, l := range strings.Split(out, "\n") {
+		var at float64
+		switch {
+		case strings.HasPrefix(l, "setup ") && t0 < 0:
+			if _, err := fmt.Sscanf(strings.TrimPrefix(l, "setup "), "%fs", &at); err != nil {
+				continue
+			}
+		case strings.HasPrefix(l, "t+"):
+			if _, err := fmt.Sscanf(strings.TrimPrefix(l, "t+"), "%fs", &at); err != nil {
+				continue
+			}
+			if at < 0 {
+				t.Errorf("view line %d %q: a time before t=0", i+1, l)
+			}
+			if t0 < 0 {
+				t0, last = i, -1 // t+ times from here
+			}
+		default:
+			continue
+		}
+		if at < last {
+			t.Errorf("view line %d %q: %.1fs after a line at %.1fs", i+1, l, at, last)
+		}
+		last = at
+	}
+	if t0 < 0 || !strings.Contains(strings.Split(out, "\n")[t0], "t=0: ") {
+		t.Errorf("the live view's first t+ line is not the t=0 line:\n%s", out)
 	}
 }
 
@@ -233,6 +279,16 @@ func TestDrillMalformedExits2(t *testing.T) {
 		{"step not found", "notEvicted: {selector: app=frontend}", "evicted: {selector: app=frontend, after: xid}", "expect[0].evicted.after"},
 		{"bad duration", "for: 20s", "for: 20 seconds", "steps[0].fault.for"},
 		{"bad selector", "notEvicted: {selector: app=frontend}", "notEvicted: {selector: \"app in frontend\"}", "expect[0].notEvicted.selector"},
+		// Known from the file and its config before anything starts.
+		{"fault on no probe", "condition: memory, for: 20s", "condition: memroy, for: 20s",
+			`bad.yaml:41: steps[0].fault.condition: "memroy" is neither a probe nor a condition the drill's agents have (did you mean memory?)`},
+		{"selector that picks none", "fault: {nodes: [node-1], condition", "fault: {selector: pool=node, condition",
+			`bad.yaml:41: steps[0].fault.selector: "pool=node" matches none of the drill's nodes (node-1..node-2: no labels of their own)`},
+		// A type error hides nothing else; its path has its index and key.
+		{"type error and more", "count: 2", "count: 2\n    labels: {gpu: true}\n    capacity: {cpu: 8x}",
+			"bad.yaml: 2 errors:\n" +
+				"bad.yaml:12: cluster.pools[0].labels[gpu]: a bool where a string belongs (YAML reads true as a boolean: quote it, gpu: \"true\")\n" +
+				"bad.yaml:13: cluster.pools[0].capacity[cpu]: \"8x\" is not a quantity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := strings.Replace(string(good), tc.from, tc.to, 1)
@@ -249,13 +305,56 @@ func TestDrillMalformedExits2(t *testing.T) {
 			if code != tdrill.ExitBadFile {
 				t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tdrill.ExitBadFile, stdout.String(), stderr.String())
 			}
-			if !strings.Contains(stderr.String(), tc.want) {
-				t.Errorf("stderr does not name %s:\n%s", tc.want, stderr.String())
+			// Each line of want, in order.
+			at := 0
+			for _, w := range strings.Split(tc.want, "\n") {
+				i := strings.Index(stderr.String()[at:], w)
+				if i < 0 {
+					t.Errorf("stderr does not name %s (after what came before):\n%s", w, stderr.String())
+					break
+				}
+				at += i + len(w)
 			}
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("a bad file took %s to refuse: something ran", d)
 			}
 		})
+	}
+}
+
+// TestDrillBadFileEveryError: a drill file with six mistakes of six kinds
+// (a value of the wrong type in a map, a probe that does not exist, a
+// misspelt field, a selector that picks none of the drill's nodes, a
+// number given as a string, a required field left out) exits 2 before
+// anything runs, naming every one by its field path and line.
+func TestDrillBadFileEveryError(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	const file = "testdata/drills-bad/every-error.yaml"
+	code := run(t.Context(), []string{"drill", file}, &stdout, &stderr)
+	if code != tdrill.ExitBadFile {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tdrill.ExitBadFile, stdout.String(), stderr.String())
+	}
+	want := []string{
+		file + ": 6 errors:",
+		file + `:13: cluster.pools[1].labels[gpu]: a bool where a string belongs (YAML reads true as a boolean: quote it, gpu: "true")`,
+		file + `:36: steps[0].fault.condition: "memroy" is neither a probe nor a condition the drill's agents have (did you mean memory?)`,
+		file + `:38: steps[1].drain.maxParalel: unknown field (did you mean maxParallel?)`,
+		file + `:38: steps[1].drain.selector: "pool=gpu" matches none of the drill's nodes (node-1..node-2: no labels of their own; gpu-1: gpu=true)`,
+		file + `:41: expect[0].notEvicted.min: a string where an int belongs`,
+		file + `:42: expect[1].ready.within: must be greater than zero`,
+	}
+	got := stderr.String()
+	at := 0
+	for _, w := range want {
+		i := strings.Index(got[at:], w)
+		if i < 0 {
+			t.Fatalf("stderr lacks %q (after what came before):\n%s", w, got)
+		}
+		at += i + len(w)
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("stdout %q: a file refused prints nothing there", stdout.String())
 	}
 }
 

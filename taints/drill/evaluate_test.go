@@ -263,6 +263,17 @@ func TestEvaluateEvictions(t *testing.T) {
 		gone(tp(11.5, "t-0", "gpu-1"), "DeletionByTaintManager", false), gone(tp(12, "t-0", "gpu-1"), "DeletionByTaintManager", true))
 	forced := with(tp(0, "t-0", "gpu-1"), tp(0, "t-1", "gpu-2"), gone(tp(20, "t-1", "gpu-2"), "", true))
 	early := with(tp(0, "t-0", "gpu-1"), gone(tp(5, "t-0", "gpu-1"), "EvictionByEvictionAPI", true), tp(6, "t-2", "gpu-2"))
+	// Three pods on gpu-1 evicted after xid (10s) and replaced at 12s on
+	// gpu-2; one replacement is itself evicted at 20s.
+	var replaced []drill.PodVersion
+	for _, n := range []string{"t-0", "t-1", "t-2"} {
+		replaced = append(replaced, tp(0, n, "gpu-1"))
+	}
+	for _, n := range []string{"t-0", "t-1", "t-2"} {
+		replaced = append(replaced, gone(tp(11, n, "gpu-1"), "DeletionByTaintManager", true), tp(12, "r"+n, "gpu-2"))
+	}
+	replacedOnce := with(replaced...)
+	replacedTwice := with(append(replaced, gone(tp(20, "rt-0", "gpu-2"), "DeletionByTaintManager", true))...)
 	tests := []evalCase{
 		{
 			name: "evicted by the taint manager", expect: evicted("app=train", "xid", 1), rec: taintEvicted, passed: true,
@@ -281,6 +292,15 @@ func TestEvaluateEvictions(t *testing.T) {
 		{
 			name: "evicted before the step does not count", expect: evicted("app=train", "xid", 1), rec: early,
 			message: []string{"0 of 1 pod app=train in namespace d evicted after xid"},
+		},
+		{
+			name: "replacement pods are not the expectation's", expect: evicted("app=train", "xid", 3), rec: replacedOnce, passed: true,
+			message:  []string{"3 of 3 pods app=train in namespace d evicted after xid (DeletionByTaintManager), expected at least 3"},
+			measured: `{"matched":3,"evictions":3,"pods":[{"namespace":"d","name":"t-0","node":"gpu-1","reason":"DeletionByTaintManager","atSeconds":11},{"namespace":"d","name":"t-1","node":"gpu-1","reason":"DeletionByTaintManager","atSeconds":11},{"namespace":"d","name":"t-2","node":"gpu-1","reason":"DeletionByTaintManager","atSeconds":11}]}`,
+		},
+		{
+			name: "a replacement evicted too is said, not counted", expect: evicted("app=train", "xid", 4), rec: replacedTwice,
+			message: []string{"3 of 3 pods app=train in namespace d evicted after xid (DeletionByTaintManager), expected at least 4; 1 pod created after xid evicted too (not counted)"},
 		},
 		{
 			name: "selector matches nothing", expect: evicted("app=nope", "", 1), rec: taintEvicted,

@@ -65,5 +65,7 @@ expect:
 	// expect: at most 1 NoExecute node
 	// expect: explain holds for xid79
 	// timeout: 10m0s settle: 5s
-	// typo.yaml: steps[0].fault.condtion: unknown field (fields are case-sensitive)
+	// typo.yaml: 2 errors:
+	//   typo.yaml:6: steps[0].fault.condtion: unknown field (did you mean condition?)
+	//   typo.yaml:6: steps[0].fault: exactly one of condition and gpuXid
 }

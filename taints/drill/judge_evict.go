@@ -15,6 +15,9 @@ type podFate struct {
 	ns, name, node string
 	// matched: some version of it matched the selector.
 	matched bool
+	// firstSeen is the time of its first version: a pod first seen after
+	// the moment was created after it (a replacement).
+	firstSeen time.Time
 	// goneBefore: it was deleted or terminating before the moment.
 	goneBefore bool
 	disruption string
@@ -35,7 +38,7 @@ func (ev *evaluator) fates(sel labels.Selector, ns string, from time.Time) []*po
 		}
 		f := byUID[p.UID]
 		if f == nil {
-			f = &podFate{ns: p.Namespace, name: p.Name}
+			f = &podFate{ns: p.Namespace, name: p.Name, firstSeen: p.Time}
 			byUID[p.UID] = f
 			order = append(order, f)
 		}
@@ -107,14 +110,29 @@ func (ev *evaluator) evictScope(e *EvictExpect) (labels.Selector, string, time.T
 	return sel, ev.namespace(e.Namespace), from, ""
 }
 
-// evicted judges EvictExpect as Evicted: at least Min matching pods
-// evicted after After.
+// existedAt splits fates into the pods that existed at from (first seen
+// then or before) and those created after it (replacements).
+func existedAt(fates []*podFate, from time.Time) (existed, created []*podFate) {
+	for _, f := range fates {
+		if f.firstSeen.After(from) {
+			created = append(created, f)
+		} else {
+			existed = append(existed, f)
+		}
+	}
+	return existed, created
+}
+
+// evicted judges EvictExpect as Evicted: at least Min of the matching
+// pods that existed when step After started evicted after it. Pods
+// created since (a workload's replacements) are not the expectation's
+// pods: neither counted nor evicted by it; those evicted too are said.
 func (ev *evaluator) evicted(e *EvictExpect) Result {
 	sel, ns, from, msg := ev.evictScope(e)
 	if msg != "" {
 		return failed("%s", msg)
 	}
-	fates := ev.fates(sel, ns, from)
+	fates, created := existedAt(ev.fates(sel, ns, from), from)
 	pods, n := ev.removals(fates, e.Reason)
 	res := Result{Passed: n >= e.Min, Measured: Measured{Matched: ptr(len(fates)), Evictions: ptr(n), Pods: pods}}
 	seen := ""
@@ -128,6 +146,9 @@ func (ev *evaluator) evicted(e *EvictExpect) Result {
 	}
 	if d := deletedCount(pods); d > 0 {
 		res.Message += fmt.Sprintf("; %d deleted without eviction", d)
+	}
+	if _, later := ev.removals(created, e.Reason); later > 0 {
+		res.Message += fmt.Sprintf("; %d %s created %s evicted too (not counted)", later, plural(later, "pod", "pods"), since(e.After))
 	}
 	return res
 }

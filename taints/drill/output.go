@@ -223,7 +223,7 @@ func stepCases(suite string, steps []StepReport) ([]junitCase, bool) {
 	var cases []junitCase
 	failed := false
 	for _, st := range steps {
-		c := junitCase{Classname: suite + ".steps", Name: fmt.Sprintf("step %s (%s)", st.Name, st.Kind), Time: junitTime(st.DurationSeconds)}
+		c := junitCase{Classname: suite + ".steps", Name: fmt.Sprintf("step %s (%s)", st.Name, st.Kind), Time: junitTime(st.DurationSeconds), SystemOut: stepOut(st)}
 		if st.Error != "" {
 			failed = true
 			c.Error = &junitProblem{Message: st.Error, Type: "StepFailed", Text: st.Error}
@@ -235,10 +235,45 @@ func stepCases(suite string, steps []StepReport) ([]junitCase, bool) {
 
 func junitTime(s float64) string { return fmt.Sprintf("%.3f", s) }
 
+// junitTimestamp is a testsuite's timestamp: RFC 3339 in UTC, its zone
+// written ("2026-11-27T07:59:40Z"), so that a JUnit reader in another
+// zone reads the same instant.
+func junitTimestamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// expectationOut is an expectation's system-out, passed or not: what was
+// judged in words (its verdict and message, as the table says it), its
+// figures in short, then the same figures as JSON for tools.
+func expectationOut(res Result) (string, error) {
+	measured, err := json.Marshal(res.Measured)
+	if err != nil {
+		return "", err
+	}
+	verdict := "PASS"
+	if !res.Passed {
+		verdict = "FAIL"
+	}
+	return fmt.Sprintf("%s %s: %s\nmeasured: %s\nmeasured (JSON): %s\n", verdict, res.Name, res.Message, shortMeasured(res.Measured), measured), nil
+}
+
+// stepOut is a step's system-out: when it ran, for how long, on which
+// nodes.
+func stepOut(st StepReport) string {
+	out := fmt.Sprintf("step %s (%s) started at %.1fs from t=0 and took %.1fs", st.Name, st.Kind, st.AtSeconds, st.DurationSeconds)
+	if len(st.Nodes) > 0 {
+		out += fmt.Sprintf(" on %d %s: %s", len(st.Nodes), plural(len(st.Nodes), "node", "nodes"), strings.Join(st.Nodes, ", "))
+	}
+	if st.Error != "" {
+		out += "; failed: " + st.Error
+	}
+	return out + "\n"
+}
+
 // WriteJUnit writes the report as JUnit XML: one testsuite named after
-// the drill, a testcase per step (an <error> when it failed), per
-// expectation (a <failure> when breached, its figures as JSON in
-// system-out), for the cleanup when reported, and one for the drill
+// the drill (its timestamp RFC 3339 in UTC), a testcase per step (an
+// <error> when it failed; when and where it ran in system-out), per
+// expectation (a <failure> when breached; in system-out, passed or not,
+// its verdict and message in words, its figures in short and as JSON),
+// for the cleanup when reported, and one for the drill
 // itself with an <error> when it could not run to its end and no step
 // says why.
 func WriteJUnit(w io.Writer, r *Report) error {
@@ -247,16 +282,16 @@ func WriteJUnit(w io.Writer, r *Report) error {
 		suite.Name = "drill"
 	}
 	if !r.Started.IsZero() {
-		suite.Timestamp = r.Started.UTC().Format("2006-01-02T15:04:05")
+		suite.Timestamp = junitTimestamp(r.Started)
 	}
 	steps, stepFailed := stepCases(suite.Name, r.Steps)
 	suite.Cases = steps
 	for _, res := range r.Expectations {
-		measured, err := json.Marshal(res.Measured)
+		out, err := expectationOut(res)
 		if err != nil {
 			return fmt.Errorf("writing the JUnit file: %w", err)
 		}
-		c := junitCase{Classname: suite.Name + ".expect", Name: res.Name, Time: junitTime(0), SystemOut: string(measured)}
+		c := junitCase{Classname: suite.Name + ".expect", Name: res.Name, Time: junitTime(0), SystemOut: out}
 		if !res.Passed {
 			c.Failure = &junitProblem{Message: res.Message, Type: res.Kind, Text: res.Message}
 		}

@@ -148,6 +148,21 @@ func TestJUnit(t *testing.T) {
 	if !strings.Contains(s.Tests[3].SystemOut, `violationSeconds`) {
 		t.Errorf("the PDB test's system-out %q lacks its figures", s.Tests[3].SystemOut)
 	}
+	// A passing case says in words what was judged, as a failing one's
+	// message does, not only JSON.
+	for i, want := range map[int][]string{
+		0: {"step xid (fault) started at 10.0s from t=0 and took 0.5s on 1 node: gpu-1"},
+		2: {"PASS ready Deployment/web within 1m after xid: " + r.Expectations[0].Message, "measured: back in 7.0s, reschedule p50 5.0s p99 5.0s (1 pod)", `measured (JSON): {"readyAfterSeconds":7`},
+		5: {"PASS at most 1 NoExecute node: " + r.Expectations[3].Message, "measured: max 1 NoExecute node"},
+		6: {"PASS explain holds for xid: " + r.Expectations[4].Message, "measured: 1/1 predictions held"},
+		3: {"FAIL no pdb below its minimum: " + r.Expectations[1].Message},
+	} {
+		for _, w := range want {
+			if !strings.Contains(s.Tests[i].SystemOut, w) {
+				t.Errorf("test %q: system-out %q lacks %q", s.Tests[i].Name, s.Tests[i].SystemOut, w)
+			}
+		}
+	}
 	checkJUnitCounts(t, buf.Bytes())
 }
 
@@ -171,8 +186,12 @@ func checkJUnitCounts(t *testing.T, b []byte) {
 		t.Fatal(err)
 	}
 	if attrs.Tests != 8 || attrs.Failures != 2 || attrs.Errors != 1 || attrs.Suite.Tests != 8 || attrs.Suite.Failures != 2 ||
-		attrs.Suite.Errors != 1 || attrs.Suite.Time != "85.000" || attrs.Suite.Timestamp != "2026-11-27T07:59:40" {
+		attrs.Suite.Errors != 1 || attrs.Suite.Time != "85.000" || attrs.Suite.Timestamp != "2026-11-27T07:59:40Z" {
 		t.Errorf("attributes %+v", attrs)
+	}
+	// The timestamp has its zone: RFC 3339 reads it as the same instant.
+	if ts, err := time.Parse(time.RFC3339, attrs.Suite.Timestamp); err != nil || !ts.Equal(t0.Add(-20*time.Second)) {
+		t.Errorf("timestamp %q: RFC 3339 reads %v (%v), want %v", attrs.Suite.Timestamp, ts, err, t0.Add(-20*time.Second))
 	}
 }
 

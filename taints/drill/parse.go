@@ -7,19 +7,21 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
-	"unicode"
 
 	yaml2 "go.yaml.in/yaml/v2"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/selftaint/selftaint/probes/strict"
 )
 
 // FieldErr is one thing wrong in a scenario file, at a field path such as
-// "steps[1].fault" or "cluster.pools[0].count" (empty for the whole file).
+// "steps[1].fault" or "cluster.pools[0].labels[gpu]" (empty for the whole
+// file), on a line of the file (0 when not known).
 type FieldErr struct {
 	Path string `json:"path,omitempty"`
+	Line int    `json:"line,omitempty"`
 	Msg  string `json:"message"`
 }
 
@@ -37,17 +39,29 @@ type FileError struct {
 	Errs []FieldErr
 }
 
-// Error names the file, then each field error, joined by "; ".
+// Error names the file and each field error with its line, as compilers
+// do ("drill.yaml:12: steps[0].fault.for: ..."): one error on one line;
+// several on a line each, after a count.
 func (e *FileError) Error() string {
-	msgs := make([]string, len(e.Errs))
-	for i, fe := range e.Errs {
-		msgs[i] = fe.Error()
-	}
 	file := e.File
 	if file == "" {
 		file = "drill"
 	}
-	return file + ": " + strings.Join(msgs, "; ")
+	at := func(fe FieldErr) string {
+		if fe.Line > 0 {
+			return fmt.Sprintf("%s:%d: %s", file, fe.Line, fe.Error())
+		}
+		return file + ": " + fe.Error()
+	}
+	if len(e.Errs) == 1 {
+		return at(e.Errs[0])
+	}
+	lines := make([]string, 0, len(e.Errs)+1)
+	lines = append(lines, fmt.Sprintf("%s: %d errors:", file, len(e.Errs)))
+	for _, fe := range e.Errs {
+		lines = append(lines, "  "+at(fe))
+	}
+	return strings.Join(lines, "\n")
 }
 
 // ConfigError is the FileError for a cluster.config the agent's config
@@ -58,20 +72,28 @@ func ConfigError(file string, err error) *FileError {
 	return &FileError{File: file, Errs: []FieldErr{{Path: "cluster.config", Msg: err.Error()}}}
 }
 
-// Load reads and parses the scenario file at path (see Parse), and also
-// checks that each workloads[i].file (relative to the scenario's
-// directory) can be read and holds Kubernetes objects.
-func Load(path string) (*Scenario, error) {
+// Load reads and parses the scenario file at path (see Parse, which runs
+// checks), and also checks that each workloads[i].file (relative to the
+// scenario's directory) can be read and holds Kubernetes objects.
+func Load(path string, checks ...func(*Scenario) []FieldErr) (*Scenario, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &FileError{File: path, Errs: []FieldErr{{Msg: err.Error()}}}
 	}
-	s, err := Parse(b, path)
-	if err != nil {
+	s, t, err := parse(b, path, checks)
+	var fe *FileError
+	if err != nil && !errors.As(err, &fe) {
 		return nil, err
 	}
 	var errs []FieldErr
-	for i, w := range s.Workloads {
+	if fe != nil {
+		errs = fe.Errs
+	}
+	var workloads []Workload
+	if s != nil {
+		workloads = s.Workloads
+	}
+	for i, w := range workloads {
 		if w.File == "" {
 			continue
 		}
@@ -86,7 +108,7 @@ func Load(path string) (*Scenario, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, &FileError{File: path, Errs: errs}
+		return nil, &FileError{File: path, Errs: sortByLine(t.withLines(errs))}
 	}
 	return s, nil
 }
@@ -102,26 +124,96 @@ func WorkloadPath(scenarioFile, file string) string {
 
 // Parse decodes a scenario strictly (unknown and duplicate keys are errors
 // naming their field path), fills its defaults (SetDefaults) and validates
-// it (Validate). file names the source in errors. Every error is a
-// *FileError.
-func Parse(b []byte, file string) (*Scenario, error) {
-	if errs := preScan(b); len(errs) > 0 {
-		return nil, &FileError{File: file, Errs: errs}
-	}
-	s := &Scenario{}
-	if err := strict.YAML(b, s); err != nil {
-		return nil, &FileError{File: file, Errs: decodeErrs(b, err)}
-	}
-	s.SetDefaults()
-	if errs := s.Validate(); len(errs) > 0 {
-		return nil, &FileError{File: file, Errs: errs}
+// it (Validate), then runs checks (more that can be known before the drill
+// runs; see Load). file names the source in errors. Every error is a
+// *FileError holding every error found, each with its field path (list
+// indexes and map keys: cluster.pools[1].labels[gpu]) and its line: a
+// value of the wrong type hides neither the other decoding errors nor
+// validation's.
+func Parse(b []byte, file string, checks ...func(*Scenario) []FieldErr) (*Scenario, error) {
+	s, _, err := parse(b, file, checks)
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-// decodeErrs turns a strict decoding error of document b into field
-// errors.
-func decodeErrs(b []byte, err error) []FieldErr {
+// parse is Parse, also returning the file's tree (nil when it is not
+// YAML) for the lines of later errors, and, with the errors, the scenario
+// as decoded (nil when it could not be).
+func parse(b []byte, file string, checks []func(*Scenario) []FieldErr) (*Scenario, *tree, error) {
+	t, err := parseTree(b)
+	if err != nil {
+		// Not YAML, or more than one document: the decoder says where.
+		s := &Scenario{}
+		if derr := strict.YAML(b, s); derr != nil {
+			return nil, nil, &FileError{File: file, Errs: decodeErrs(derr)}
+		}
+		// What the YAML 1.2 parser refused, the decoder read: judge it
+		// without lines.
+		return finish(s, file, nil, nil, checks)
+	}
+	c := &checker{t: t}
+	c.check(t.root, reflect.TypeFor[Scenario](), nil, "")
+	s := &Scenario{}
+	clean, err := t.encode()
+	if err == nil {
+		err = strict.YAML(clean, s)
+	}
+	if err != nil {
+		// The checker missed something the decoder refuses: say both.
+		return nil, t, &FileError{File: file, Errs: t.withLines(append(c.errs, decodeErrs(err)...))}
+	}
+	return finish(s, file, t, c, checks)
+}
+
+// finish fills s's defaults and validates it. c holds the decoding
+// errors: what validation finds at their paths or below is not said again,
+// nor what it finds on the field holding a value of the wrong type (its
+// stand-in is empty: "no nodes" for pools that are not a list).
+func finish(s *Scenario, file string, t *tree, c *checker, checks []func(*Scenario) []FieldErr) (*Scenario, *tree, error) {
+	s.SetDefaults()
+	var errs []FieldErr
+	var said []string
+	if c != nil {
+		errs = c.errs
+		for _, e := range c.errs {
+			said = append(said, e.Path)
+		}
+		for _, p := range c.replaced {
+			said = append(said, parentPath(p))
+		}
+	}
+	later := s.Validate()
+	for _, check := range checks {
+		later = append(later, check(s)...)
+	}
+	for _, e := range later {
+		if !slices.ContainsFunc(said, func(p string) bool { return under(e.Path, p) }) {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		return s, t, &FileError{File: file, Errs: sortByLine(t.withLines(errs))}
+	}
+	return s, t, nil
+}
+
+// under: path is at or below top ("" is the document: nothing is below
+// it here).
+func under(path, top string) bool {
+	return top != "" && (path == top || strings.HasPrefix(path, top+".") || strings.HasPrefix(path, top+"["))
+}
+
+// sortByLine puts errors in the order of the file (those without a line,
+// about the file as a whole, first).
+func sortByLine(errs []FieldErr) []FieldErr {
+	slices.SortStableFunc(errs, func(a, b FieldErr) int { return a.Line - b.Line })
+	return errs
+}
+
+// decodeErrs turns a strict decoding error into field errors.
+func decodeErrs(err error) []FieldErr {
 	var fe *strict.FieldError
 	if errors.As(err, &fe) {
 		var errs []FieldErr
@@ -135,161 +227,9 @@ func decodeErrs(b []byte, err error) []FieldErr {
 	}
 	var te *strict.TypeError
 	if errors.As(err, &te) {
-		msg := fmt.Sprintf("%s %s where %s %s belongs", article(te.Value), te.Value, article(te.Type), te.Type)
-		if te.Value == "bool" && te.Type == "string" {
-			msg += ` (YAML reads True, yes, on as booleans: quote it, status: "True")`
-		}
-		return []FieldErr{{Path: indexedPath(b, te), Msg: msg}}
+		return []FieldErr{{Path: te.Path, Msg: fmt.Sprintf("a %s where a %s belongs", te.Value, te.Type)}}
 	}
 	return []FieldErr{{Msg: err.Error()}}
-}
-
-func article(word string) string {
-	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
-		return "an"
-	}
-	return "a"
-}
-
-// indexedPath puts the list indexes back into a type error's path
-// (encoding/json's leaves them out: "steps.fault.status"), by finding the
-// value of the wrong type in the document: "steps[0].fault.status". When
-// it cannot, the path stays as it was.
-func indexedPath(b []byte, te *strict.TypeError) string {
-	var doc yaml2.MapSlice
-	if te.Path == "" || yaml2.Unmarshal(b, &doc) != nil {
-		return te.Path
-	}
-	kind, _, _ := strings.Cut(te.Value, " ") // "number 1.5"
-	// An embedded struct's Go name ("Nodes") is in the path, not in the
-	// file: every key of a drill file starts in lower case.
-	var segs []string
-	for _, seg := range strings.Split(te.Path, ".") {
-		if seg != "" && !unicode.IsUpper(rune(seg[0])) {
-			segs = append(segs, seg)
-		}
-	}
-	var found []string
-	findKind(doc, segs, "", kind, &found)
-	if len(found) == 0 {
-		return strings.Join(segs, ".")
-	}
-	return found[0]
-}
-
-// findKind appends to found the paths in v along segs (list indexes
-// added wherever a list is) whose value is of JSON kind kind, or, at the
-// end of segs, a list's elements of that kind.
-func findKind(v any, segs []string, path, kind string, found *[]string) {
-	l, isList := v.([]any)
-	if len(segs) == 0 && (!isList || kind == "array") {
-		if jsonKind(v) == kind {
-			*found = append(*found, path)
-		}
-		return
-	}
-	if isList { // the elements of a list of the wrong kind
-		for i, e := range l {
-			findKind(e, segs, fmt.Sprintf("%s[%d]", path, i), kind, found)
-		}
-		return
-	}
-	m, _ := v.(yaml2.MapSlice)
-	for _, item := range m {
-		if k := fmt.Sprint(item.Key); k == segs[0] {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			findKind(item.Value, segs[1:], p, kind, found)
-		}
-	}
-}
-
-// jsonKind names a decoded YAML value's JSON kind as encoding/json's type
-// errors do.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case bool:
-		return "bool"
-	case string:
-		return "string"
-	case int, int64, uint64, float64:
-		return "number"
-	case []any:
-		return "array"
-	case yaml2.MapSlice:
-		return "object"
-	}
-	return ""
-}
-
-// preScan finds, before decoding, what decoding reports without a field
-// path: keys given twice in a mapping, and capacity quantities that do
-// not parse. A document that is not YAML is left to the decoder.
-func preScan(b []byte) []FieldErr {
-	var doc yaml2.MapSlice
-	if err := yaml2.Unmarshal(b, &doc); err != nil {
-		return nil
-	}
-	var errs []FieldErr
-	duplicateKeys(doc, "", &errs)
-	if len(errs) > 0 {
-		return errs
-	}
-	return badQuantities(doc)
-}
-
-func duplicateKeys(v any, path string, errs *[]FieldErr) {
-	switch t := v.(type) {
-	case yaml2.MapSlice:
-		seen := map[string]bool{}
-		for _, item := range t {
-			k := fmt.Sprint(item.Key)
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			if seen[k] {
-				*errs = append(*errs, FieldErr{Path: p, Msg: "duplicate field"})
-			}
-			seen[k] = true
-			duplicateKeys(item.Value, p, errs)
-		}
-	case []any:
-		for i, e := range t {
-			duplicateKeys(e, fmt.Sprintf("%s[%d]", path, i), errs)
-		}
-	}
-}
-
-// badQuantities checks cluster.pools[*].capacity's values.
-func badQuantities(doc yaml2.MapSlice) []FieldErr {
-	pools, _ := lookup(lookup(doc, "cluster"), "pools").([]any)
-	var errs []FieldErr
-	for i, p := range pools {
-		capacity, _ := lookup(p, "capacity").(yaml2.MapSlice)
-		for _, item := range capacity {
-			v := fmt.Sprint(item.Value)
-			if _, err := resource.ParseQuantity(v); err != nil {
-				errs = append(errs, FieldErr{
-					Path: fmt.Sprintf("cluster.pools[%d].capacity.%v", i, item.Key),
-					Msg:  fmt.Sprintf("%q is not a quantity (such as 4, 500m, 16Gi)", v),
-				})
-			}
-		}
-	}
-	return errs
-}
-
-func lookup(v any, key string) any {
-	m, _ := v.(yaml2.MapSlice)
-	for _, item := range m {
-		if fmt.Sprint(item.Key) == key {
-			return item.Value
-		}
-	}
-	return nil
 }
 
 // checkManifest says what is wrong with a workload's YAML: each document

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +102,7 @@ func TestParseErrors(t *testing.T) {
 		{"pool count", "count: 2", "count: 0", []string{`cluster.pools[1].count: must be at least 1`}},
 		{"pool name", "name: cpu", "name: CPU", []string{`cluster.pools[1].name: "CPU"`, `steps[1]`}[:1]},
 		{"duplicate pool", "name: cpu", "name: gpu", []string{`cluster.pools[1].name: "gpu" names another pool too`}},
-		{"bad quantity", "memory: 512Gi", "memory: lots", []string{`cluster.pools[0].capacity.memory: "lots" is not a quantity`}},
+		{"bad quantity", "memory: 512Gi", "memory: lots", []string{`bad.yaml:9: cluster.pools[0].capacity[memory]: "lots" is not a quantity`}},
 		{"bad resource name", "cpu: \"64\"", "c/p/u: \"64\"", []string{`cluster.pools[0].capacity[c/p/u]: resource name "c/p/u"`}},
 		{"bad label", "pool: gpu,", "pool: g u,", []string{`cluster.pools[0].labels[pool]: value "g u"`}},
 		{"bad taint", "nvidia.com/gpu=present:NoSchedule", "nvidia.com/gpu=present:NoRun", []string{`cluster.pools[0].taints[0]: taint "nvidia.com/gpu=present:NoRun": effect "NoRun" is not one of`}},
@@ -109,10 +110,10 @@ func TestParseErrors(t *testing.T) {
 		{"two fault kinds", "gpuXid: 79,", "gpuXid: 79, condition: MemoryPressure,", []string{`steps[0].fault: exactly one of condition and gpuXid`}},
 		{"no fault kind", "gpuXid: 79,", "", []string{`steps[0].fault: exactly one of condition and gpuXid`}},
 		{"negative xid", "gpuXid: 79", "gpuXid: -79", []string{`steps[0].fault.gpuXid: -79 must be a positive Xid number`}},
-		{"wrong type in a later list element", "- coordinator: {action: pause, for: 5s}", "- coordinator: {action: [pause], for: 5s}", []string{`steps[3].coordinator.action: an array where a string belongs`}},
-		{"wrong type in a list", "nodes: [gpu-2]", "nodes: [gpu-2, 7]", []string{`steps[2].drain.nodes[1]: a number where a string belongs`}},
+		{"wrong type in a later list element", "- coordinator: {action: pause, for: 5s}", "- coordinator: {action: [pause], for: 5s}", []string{`bad.yaml:24: steps[3].coordinator.action: a list where a string belongs`}},
+		{"wrong type in a list", "nodes: [gpu-2]", "nodes: [gpu-2, 7]", []string{`steps[2].drain.nodes[1]: a number where a string belongs (YAML reads 7 as a number: quote it, "7")`}},
 		{"bad status", "gpuXid: 79,", "gpuXid: 79, status: Maybe,", []string{`steps[0].fault.status: "Maybe": must be one of True, False, Unknown`}},
-		{"unquoted status", "gpuXid: 79,", "gpuXid: 79, status: True,", []string{`steps[0].fault.status: a bool where a string belongs (YAML reads True, yes, on as booleans: quote it`}},
+		{"unquoted status", "gpuXid: 79,", "gpuXid: 79, status: True,", []string{`bad.yaml:21: steps[0].fault.status: a bool where a string belongs (YAML reads True as a boolean: quote it, status: "True")`}},
 		{"fault for missing", "gpuXid: 79, for: 1m", "gpuXid: 79", []string{`steps[0].fault.for: must be greater than zero`}},
 		{"bad duration", "for: 1m}", "for: 1 minute}", []string{`steps[0].fault.for: "1 minute" must be a duration such as`}},
 		{"number duration", "at: 10s", "at: 10", []string{`steps[0].at: "10" must be a duration`}},
@@ -165,7 +166,7 @@ func TestParseErrors(t *testing.T) {
 			if !errors.As(err, &fe) {
 				t.Fatalf("Parse: %v (%T), want a *drill.FileError", err, err)
 			}
-			if fe.File != "bad.yaml" || !strings.HasPrefix(err.Error(), "bad.yaml: ") {
+			if fe.File != "bad.yaml" || !strings.HasPrefix(err.Error(), "bad.yaml:") {
 				t.Errorf("error %q does not name the file", err)
 			}
 			at := 0
@@ -292,5 +293,67 @@ func TestParseRealNodes(t *testing.T) {
 	s.SetDefaults()
 	if got := fmt.Sprint(s.Validate()); got != "[cluster: no nodes: give pools of virtual nodes (or realNodes, with --kubeconfig)]" {
 		t.Errorf("Validate of a drill without nodes: %s", got)
+	}
+}
+
+// TestParseEveryError: a value of the wrong type hides no other error, of
+// decoding or of validation; each error has its full path (list index,
+// map key) and its line; the hint to quote a value is that value's, where
+// a string belongs, and only there.
+func TestParseEveryError(t *testing.T) {
+	const in = `apiVersion: selftaint.io/v1alpha1
+kind: Drill
+name: many
+cluster:
+  pools:
+  - name: cpu
+    count: 2
+  - name: gpu
+    count: two
+    labels: {gpu: true, zone: 1, topology.kubernetes.io/zone: "a"}
+    capacity: {nvidia.com/gpu: [8]}
+steps:
+- fault: {nodes: [cpu-1], condition: memory, status: True, for: 1m}
+- drain: {nodes: [cpu-2], reason: x, maxParallel: "2", dne: true}
+- notReady: {selector: "pool in (", for: 30s}
+expect:
+- ready: {workload: {kind: Deployment, name: web}}
+- noExecute: {atMost: 1.5}
+`
+	_, err := drill.Parse([]byte(in), "many.yaml")
+	var fe *drill.FileError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Parse: %v, want a *FileError", err)
+	}
+	want := []drill.FieldErr{
+		{Path: "cluster.pools[1].count", Line: 9, Msg: "a string where an int belongs"},
+		{Path: "cluster.pools[1].labels[gpu]", Line: 10, Msg: `a bool where a string belongs (YAML reads true as a boolean: quote it, gpu: "true")`},
+		{Path: "cluster.pools[1].labels[zone]", Line: 10, Msg: `a number where a string belongs (YAML reads 1 as a number: quote it, zone: "1")`},
+		{Path: "cluster.pools[1].capacity[nvidia.com/gpu]", Line: 11, Msg: "a list where a quantity (such as 4, 500m, 16Gi) belongs"},
+		{Path: "steps[0].fault.status", Line: 13, Msg: `a bool where a string belongs (YAML reads True as a boolean: quote it, status: "True")`},
+		{Path: "steps[1].drain.maxParallel", Line: 14, Msg: "a string where an int belongs"},
+		{Path: "steps[1].drain.dne", Line: 14, Msg: "unknown field (did you mean done?)"},
+		{Path: "steps[2].notReady.selector", Line: 15, Msg: `label selector "pool in (": unable to parse requirement: found '', expected: ',', ')' or identifier`},
+		{Path: "expect[0].ready.within", Line: 17, Msg: "must be greater than zero"},
+		{Path: "expect[1].noExecute.atMost", Line: 18, Msg: "a number 1.5 where an int belongs"},
+	}
+	if !slices.Equal(fe.Errs, want) {
+		t.Errorf("errors:\n%s", err)
+		for i := range max(len(fe.Errs), len(want)) {
+			var g, w drill.FieldErr
+			if i < len(fe.Errs) {
+				g = fe.Errs[i]
+			}
+			if i < len(want) {
+				w = want[i]
+			}
+			if g != w {
+				t.Errorf("error %d: got %+v\n          want %+v", i, g, w)
+			}
+		}
+	}
+	if first := strings.SplitN(err.Error(), "\n", 3); len(first) < 3 || first[0] != "many.yaml: 10 errors:" ||
+		first[1] != "  many.yaml:9: cluster.pools[1].count: a string where an int belongs" {
+		t.Errorf("Error() = %q, want a count, then an error a line, file:line first", err.Error())
 	}
 }

@@ -127,8 +127,9 @@ type Step struct {
 }
 
 // Nodes picks nodes among the drill's own: by name, or by label selector,
-// or both (the union). A pick that matches none of the drill's nodes is an
-// error when the step runs.
+// or both (the union). A selector that matches none of the drill's virtual
+// nodes is refused with the file (CheckKnown); with real nodes, a pick
+// that matches none of the drill's nodes is an error when the step runs.
 type Nodes struct {
 	Names    []string `json:"nodes,omitempty"`
 	Selector string   `json:"selector,omitempty"`
@@ -256,9 +257,10 @@ type PDBExpect struct {
 }
 
 // EvictExpect picks pods by label selector (in Namespace, default the
-// drill's own). Evicted: at least Min (default 1) of them are evicted
-// (deleted with a DisruptionTarget condition: the Eviction API or the
-// taint-eviction controller) after step After. NotEvicted: none is
+// drill's own). Evicted: at least Min (default 1) of the pods there when
+// step After started are evicted (deleted with a DisruptionTarget
+// condition: the Eviction API or the taint-eviction controller) after it;
+// pods created since (replacements) are not counted. NotEvicted: none is
 // evicted or deleted at all.
 //
 // With Reason (one of EvictionReasons), only evictions whose

@@ -83,6 +83,11 @@ func testVirtualCannotHijack(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 	if _, err := core.Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("registering a virtual node as the policy allows: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := admin.CoreV1().Nodes().Delete(context.Background(), attacker, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting node %s: %v", attacker, err)
+		}
+	})
 	runVirtual(t, rc, []string{run}, true)
 
 	// On these two nodes only: the other subtests' nodes are theirs.
@@ -107,6 +112,11 @@ func testVirtualCannotHijack(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 	if _, err := admin.AppsV1().DaemonSets(ns).Create(ctx, daemonSet, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := admin.AppsV1().DaemonSets(ns).Delete(context.Background(), ds, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting DaemonSet %s: %v", ds, err)
+		}
+	})
 	optedIn := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "opted-in", Labels: map[string]string{"app": "opted-in"}},
 		Spec: corev1.PodSpec{

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
@@ -39,8 +38,8 @@ const hijackIP = "10.66.66.66"
 //   - the virtual kubelet rejects the second (Failed, NotOptedIn), as a
 //     kubelet rejects a pod at admission, and every replacement the
 //     DaemonSet controller makes;
-//   - a watch of every version of the namespace's pods and EndpointSlices
-//     sees no DaemonSet pod on a virtual node Ready or with a pod IP, and
+//   - the namespace's pods and EndpointSlices, read every 100ms, show no
+//     DaemonSet pod on a virtual node Ready or with a pod IP, and
 //     no endpoint on a virtual node or at the attacker's address, while a
 //     pod that opted in (a toleration of the registration taint by key)
 //     does run Ready and is published for its own Service (the
@@ -56,7 +55,7 @@ func testVirtualCannotHijack(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 	ctx := t.Context()
 	core := coreClient(t, rc)
 
-	// Every version of the namespace's pods and EndpointSlices, from now.
+	// The namespace's pods and EndpointSlices, from now.
 	w := watchHijack(t, cp, ns)
 
 	service := func(name string, selector map[string]string) {
@@ -100,9 +99,11 @@ func testVirtualCannotHijack(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 				Spec: corev1.PodSpec{
 					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-						NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
-							Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{attacker, run},
-						}}}},
+						// A field selector takes one value: a term each.
+						NodeSelectorTerms: []corev1.NodeSelectorTerm{
+							{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{attacker}}}},
+							{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{run}}}},
+						},
 					}}},
 					Containers: []corev1.Container{{Name: "agent", Image: "example.invalid/agent"}},
 				},
@@ -177,15 +178,19 @@ func testVirtualCannotHijack(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 
 	// The virtual kubelet's side: the opted-in pod runs and is published,
 	// the DaemonSet's pods are rejected, again and again.
-	w.waitPod(t, "the opted-in pod Ready", func(p *corev1.Pod) bool { return p.Name == optedIn.Name && podIsReady(p) })
-	w.waitSlice(t, "the opted-in pod in its Service's EndpointSlice", func(s *discoveryv1.EndpointSlice) bool {
-		return s.Labels[discoveryv1.LabelServiceName] == "opted-in" && len(s.Endpoints) > 0
-	})
+	if !w.waitPod(t, "the opted-in pod Ready", func(p *corev1.Pod) bool { return p.Name == optedIn.Name && podIsReady(p) }) ||
+		!w.waitSlice(t, "the opted-in pod in its Service's EndpointSlice", func(s *discoveryv1.EndpointSlice) bool {
+			return s.Labels[discoveryv1.LabelServiceName] == "opted-in" && len(s.Endpoints) > 0
+		}) {
+		t.FailNow() // the controllers at work are the premise of the rest
+	}
 	rejected := func(p *corev1.Pod) bool {
 		return p.Spec.NodeName == run && p.Labels["app"] == ds && p.Status.Phase == corev1.PodFailed && p.Status.Reason == virtual.ReasonNotOptedIn
 	}
-	w.waitPod(t, "the DaemonSet's pod on "+run+" rejected ("+virtual.ReasonNotOptedIn+")", rejected)
-	w.waitPod(t, "a replacement of it rejected too", func(p *corev1.Pod) bool { return rejected(p) && w.rejectedPods(rejected) >= 2 })
+	// Not fatal: what was seen meanwhile is reported below either way.
+	if w.waitPod(t, "the DaemonSet's pod on "+run+" rejected ("+virtual.ReasonNotOptedIn+")", rejected) {
+		w.waitPod(t, "a replacement of it rejected too", func(p *corev1.Pod) bool { return rejected(p) && w.rejectedPods(rejected) >= 2 })
+	}
 	// And some more time, for anything late.
 	time.Sleep(10 * time.Second)
 	w.stop()
@@ -195,8 +200,11 @@ func testVirtualCannotHijack(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 	}
 }
 
-// hijackWatch records every version of a namespace's pods and
-// EndpointSlices.
+// hijackWatch records the versions of a namespace's pods and
+// EndpointSlices, read by a list every 100ms (the test control plane's
+// watch cache may not serve a watch of them: "Too large resource
+// version"). A version that lasts less than that may be missed; a pod
+// reported Ready, or an endpoint published, stays so far longer.
 type hijackWatch struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -204,6 +212,7 @@ type hijackWatch struct {
 	mu     sync.Mutex // guards the fields below
 	pods   []*corev1.Pod
 	slices []*discoveryv1.EndpointSlice
+	seenRV map[string]bool // kind/namespace/name/resourceVersion recorded
 	errs   []error
 	change chan struct{}
 }
@@ -211,48 +220,52 @@ type hijackWatch struct {
 func watchHijack(t *testing.T, cp *testcp.ControlPlane, ns string) *hijackWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	w := &hijackWatch{cancel: cancel, change: make(chan struct{}, 1)}
+	w := &hijackWatch{cancel: cancel, change: make(chan struct{}, 1), seenRV: map[string]bool{}}
 	admin := cp.Client()
-	pw, err := admin.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := admin.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, wi := range []watch.Interface{pw, sw} {
-		w.done.Go(func() {
-			defer wi.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-wi.ResultChan():
-					if !ok {
-						w.mu.Lock()
-						if ctx.Err() == nil {
-							w.errs = append(w.errs, fmt.Errorf("a watch ended early: versions may have been missed"))
-						}
-						w.mu.Unlock()
-						return
-					}
-					w.mu.Lock()
-					switch o := ev.Object.(type) {
-					case *corev1.Pod:
-						w.pods = append(w.pods, o)
-					case *discoveryv1.EndpointSlice:
-						w.slices = append(w.slices, o)
-					}
-					w.mu.Unlock()
-					select {
-					case w.change <- struct{}{}:
-					default:
+	w.done.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			pods, perr := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			slices, serr := admin.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+			w.mu.Lock()
+			if ctx.Err() == nil {
+				for _, err := range []error{perr, serr} {
+					if err != nil {
+						w.errs = append(w.errs, err)
 					}
 				}
 			}
-		})
-	}
+			if perr == nil {
+				for i := range pods.Items {
+					p := &pods.Items[i]
+					if k := "pod/" + p.Name + "/" + p.ResourceVersion; !w.seenRV[k] {
+						w.seenRV[k] = true
+						w.pods = append(w.pods, p)
+					}
+				}
+			}
+			if serr == nil {
+				for i := range slices.Items {
+					s := &slices.Items[i]
+					if k := "slice/" + s.Name + "/" + s.ResourceVersion; !w.seenRV[k] {
+						w.seenRV[k] = true
+						w.slices = append(w.slices, s)
+					}
+				}
+			}
+			w.mu.Unlock()
+			select {
+			case w.change <- struct{}{}:
+			default:
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
 	t.Cleanup(w.stop)
 	return w
 }
@@ -262,10 +275,11 @@ func (w *hijackWatch) stop() {
 	w.done.Wait()
 }
 
-// waitPod waits until a version of a pod seen satisfies ok.
-func (w *hijackWatch) waitPod(t *testing.T, what string, ok func(*corev1.Pod) bool) {
+// waitPod waits until a version of a pod seen satisfies ok, and reports
+// whether one did (failing t if not).
+func (w *hijackWatch) waitPod(t *testing.T, what string, ok func(*corev1.Pod) bool) bool {
 	t.Helper()
-	w.wait(t, what, func() bool {
+	return w.wait(t, what, func() bool {
 		for _, p := range w.pods {
 			if ok(p) {
 				return true
@@ -275,10 +289,11 @@ func (w *hijackWatch) waitPod(t *testing.T, what string, ok func(*corev1.Pod) bo
 	})
 }
 
-// waitSlice waits until a version of an EndpointSlice seen satisfies ok.
-func (w *hijackWatch) waitSlice(t *testing.T, what string, ok func(*discoveryv1.EndpointSlice) bool) {
+// waitSlice waits until a version of an EndpointSlice seen satisfies ok,
+// and reports whether one did (failing t if not).
+func (w *hijackWatch) waitSlice(t *testing.T, what string, ok func(*discoveryv1.EndpointSlice) bool) bool {
 	t.Helper()
-	w.wait(t, what, func() bool {
+	return w.wait(t, what, func() bool {
 		for _, s := range w.slices {
 			if ok(s) {
 				return true
@@ -288,7 +303,7 @@ func (w *hijackWatch) waitSlice(t *testing.T, what string, ok func(*discoveryv1.
 	})
 }
 
-func (w *hijackWatch) wait(t *testing.T, what string, ok func() bool) {
+func (w *hijackWatch) wait(t *testing.T, what string, ok func() bool) bool {
 	t.Helper()
 	deadline := time.After(3 * time.Minute)
 	for {
@@ -296,14 +311,34 @@ func (w *hijackWatch) wait(t *testing.T, what string, ok func() bool) {
 		done := ok()
 		w.mu.Unlock()
 		if done {
-			return
+			return true
 		}
 		select {
 		case <-w.change:
 		case <-deadline:
-			t.Fatalf("waiting for %s: not seen in 3m", what)
+			t.Errorf("waiting for %s: not seen in 3m; seen:\n%s", what, w.seen())
+			return false
 		}
 	}
+}
+
+// seen is the last version of each pod and EndpointSlice seen, one line
+// each.
+func (w *hijackWatch) seen() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last := map[string]string{}
+	for _, p := range w.pods {
+		last["pod "+p.Name] = fmt.Sprintf("node %q phase %s reason %s Ready %v pod IP %q (%d errors)", p.Spec.NodeName, p.Status.Phase, p.Status.Reason, podIsReady(p), p.Status.PodIP, len(w.errs))
+	}
+	for _, s := range w.slices {
+		last["EndpointSlice "+s.Name] = fmt.Sprintf("%d endpoints", len(s.Endpoints))
+	}
+	var out []string
+	for k, v := range last {
+		out = append(out, k+": "+v)
+	}
+	return strings.Join(out, "\n")
 }
 
 // rejectedPods counts the pods (by UID) seen as rejected says. Called

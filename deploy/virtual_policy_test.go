@@ -1084,11 +1084,13 @@ func testVirtualPrefixMissing(t *testing.T) {
 		}
 		return err == nil, err
 	})
+	// Opted into virtual nodes: what the service account may report
+	// Running with the parameters in place.
 	pod := func(name, node string) {
 		t.Helper()
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name},
-			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
+			Spec:       corev1.PodSpec{NodeName: node, Tolerations: []corev1.Toleration{optIn()}, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
 		}
 		if _, err := admin.CoreV1().Pods(podNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

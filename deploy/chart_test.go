@@ -595,6 +595,10 @@ func TestChartBadValues(t *testing.T) {
 		{"monitoring not a bool", map[string]any{"monitoring": map[string]any{"enabled": "yes"}}, []string{"/monitoring/enabled", "boolean"}},
 		{"config not YAML", map[string]any{"config": "coordinator: [\n"}, []string{"config: not YAML"}},
 		{"coordinator elsewhere", map[string]any{"config": "coordinator:\n  namespace: kube-system\n"}, []string{"config: coordinator.namespace kube-system", "own namespace selftaint"}},
+		// The agents may read every Lease of their namespace: never the
+		// control plane's.
+		{"kube-system", map[string]any{"namespace": "kube-system"}, []string{"namespace kube-system: selftaint needs a namespace of its own", "every agent may read every Lease in it"}},
+		{"kube-node-lease", map[string]any{"namespace": "kube-node-lease"}, []string{"namespace kube-node-lease: selftaint needs a namespace of its own"}},
 		{"not a policy parameter", map[string]any{"policyParams": "agent.selftaint.io/owned-taint: x\n"}, []string{"policyParams: agent.selftaint.io/owned-taint is not a parameter"}},
 	} {
 		_, err := renderChart(t, tt.values)

@@ -507,7 +507,7 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 		Names:    []string{node},
 		Core:     core,
 		Leases:   leases,
-		Template: virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}},
+		Template: virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}, OptIn: []corev1.Taint{registrationTaint()}},
 		Probes: func(string) []agent.ProbeSpec {
 			return []agent.ProbeSpec{{
 				Entry:     probes.Entry{Probe: virtual.SimulatedProbe{ProbeName: "sim"}, Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond},
@@ -557,13 +557,14 @@ func testVirtualRBACIsEnough(t *testing.T, cp *testcp.ControlPlane, rc *rest.Con
 		return !still && !hasTaint(n, simTaint)
 	})
 
-	// A pod bound to the node runs, and its deletion completes.
+	// A pod bound to the node (opted in) runs, and its deletion completes.
 	createNamespace(t, admin, podNS)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: podName},
 		Spec: corev1.PodSpec{
-			NodeName:   node,
-			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}},
+			NodeName:    node,
+			Tolerations: []corev1.Toleration{optIn()},
+			Containers:  []corev1.Container{{Name: "c", Image: "example.invalid/app"}},
 		},
 	}
 	if _, err := admin.CoreV1().Pods(podNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -41,6 +41,10 @@ import (
 //     is refused, so ordinary pods go to a real node even beside a virtual
 //     node of 1000 CPUs, and a pod that fits only there stays Pending; it
 //     cannot mark a pod Running that is not bound to one of its nodes;
+//   - it cannot put an address behind a Service (testVirtualCannotHijack):
+//     a DaemonSet pod that tolerates every taint is never Ready on a
+//     virtual node, nor in an EndpointSlice, and the token can neither
+//     report it Running nor relabel a pod through pods/status;
 //   - `selftaint virtual` (the built binary) with the Deployment's own
 //     arguments (the virtual fleet's coordinator in the process) and a
 //     NoExecute rule: a fault on a virtual node gets a grant in its
@@ -60,13 +64,21 @@ func TestVirtualInCluster(t *testing.T) {
 
 	// In parallel, each on Nodes and pods of its own. Each sees the
 	// other's virtual Nodes, all with the registration taint (the
-	// scheduler places nothing there), and the virtual fleet's coordinator
-	// may count CannotCaptureWorkloads' big virtual node or not yet: with
-	// 1 faulted node of 3 or of 4 the guard (55%) stays untripped and the
-	// budget (10%, rounded up) is 1 either way.
+	// scheduler places nothing there but CannotHijackServices' DaemonSet,
+	// which only its own two nodes match), and the virtual fleet's
+	// coordinator may count CannotCaptureWorkloads' big virtual node and
+	// CannotHijackServices' two or not yet: with 1 faulted node of 3 to 6
+	// the guard (55%) stays untripped and the budget (10%, rounded up) is
+	// 1 either way; Drain's pool (maxParallel 10) has room for the ones
+	// that go NotReady.
 	t.Run("CannotCaptureWorkloads", func(t *testing.T) {
 		t.Parallel()
 		testVirtualCannotCapture(t, cp, sa)
+	})
+	// In kube-system, on Nodes of its own.
+	t.Run("CannotHijackServices", func(t *testing.T) {
+		t.Parallel()
+		testVirtualCannotHijack(t, cp, sa)
 	})
 	// The virtual fleet's coordinator of one run at a time: two would
 	// contend for its leader Lease.
@@ -347,7 +359,9 @@ func testVirtualNoExecuteEviction(t *testing.T, cp *testcp.ControlPlane, bin str
 }
 
 // runPods creates, in a new namespace ns, a pod bound to node per entry of
-// pods (with those tolerations), and waits until each is Running.
+// pods (with those tolerations and the opt-in into virtual nodes, a
+// toleration of the registration taint by its key), and waits until each
+// is Running.
 func runPods(t *testing.T, admin kubernetes.Interface, ns, node string, pods map[string][]corev1.Toleration) {
 	t.Helper()
 	ctx := t.Context()
@@ -355,7 +369,7 @@ func runPods(t *testing.T, admin kubernetes.Interface, ns, node string, pods map
 	for name, tols := range pods {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:       corev1.PodSpec{NodeName: node, Tolerations: tols, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
+			Spec:       corev1.PodSpec{NodeName: node, Tolerations: append([]corev1.Toleration{optIn()}, tols...), Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
 		}
 		if _, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

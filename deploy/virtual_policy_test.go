@@ -134,6 +134,11 @@ func TestVirtualPolicyManifests(t *testing.T) {
 	if got := nodes.Annotations[virtualTaintAnnotation]; got != virtualTaint || !slices.Contains(registered, got) {
 		t.Errorf("%s: annotation %s = %q, want %q, one of the Deployment's --register-with-taints %q", virtualNodesPolicy, virtualTaintAnnotation, got, virtualTaint, registered)
 	}
+	// The pods policy's opt-in is the same taint.
+	pods := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, virtualPodsPolicy)
+	if got, want := pods.Annotations[virtualTaintAnnotation], nodes.Annotations[virtualTaintAnnotation]; got != want {
+		t.Errorf("%s: annotation %s = %q, want the nodes policy's %q", virtualPodsPolicy, virtualTaintAnnotation, got, want)
+	}
 	// Leases in every namespace: RBAC grants them cluster-wide, so the
 	// policy must see every write to say which.
 	leases := find[*admissionregistrationv1.ValidatingAdmissionPolicy](t, ms, virtualLeasesPolicy)
@@ -433,6 +438,12 @@ func registrationTaint() corev1.Taint {
 	return t
 }
 
+// optIn is a pod's opt-in into virtual nodes: a toleration of the
+// registration taint by its key.
+func optIn() corev1.Toleration {
+	return corev1.Toleration{Key: registrationTaint().Key, Operator: corev1.TolerationOpExists}
+}
+
 // byRBAC, as an attack's policy, wants it refused by RBAC (no admission
 // policy involved).
 const byRBAC = "RBAC"
@@ -495,10 +506,21 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 		versions[n] = cp.CreateNode(t, n, func(n *corev1.Node) { n.Labels = map[string]string{"team": "infra"} }).ResourceVersion
 	}
 	createNamespace(t, admin, podNS)
-	for name, node := range map[string]string{"on-real": real, "on-real-like": realLike, "on-virtual": vnode, "unbound": "", "unbound-2": "", "admin-deletes": real} {
+	// Pods on the virtual node: on-virtual opted in (a toleration of the
+	// registration taint by its key); the others did not.
+	reg := registrationTaint()
+	tolerations := map[string][]corev1.Toleration{
+		"on-virtual":          {optIn()},
+		"on-virtual-equal":    {{Key: reg.Key, Value: reg.Value, Effect: reg.Effect}},
+		"wildcard-on-virtual": {{Operator: corev1.TolerationOpExists}},
+		"other-value":         {{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}, {Key: reg.Key, Value: "false"}},
+		"other-effect":        {{Key: reg.Key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
+	}
+	for name, node := range map[string]string{"on-real": real, "on-real-like": realLike, "on-virtual": vnode, "on-virtual-equal": vnode,
+		"wildcard-on-virtual": vnode, "other-value": vnode, "other-effect": vnode, "unbound": "", "unbound-2": "", "admin-deletes": real} {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name},
-			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name, Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{NodeName: node, Tolerations: tolerations[name], Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
 		}
 		if _, err := admin.CoreV1().Pods(podNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -555,6 +577,53 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 			return err
 		}
 	}
+	// What the virtual kubelet may write of a pod's status, and more.
+	podStatus := func(name string, change func(*corev1.Pod)) func(context.Context) error {
+		return func(ctx context.Context) error {
+			p, err := admin.CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			change(p)
+			_, err = core.Pods(podNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err
+		}
+	}
+	runningAt := func(ip string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			now := metav1.Now()
+			p.Status.Phase = corev1.PodRunning
+			p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+		}
+	}
+	rejectPod := func(p *corev1.Pod) {
+		p.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: virtual.ReasonNotOptedIn, Message: "Pod was rejected: not opted in", QOSClass: p.Status.QOSClass}
+	}
+	relabel := func(p *corev1.Pod) { p.Labels["k8s-app"] = "kube-dns" }
+	annotate := func(p *corev1.Pod) { p.Annotations = map[string]string{"attacker": "x"} }
+	unlabel := func(p *corev1.Pod) { delete(p.Labels, "app") }
+	finalize := func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/attacker") }
+	both := func(fs ...func(*corev1.Pod)) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			for _, f := range fs {
+				f(p)
+			}
+		}
+	}
+	patchPodStatus := func(name, patch string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := core.Pods(podNS).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			return err
+		}
+	}
+	notOptedIn := func(name string) string {
+		return "may run only pods that tolerate its registration taint " + virtualTaint + " by its key " + reg.Key +
+			" (a toleration of every taint is no opt-in), and pod " + name + " does not: it may only reject it"
+	}
+	statusOnly := func(name string) string {
+		return "may change the status of pod " + name + " only, not its labels, annotations, finalizers or owner references"
+	}
 	createLease := func(node string) func(context.Context) error {
 		return createLeaseIn(leases, corev1.NamespaceNodeLease, node)
 	}
@@ -603,7 +672,6 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 		n.Spec.Taints = []corev1.Taint{taint}
 		return n
 	}
-	reg := registrationTaint()
 	preferred, otherValue := reg, reg
 	preferred.Effect, otherValue.Value = corev1.TaintEffectPreferNoSchedule, "false"
 	vnode2 := virtualPrefix + "b"
@@ -651,7 +719,32 @@ func testVirtualPolicyAttacks(t *testing.T, cp *testcp.ControlPlane, rc *rest.Co
 		{"delete a pending pod", deletePod("unbound"), virtualPodsPolicy, "pod unbound is bound to no node"},
 		{"mark a pending pod Running", podRunning("unbound-2"), virtualPodsPolicy, "pod unbound-2 is bound to no node"},
 		{"update the status of a pod on a virtual Node", podRunning("on-virtual"), "", ""},
+		// The Service hijack: a pod that did not opt in (a DaemonSet's
+		// that tolerates every taint) reported Ready at an address of the
+		// token's choosing, or relabelled through pods/status.
+		{"report a wildcard-tolerating pod Running and Ready at " + hijackIP, podStatus("wildcard-on-virtual", runningAt(hijackIP)), virtualPodsPolicy, notOptedIn("wildcard-on-virtual")},
+		{"report a wildcard-tolerating pod Running", podRunning("wildcard-on-virtual"), virtualPodsPolicy, notOptedIn("wildcard-on-virtual")},
+		{"report it Failed with a pod IP", podStatus("wildcard-on-virtual", both(rejectPod, func(p *corev1.Pod) { p.Status.PodIP = hijackIP })), virtualPodsPolicy, notOptedIn("wildcard-on-virtual")},
+		{"report it Failed and Ready", podStatus("wildcard-on-virtual", both(rejectPod, func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		})), virtualPodsPolicy, notOptedIn("wildcard-on-virtual")},
+		{"report Ready a pod whose toleration of the key has another value", podStatus("other-value", runningAt("10.64.0.9")), virtualPodsPolicy, notOptedIn("other-value")},
+		{"report Ready a pod whose toleration of the key has another effect", podStatus("other-effect", runningAt("10.64.0.9")), virtualPodsPolicy, notOptedIn("other-effect")},
+		{"relabel a wildcard-tolerating pod k8s-app=kube-dns through pods/status", podStatus("wildcard-on-virtual", relabel), virtualPodsPolicy, statusOnly("wildcard-on-virtual")},
+		{"relabel it while rejecting it", podStatus("wildcard-on-virtual", both(rejectPod, relabel)), virtualPodsPolicy, statusOnly("wildcard-on-virtual")},
+		{"relabel an opted-in pod k8s-app=kube-dns through pods/status", podStatus("on-virtual", relabel), virtualPodsPolicy, statusOnly("on-virtual")},
+		{"relabel it while reporting it Ready", podStatus("on-virtual", both(runningAt("10.64.0.8"), relabel)), virtualPodsPolicy, statusOnly("on-virtual")},
+		{"take an opted-in pod out of its Service through pods/status", podStatus("on-virtual", unlabel), virtualPodsPolicy, statusOnly("on-virtual")},
+		{"annotate an opted-in pod through pods/status", podStatus("on-virtual", annotate), virtualPodsPolicy, statusOnly("on-virtual")},
+		{"add a finalizer to an opted-in pod through pods/status", podStatus("on-virtual", finalize), virtualPodsPolicy, statusOnly("on-virtual")},
+		{"relabel a pod by a merge patch of pods/status", patchPodStatus("on-virtual", `{"metadata":{"labels":{"k8s-app":"kube-dns"}}}`), byRBAC, ""},
+		// What the virtual kubelet does: run opted-in pods, reject the
+		// others.
+		{"report an opted-in pod Running and Ready with its IP", podStatus("on-virtual", runningAt("10.64.0.8")), "", ""},
+		{"report Ready a pod that tolerates the registration taint exactly", podStatus("on-virtual-equal", runningAt("10.64.0.10")), "", ""},
+		{"reject a wildcard-tolerating pod (Failed, no pod IP)", podStatus("wildcard-on-virtual", rejectPod), "", ""},
 		{"delete a pod on a virtual Node", deletePod("on-virtual"), "", ""},
+		{"delete a pod that did not opt in", deletePod("wildcard-on-virtual"), "", ""},
 		// Leases in kube-node-lease and elsewhere.
 		{"create a real Node's Lease", createLease(real + "-new"), virtualLeasesPolicy, prefixMsg(real + "-new")},
 		{"renew a real Node's Lease", renewLease(real), virtualLeasesPolicy, prefixMsg(real)},
@@ -750,7 +843,7 @@ func runVirtual(t *testing.T, rc *rest.Config, names []string, deleteOnExit bool
 		Names:                names,
 		Core:                 coreClient(t, rc),
 		Leases:               leaseClient(t, rc),
-		Template:             virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}},
+		Template:             virtual.NodeTemplate{Taints: []corev1.Taint{registrationTaint()}, OptIn: []corev1.Taint{registrationTaint()}},
 		LeaseDuration:        4 * time.Second,
 		StatusUpdateInterval: time.Second,
 		HeartbeatPeriod:      time.Minute,
@@ -991,11 +1084,13 @@ func testVirtualPrefixMissing(t *testing.T) {
 		}
 		return err == nil, err
 	})
+	// Opted into virtual nodes: what the service account may report
+	// Running with the parameters in place.
 	pod := func(name, node string) {
 		t.Helper()
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name},
-			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
+			Spec:       corev1.PodSpec{NodeName: node, Tolerations: []corev1.Toleration{optIn()}, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}}},
 		}
 		if _, err := admin.CoreV1().Pods(podNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

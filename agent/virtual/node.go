@@ -37,6 +37,13 @@ type NodeTemplate struct {
 	Taints []corev1.Taint
 	// InternalIP is the node's address; default 127.0.0.1.
 	InternalIP string
+	// OptIn is the taints a pod must tolerate, each by its key, for the
+	// node to run it (OptedIn): in a shared cluster, the registration
+	// taints that keep other workloads off. Any other pod bound to the
+	// node is rejected, as a kubelet rejects a pod at admission, so a
+	// DaemonSet that tolerates every taint never has a pod Ready there.
+	// Empty runs every pod (a cluster of its own, such as a drill's).
+	OptIn []corev1.Taint
 }
 
 // DefaultCapacity is a mid-sized machine.

@@ -36,6 +36,9 @@ type pods struct {
 	// podIP hands out pod IPs from the node's range.
 	podIP func() string
 	api   podAPI
+	// optIn is the taints a pod must tolerate by key to run here
+	// (NodeTemplate.OptIn, OptedIn).
+	optIn []corev1.Taint
 
 	mu     sync.Mutex             // guards the fields below
 	byKey  map[string]*corev1.Pod // namespace/name -> the pod as we run it
@@ -146,8 +149,19 @@ func (p *pods) send(pod *corev1.Pod) {
 }
 
 // CreatePod starts the pod: init containers completed, containers running
-// and ready, the pod Ready.
+// and ready, the pod Ready. A pod that did not opt into virtual nodes
+// (OptedIn) is rejected instead, as a kubelet rejects a pod at admission:
+// Failed, never Running or Ready, no pod IP.
 func (p *pods) CreatePod(_ context.Context, pod *corev1.Pod) error {
+	if ok, missing := OptedIn(pod, p.optIn); !ok {
+		rejected := pod.DeepCopy()
+		rejected.Status = rejectedStatus(p.node, pod.Status, missing)
+		p.mu.Lock()
+		p.byKey[podKey(pod.Namespace, pod.Name)] = rejected
+		p.mu.Unlock()
+		p.send(rejected.DeepCopy())
+		return nil
+	}
 	now := metav1.NewTime(p.clock.Now())
 	run := pod.DeepCopy()
 	run.Status = corev1.PodStatus{
@@ -294,6 +308,12 @@ func mergeConditions(api, ours []corev1.PodCondition) []corev1.PodCondition {
 func terminated(api, ran corev1.PodStatus, now metav1.Time) corev1.PodStatus {
 	if api.Phase == corev1.PodSucceeded || api.Phase == corev1.PodFailed {
 		return api
+	}
+	if ran.Phase == corev1.PodFailed {
+		// Rejected at admission (rejectedStatus): it never ran.
+		done := *ran.DeepCopy()
+		done.Conditions = mergeConditions(api.Conditions, done.Conditions)
+		return done
 	}
 	done := *ran.DeepCopy()
 	done.Phase = corev1.PodSucceeded

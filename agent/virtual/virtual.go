@@ -202,6 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 	for i, name := range opts.Names {
 		// Pods outlive a stopped kubelet, as containers do.
 		pods := newPods(name, opts.Template.internalIP(), podIPs(i), apiWith(opts.Core, name), opts.Clock)
+		pods.optIn = opts.Template.OptIn
 		runners[i] = &nodeRunner{
 			name: name, parent: ctx, wg: &wg, fail: cancel,
 			build: func() (*virtualNode, error) {

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -62,7 +63,7 @@ func (f *virtualFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pods, "pods", "110", "how many pods each node takes")
 	fs.StringVar(&f.labels, "labels", "", "extra node labels, key=value,...")
 	fs.StringVar(&f.extended, "extended-resources", "", "extended resources each node advertises, name=count,... (e.g. nvidia.com/gpu=8, to see how GPU workloads react; add --register-with-taints nvidia.com/gpu=present:NoSchedule to taint like a real GPU node)")
-	fs.StringVar(&f.taints, "register-with-taints", "", "taints the nodes register with, key[=value]:Effect,... (as the kubelet's flag); in a shared cluster, a NoSchedule taint keeps other workloads off")
+	fs.StringVar(&f.taints, "register-with-taints", "", "taints the nodes register with, key[=value]:Effect,... (as the kubelet's flag); in a shared cluster, a NoSchedule taint keeps other workloads off. They are also the opt-in: a pod bound to a node that does not tolerate each by its key (a toleration of every taint is none) is rejected (Failed, NotOptedIn), never run")
 	fs.StringVar(&f.internalIP, "internal-ip", "127.0.0.1", "the nodes' InternalIP address")
 	fs.BoolVar(&f.deleteOnExit, "delete-on-exit", false, "delete the Nodes when stopped (their pods are then removed by the control plane)")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", virtual.DefaultLeaseDuration, "the nodes' Lease duration in kube-node-lease (the kubelet's nodeLeaseDurationSeconds); renewed every quarter of it")
@@ -99,6 +100,9 @@ func (f *virtualFlags) template() (virtual.NodeTemplate, error) {
 		}
 		t.Taints = append(t.Taints, taint)
 	}
+	// The taints that keep other workloads off are the opt-in: a pod that
+	// does not tolerate each by its key is rejected, never run.
+	t.OptIn = slices.Clone(t.Taints)
 	return t, nil
 }
 

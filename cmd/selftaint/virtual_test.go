@@ -549,6 +549,10 @@ func TestVirtualFlags(t *testing.T) {
 			if tm.Labels["team"] != "ml" || len(tm.Taints) != 1 || tm.Taints[0].Key != "selftaint.io/virtual" {
 				return fmt.Sprintf("labels %v taints %v", tm.Labels, tm.Taints)
 			}
+			// The registration taints are the opt-in.
+			if len(tm.OptIn) != 1 || tm.OptIn[0] != tm.Taints[0] {
+				return fmt.Sprintf("opt-in %v, want the registration taints %v", tm.OptIn, tm.Taints)
+			}
 			return ""
 		}},
 		{"bad resource name", virtualFlags{cpu: "8", memory: "32Gi", pods: "110", extended: "gpu=8"}, "--extended-resources", nil},

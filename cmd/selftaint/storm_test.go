@@ -255,26 +255,43 @@ func TestStormBudget(t *testing.T) {
 		}
 		time.Sleep(time.Until(judgeAt))
 	}
-	var slow []string
+	var slow, late []string
 	for _, n := range all {
 		gs, ok := g.firstStart(n, stormAt)
 		if !ok {
 			continue
 		}
 		s, ok := w.first(n, gs, hasNoExec)
-		if !ok || s.at.Sub(gs) > 10*time.Second {
-			took := "never"
-			if ok {
-				took = s.at.Sub(gs).Round(time.Millisecond).String()
-			}
-			slow = append(slow, n+" "+took)
-			if len(slow) <= 3 {
-				t.Logf("%s: grants started %v, ended %v; its versions:%s", n, stamps(g.startsOf(n)), stamps(g.endsOf(n)), w.describe(n))
-			}
+		if ok && s.at.Sub(gs) <= 10*time.Second {
+			continue
+		}
+		// Late or never. An agent starved on an overloaded machine may
+		// see its grant late; what the product owes is that such a
+		// grant is no wasted slot (the coordinator ends the grant of an
+		// agent that shows no sign of life, fleet.Memory.NotAlive, and
+		// grants it again later) and that the node takes a grant in the
+		// end. Late is a figure; never, or a
+		// first grant held idle until the node took NoExecute, is a bug.
+		var took string
+		switch {
+		case !ok:
+			took = "never"
+		case !endedBetween(g.endsOf(n), gs, s.at):
+			took = s.at.Sub(gs).Round(time.Millisecond).String() + ", its first grant held idle meanwhile"
+		default:
+			late = append(late, n+" "+s.at.Sub(gs).Round(time.Millisecond).String())
+			continue
+		}
+		slow = append(slow, n+" "+took)
+		if len(slow) <= 3 {
+			t.Logf("%s: grants started %v, ended %v; its versions:%s", n, stamps(g.startsOf(n)), stamps(g.endsOf(n)), w.describe(n))
 		}
 	}
+	if len(late) > 0 {
+		t.Logf("%d granted nodes took NoExecute more than 10s after their first grant, after the coordinator had ended that grant untaken (a starved agent, granted again): %v", len(late), late)
+	}
 	if len(slow) > 0 {
-		t.Errorf("%d granted nodes put NoExecute on more than 10s after the grant Lease appeared (or never): %v", len(slow), slow)
+		t.Errorf("%d granted nodes never put NoExecute on, or held their first grant idle for more than 10s: %v", len(slow), slow)
 	}
 	grantStart := func(n string) (time.Time, bool) { return g.firstStart(n, stormAt) }
 	ds, missing = w.latencies(all, grantStart, hasNoExec)
@@ -1035,4 +1052,14 @@ func (f *stormFleet) killLeader(t *testing.T) bool {
 	f.coords = append(f.coords, startFastCoordinator(t, f.cp, f.cfg, fmt.Sprintf("coord-%d", f.next)))
 	t.Logf("SIGKILLed the leader %q; started coord-%d", id, f.next)
 	return true
+}
+
+// endedBetween reports whether one of ends falls after from and before to.
+func endedBetween(ends []time.Time, from, to time.Time) bool {
+	for _, e := range ends {
+		if e.After(from) && e.Before(to) {
+			return true
+		}
+	}
+	return false
 }

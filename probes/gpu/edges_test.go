@@ -10,8 +10,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/selftaint/selftaint/probes"
 )
@@ -375,5 +378,42 @@ func TestBrokenEventSetReadOutHangs(t *testing.T) {
 			t.Fatalf("still %s/%s after 20s: %q", got.Status, got.Reason, got.Message)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// expectedGPUs 7, a reload without GPU 3 (NVML counts 7; index 7 is no
+// longer read), then the driver goes away under the agent (unloaded, or
+// upgraded): every call of the 7 GPUs says so, while NVML still counts 7,
+// or cannot count (then index 7 is read, and NVML says there is no GPU
+// there). The index past the count is no GPU that answered: the driver is
+// unavailable, NVML is reopened after its backoff, and the new session
+// reads the 7 GPUs healthy; the probe is not Unknown until the agent
+// restarts.
+func TestCountShrinksThenDriverGone(t *testing.T) {
+	for _, count := range []fault{{}, errUnknown} {
+		t.Run("count "+count.ret.String(), func(t *testing.T) {
+			f := newFake(t)
+			var opens atomic.Int32
+			open := func() (nvml.Interface, error) { opens.Add(1); return f.open() }
+			cfg := testConfig()
+			cfg.ExpectedGPUs = 7
+			m := newMonitor(t, f, cfg, Env{Open: open, GPUsOnPCI: f.pciList})
+			f.check(t, "8 GPUs", runProbe(m, NameFatal, runTimeout), fatalOK)
+			f.reload(m, 0, 1, 2, 4, 5, 6, 7)
+			ok7 := want{status: probes.StatusOK, reason: ReasonGPUsHealthy, message: []string{"7 GPUs healthy"}, not: []string{"GPU 7"}}
+			f.waitFor(t, m, NameFatal, ok7)
+
+			before := opens.Load()
+			f.driverGone(nvml.ERROR_DRIVER_NOT_LOADED)
+			f.failLib("DeviceGetCount", count)
+			f.check(t, "every counted GPU's calls say the driver is gone", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem,
+				reason: ReasonDriverUnavailable, message: []string{"the NVIDIA driver is unavailable", "ERROR_DRIVER_NOT_LOADED"}, not: []string{"GPU 7"}})
+			f.failLib("DeviceGetCount", fault{})
+			f.clk.Step(openBackoffMin)
+			f.check(t, "after the backoff", runProbe(m, NameFatal, runTimeout), ok7)
+			if n := opens.Load() - before; n != 1 {
+				t.Errorf("NVML reopened %d times after every call of the 7 GPUs it counts said ERROR_DRIVER_NOT_LOADED, want 1", n)
+			}
+		})
 	}
 }

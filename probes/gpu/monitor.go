@@ -101,7 +101,8 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 		return nil, errClosed
 	}
 	if run.driverErr == nil {
-		if err := driverGoneInReads(run.reads); err != nil {
+		counted, _ := m.withLastCount(run)
+		if err := driverGoneInReads(readsCounted(counted)); err != nil {
 			run.driverErr = m.driverGoneLocked(fmt.Errorf("every GPU's calls say so: %w", err), now)
 		}
 	}
@@ -122,6 +123,18 @@ func (m *Monitor) driverGoneLocked(err error, now time.Time) error {
 		m.nv.retryAt = now.Add(backoff(m.nv.failures))
 	}
 	return err
+}
+
+// readsCounted are run's reads of the indices NVML counts (by this run's
+// count, or while NVML cannot count, by the last: run is withLastCount's):
+// an index past the count was not read (its read is the zero gpuRead,
+// which holds no error), or was read with no GPU there (its handle is
+// ERROR_INVALID_ARGUMENT): neither says the driver answered.
+func readsCounted(run runInput) []gpuRead {
+	if !run.counted {
+		return run.reads
+	}
+	return run.reads[:min(len(run.reads), run.count)]
 }
 
 // driverGoneInReads returns the first error that says the driver is gone

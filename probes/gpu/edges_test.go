@@ -417,3 +417,38 @@ func TestCountShrinksThenDriverGone(t *testing.T) {
 		})
 	}
 }
+
+// expectedGPUs 7, a reload without GPU 3, then NVML cannot count the GPUs
+// (the driver still answers): the last count (7) stands, so index 7 is
+// neither read nor one of the GPUs that could not be read ("1 of 8 ...:
+// GPU 7: NVML no longer counts GPU 7"): the probes say the count failed,
+// of 7 GPUs; once NVML counts again, the 7 are healthy.
+func TestCountFailsAfterItShrank(t *testing.T) {
+	f := newFake(t)
+	cfg := testConfig()
+	cfg.ExpectedGPUs = 7
+	m := newMonitor(t, f, cfg, Env{Open: f.open, GPUsOnPCI: f.pciList})
+	f.check(t, "8 GPUs", runProbe(m, NameFatal, runTimeout), fatalOK)
+	f.reload(m, 0, 1, 2, 4, 5, 6, 7)
+	ok7 := want{status: probes.StatusOK, reason: ReasonGPUsHealthy, message: []string{"7 GPUs healthy"}, not: []string{"GPU 7"}}
+	f.waitFor(t, m, NameFatal, ok7)
+
+	f.failLib("DeviceGetCount", errUnknown)
+	handles := f.called("DeviceGetHandleByIndex")
+	for run := range 3 {
+		fatal, degraded := runBoth(m)
+		for _, got := range []probes.Result{fatal, degraded} {
+			f.check(t, fmt.Sprintf("run %d without a count", run), got, want{status: probes.StatusUnknown, reason: ReasonReadError,
+				message: []string{"0 of 7 GPUs could not be read completely: counting GPUs: ERROR_UNKNOWN"}, not: []string{"GPU 7", "of 8"}})
+			if r := reading(got.Readings, "gpu7"); r != "<missing>" {
+				t.Errorf("run %d: reading gpu7 %q for an index NVML did not count at its last count", run, r)
+			}
+		}
+		f.clk.Step(time.Minute)
+	}
+	if n := f.called("DeviceGetHandleByIndex") - handles; n > 0 {
+		t.Errorf("%d handles asked for in 3 runs of 7 GPUs with their handles: the index past the last count is still read", n)
+	}
+	f.failLib("DeviceGetCount", fault{})
+	f.check(t, "counted again", runProbe(m, NameFatal, runTimeout), ok7)
+}

@@ -649,7 +649,7 @@ func TestDriverGoneInCountedReads(t *testing.T) {
 		{"count above the GPUs known", runInput{counted: true, count: 3, reads: []gpuRead{gone, gone}}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := driverGoneInReads(readsCounted(tt.run)) != nil; got != tt.gone {
+			if got := driverGoneInReads(readsCounted(tt.run.reads, tt.run)) != nil; got != tt.gone {
 				t.Errorf("driver gone = %v, want %v", got, tt.gone)
 			}
 		})

@@ -628,8 +628,9 @@ func TestDriverLacksSymbols(t *testing.T) {
 }
 
 // Whether every GPU's read says the driver is gone, judged on the reads of
-// the indices NVML counts only: a read skipped past the count (the zero
-// gpuRead) or made where NVML has no GPU is no GPU that answered.
+// the indices NVML counts only (this run's count, or while NVML cannot
+// count, the last): a read skipped past the count (the zero gpuRead) is no
+// GPU that answered.
 func TestDriverGoneInCountedReads(t *testing.T) {
 	gone := gpuRead{openErr: fmt.Errorf("reading the UUID: %w", nvml.ERROR_DRIVER_NOT_LOADED)}
 	answered := gpuRead{sigs: map[string]sigRead{sigECC: {}}}
@@ -641,7 +642,7 @@ func TestDriverGoneInCountedReads(t *testing.T) {
 	}{
 		{"every counted read gone, a skipped read past the count", runInput{counted: true, count: 2, reads: []gpuRead{gone, gone, {}}}, true},
 		{"every read gone, NVML cannot count and no count is known", runInput{reads: []gpuRead{gone, gone}}, true},
-		{"by the last count, index 2 has no GPU", runInput{counted: true, count: 2, reads: []gpuRead{gone, gone, noGPU}}, true},
+		{"by the last count, index 2 had no GPU", runInput{counted: true, count: 2, reads: []gpuRead{gone, gone, noGPU}}, true},
 		{"one counted GPU answered", runInput{counted: true, count: 2, reads: []gpuRead{gone, answered, {}}}, false},
 		{"a counted GPU has no handle for another reason", runInput{counted: true, count: 3, reads: []gpuRead{gone, gone, noGPU}}, false},
 		{"a counted GPU's read hung", runInput{counted: true, count: 2, reads: []gpuRead{gone, {hung: fmt.Errorf("GPU 1 hung in nvmlDeviceGetUUID")}}}, false},

@@ -10,8 +10,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/selftaint/selftaint/probes"
 )
@@ -376,4 +379,76 @@ func TestBrokenEventSetReadOutHangs(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// expectedGPUs 7, a reload without GPU 3 (NVML counts 7; index 7 is no
+// longer read), then the driver goes away under the agent (unloaded, or
+// upgraded): every call of the 7 GPUs says so, while NVML still counts 7,
+// or cannot count (then index 7 is read, and NVML says there is no GPU
+// there). The index past the count is no GPU that answered: the driver is
+// unavailable, NVML is reopened after its backoff, and the new session
+// reads the 7 GPUs healthy; the probe is not Unknown until the agent
+// restarts.
+func TestCountShrinksThenDriverGone(t *testing.T) {
+	for _, count := range []fault{{}, errUnknown} {
+		t.Run("count "+count.ret.String(), func(t *testing.T) {
+			f := newFake(t)
+			var opens atomic.Int32
+			open := func() (nvml.Interface, error) { opens.Add(1); return f.open() }
+			cfg := testConfig()
+			cfg.ExpectedGPUs = 7
+			m := newMonitor(t, f, cfg, Env{Open: open, GPUsOnPCI: f.pciList})
+			f.check(t, "8 GPUs", runProbe(m, NameFatal, runTimeout), fatalOK)
+			f.reload(m, 0, 1, 2, 4, 5, 6, 7)
+			ok7 := want{status: probes.StatusOK, reason: ReasonGPUsHealthy, message: []string{"7 GPUs healthy"}, not: []string{"GPU 7"}}
+			f.waitFor(t, m, NameFatal, ok7)
+
+			before := opens.Load()
+			f.driverGone(nvml.ERROR_DRIVER_NOT_LOADED)
+			f.failLib("DeviceGetCount", count)
+			f.check(t, "every counted GPU's calls say the driver is gone", runProbe(m, NameFatal, runTimeout), want{status: probes.StatusProblem,
+				reason: ReasonDriverUnavailable, message: []string{"the NVIDIA driver is unavailable", "ERROR_DRIVER_NOT_LOADED"}, not: []string{"GPU 7"}})
+			f.failLib("DeviceGetCount", fault{})
+			f.clk.Step(openBackoffMin)
+			f.check(t, "after the backoff", runProbe(m, NameFatal, runTimeout), ok7)
+			if n := opens.Load() - before; n != 1 {
+				t.Errorf("NVML reopened %d times after every call of the 7 GPUs it counts said ERROR_DRIVER_NOT_LOADED, want 1", n)
+			}
+		})
+	}
+}
+
+// expectedGPUs 7, a reload without GPU 3, then NVML cannot count the GPUs
+// (the driver still answers): the last count (7) stands, so index 7 is
+// neither read nor one of the GPUs that could not be read ("1 of 8 ...:
+// GPU 7: NVML no longer counts GPU 7"): the probes say the count failed,
+// of 7 GPUs; once NVML counts again, the 7 are healthy.
+func TestCountFailsAfterItShrank(t *testing.T) {
+	f := newFake(t)
+	cfg := testConfig()
+	cfg.ExpectedGPUs = 7
+	m := newMonitor(t, f, cfg, Env{Open: f.open, GPUsOnPCI: f.pciList})
+	f.check(t, "8 GPUs", runProbe(m, NameFatal, runTimeout), fatalOK)
+	f.reload(m, 0, 1, 2, 4, 5, 6, 7)
+	ok7 := want{status: probes.StatusOK, reason: ReasonGPUsHealthy, message: []string{"7 GPUs healthy"}, not: []string{"GPU 7"}}
+	f.waitFor(t, m, NameFatal, ok7)
+
+	f.failLib("DeviceGetCount", errUnknown)
+	handles := f.called("DeviceGetHandleByIndex")
+	for run := range 3 {
+		fatal, degraded := runBoth(m)
+		for _, got := range []probes.Result{fatal, degraded} {
+			f.check(t, fmt.Sprintf("run %d without a count", run), got, want{status: probes.StatusUnknown, reason: ReasonReadError,
+				message: []string{"0 of 7 GPUs could not be read completely: counting GPUs: ERROR_UNKNOWN"}, not: []string{"GPU 7", "of 8"}})
+			if r := reading(got.Readings, "gpu7"); r != "<missing>" {
+				t.Errorf("run %d: reading gpu7 %q for an index NVML did not count at its last count", run, r)
+			}
+		}
+		f.clk.Step(time.Minute)
+	}
+	if n := f.called("DeviceGetHandleByIndex") - handles; n > 0 {
+		t.Errorf("%d handles asked for in 3 runs of 7 GPUs with their handles: the index past the last count is still read", n)
+	}
+	f.failLib("DeviceGetCount", fault{})
+	f.check(t, "counted again", runProbe(m, NameFatal, runTimeout), ok7)
 }

@@ -80,7 +80,7 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 	if errors.Is(run.driverErr, errClosed) || errors.Is(run.countErr, errClosed) {
 		return nil, errClosed
 	}
-	specs, err := m.prepare(run)
+	specs, counted, err := m.prepare(run)
 	if err != nil {
 		return nil, err
 	}
@@ -88,8 +88,8 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 	if run.driverErr == nil {
 		var wg sync.WaitGroup
 		for i, sp := range specs {
-			if run.countErr == nil && i >= run.count {
-				continue // NVML no longer counts the index: there is no GPU to read
+			if counted.counted && i >= counted.count {
+				continue // NVML does not count the index (or did not at its last count): there is no GPU to read
 			}
 			wg.Go(func() { run.reads[i] = readGPU(rctx, m.gpuWorker(i), sp) })
 		}
@@ -101,7 +101,7 @@ func (m *Monitor) read(ctx context.Context) (*snapshot, error) {
 		return nil, errClosed
 	}
 	if run.driverErr == nil {
-		if err := driverGoneInReads(run.reads); err != nil {
+		if err := driverGoneInReads(readsCounted(run.reads, counted)); err != nil {
 			run.driverErr = m.driverGoneLocked(fmt.Errorf("every GPU's calls say so: %w", err), now)
 		}
 	}
@@ -122,6 +122,17 @@ func (m *Monitor) driverGoneLocked(err error, now time.Time) error {
 		m.nv.retryAt = now.Add(backoff(m.nv.failures))
 	}
 	return err
+}
+
+// readsCounted are the reads of the indices NVML counts (by this run's
+// count, or while NVML cannot count, by the last: counted is
+// withLastCount's): an index past the count is not read, and its zero
+// gpuRead, which holds no error, does not say the driver answered.
+func readsCounted(reads []gpuRead, counted runInput) []gpuRead {
+	if !counted.counted {
+		return reads
+	}
+	return reads[:min(len(reads), counted.count)]
 }
 
 // driverGoneInReads returns the first error that says the driver is gone
@@ -388,13 +399,14 @@ func freeSet(sess *session, set nvml.EventSet, ret nvml.Return) {
 }
 
 // prepare adds GPUs NVML sees for the first time and returns what each
-// GPU's read needs.
-func (m *Monitor) prepare(run runInput) ([]readSpec, error) {
+// GPU's read needs, and run as withLastCount marks it: the count in force.
+func (m *Monitor) prepare(run runInput) (_ []readSpec, counted runInput, _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed { // new workers would outlive the Monitor
-		return nil, errClosed
+		return nil, run, errClosed
 	}
+	counted, _ = m.withLastCount(run)
 	for i := len(m.gpus); i < run.count; i++ {
 		m.gpus = append(m.gpus, &gpuState{index: i, w: startWorker(fmt.Sprintf("GPU %d", i)), hist: map[string]history{}})
 	}
@@ -421,7 +433,7 @@ func (m *Monitor) prepare(run runInput) ([]readSpec, error) {
 				return !g.watched && g.watch.na == ""
 			}}
 	}
-	return specs, nil
+	return specs, counted, nil
 }
 
 // identity is who a read found a GPU is: its handle (fresh: got by index
@@ -705,12 +717,12 @@ func (m *Monitor) integrate(run runInput) *snapshot {
 	seenPCI := map[string]bool{}
 	for i, r := range run.reads {
 		g := m.gpus[i]
-		if counted && g.index >= run.count {
+		if run.counted && g.index >= run.count { // by this run's count, or while NVML cannot count, the last
 			m.uncounted(g) // the indices past the count are the tail: s.gpus[i] stays m.gpus[i]
 			continue
 		}
 		v := m.integrateGPU(g, r, run, s.watchErr)
-		if g.pci != "" && (!run.counted || g.index < run.count) {
+		if g.pci != "" {
 			seenPCI[g.pci] = true
 		}
 		s.gpus = append(s.gpus, v)
@@ -893,10 +905,7 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 	if r.staleHandle || view.lost != nil {
 		g.reacquire = true // a reset may have re-created the device
 	}
-	missing := run.counted && g.index >= run.count // by the last count, this run's failed
 	switch {
-	case missing: // before the errors its calls got: they are why
-		view.unreadable = fmt.Errorf("NVML no longer counts GPU %d", g.index)
 	case r.openErr != nil:
 		view.unreadable = r.openErr
 	case r.hung != nil && len(r.sigs) == 0:
@@ -907,7 +916,7 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 	if err := m.closeGap(g, r); err != nil && view.xid.ok() {
 		view.xid = sigRead{err: err}
 	}
-	back := m.noteResets(g, rec, r, view, missing, now)
+	back := m.noteResets(g, rec, r, view, now)
 	for sig, sr := range r.sigs {
 		if !sr.ok() {
 			continue
@@ -925,8 +934,8 @@ func (m *Monitor) integrateGPU(g *gpuState, r gpuRead, run runInput, watchErr er
 // missing and is back, or the driver's recovery action went back to none.
 // It keeps the "lost" finding and reports whether the GPU is back (read
 // without being lost, missing, unreadable or hung).
-func (m *Monitor) noteResets(g *gpuState, rec *gpuRecord, r gpuRead, view gpuView, missing bool, now time.Time) bool {
-	down := view.lost != nil || missing
+func (m *Monitor) noteResets(g *gpuState, rec *gpuRecord, r gpuRead, view gpuView, now time.Time) bool {
+	down := view.lost != nil
 	back := !down && view.unreadable == nil && r.hung == nil
 	identified := g.uuid != "" || g.pci != ""
 	switch {

@@ -626,3 +626,33 @@ func TestDriverLacksSymbols(t *testing.T) {
 		}
 	})
 }
+
+// Whether every GPU's read says the driver is gone, judged on the reads of
+// the indices NVML counts only (this run's count, or while NVML cannot
+// count, the last): a read skipped past the count (the zero gpuRead) is no
+// GPU that answered.
+func TestDriverGoneInCountedReads(t *testing.T) {
+	gone := gpuRead{openErr: fmt.Errorf("reading the UUID: %w", nvml.ERROR_DRIVER_NOT_LOADED)}
+	answered := gpuRead{sigs: map[string]sigRead{sigECC: {}}}
+	noGPU := gpuRead{openErr: fmt.Errorf("getting the handle: %w", nvml.ERROR_INVALID_ARGUMENT)}
+	for _, tt := range []struct {
+		name string
+		run  runInput
+		gone bool
+	}{
+		{"every counted read gone, a skipped read past the count", runInput{counted: true, count: 2, reads: []gpuRead{gone, gone, {}}}, true},
+		{"every read gone, NVML cannot count and no count is known", runInput{reads: []gpuRead{gone, gone}}, true},
+		{"by the last count, index 2 had no GPU", runInput{counted: true, count: 2, reads: []gpuRead{gone, gone, noGPU}}, true},
+		{"one counted GPU answered", runInput{counted: true, count: 2, reads: []gpuRead{gone, answered, {}}}, false},
+		{"a counted GPU has no handle for another reason", runInput{counted: true, count: 3, reads: []gpuRead{gone, gone, noGPU}}, false},
+		{"a counted GPU's read hung", runInput{counted: true, count: 2, reads: []gpuRead{gone, {hung: fmt.Errorf("GPU 1 hung in nvmlDeviceGetUUID")}}}, false},
+		{"no GPU counted", runInput{counted: true, count: 0, reads: []gpuRead{{}}}, false},
+		{"count above the GPUs known", runInput{counted: true, count: 3, reads: []gpuRead{gone, gone}}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := driverGoneInReads(readsCounted(tt.run.reads, tt.run)) != nil; got != tt.gone {
+				t.Errorf("driver gone = %v, want %v", got, tt.gone)
+			}
+		})
+	}
+}

@@ -274,6 +274,18 @@ func (f *fake) resetHandle(i int, ret nvml.Return) {
 	f.newHandleLocked(i)
 }
 
+// driverGone makes the driver go away under the session (unloaded, or
+// upgraded under the library): every handle of the session says ret from
+// now on, while NVML still counts the GPUs and hands out those handles.
+// Only a new session (open) has working handles.
+func (f *fake) driverGone(ret nvml.Return) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.Devices {
+		f.dead[d] = ret
+	}
+}
+
 // breakSet makes the waits of the current event set fail (ERROR_UNKNOWN)
 // from now on; a set created later works.
 func (f *fake) breakSet() {

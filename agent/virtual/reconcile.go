@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Pacing of the readiness reconcile: the pods are compared every
@@ -33,10 +34,11 @@ const (
 )
 
 // stalePod is a pod whose status in the API disagrees with how it runs
-// here, and the status to write back.
+// here, and the status to write back (podAPI.report's status: it applies
+// to the pod as the API has it at the write, which may be newer than api).
 type stalePod struct {
 	api    *corev1.Pod
-	status func(corev1.PodStatus) corev1.PodStatus
+	status func(*corev1.Pod) corev1.PodStatus
 }
 
 // stale are the pods of api (the node's pods as the API has them) that run
@@ -45,7 +47,9 @@ type stalePod struct {
 // would write: the one it runs, merged onto the API's as mergeConditions
 // does, a condition whose status changes moving its lastTransitionTime to
 // now. A pod being deleted, in a terminal phase, or another pod under the
-// name is left alone (the pod controller stops those).
+// name is left alone (the pod controller stops those): by stale, as api
+// has it, and by the status written, as the API has it at the write (a
+// conflict's re-read may find it stopped meanwhile: see readyAgain).
 func (p *pods) stale(api []*corev1.Pod, now metav1.Time) []stalePod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -58,8 +62,9 @@ func (p *pods) stale(api []*corev1.Pod, now metav1.Time) []stalePod {
 			continue
 		}
 		ran := *ours.Status.DeepCopy()
-		out = append(out, stalePod{api: cur, status: func(api corev1.PodStatus) corev1.PodStatus {
-			return rewritten(api, ran, now)
+		uid := ours.UID
+		out = append(out, stalePod{api: cur, status: func(api *corev1.Pod) corev1.PodStatus {
+			return readyAgain(api, uid, ran, now)
 		}})
 	}
 	return out
@@ -86,6 +91,20 @@ func findPodCondition(cs []corev1.PodCondition, t corev1.PodConditionType) *core
 		}
 	}
 	return nil
+}
+
+// readyAgain is the status the readiness reconcile writes onto api (the
+// pod as the API has it at the write) for the pod uid running here with
+// ran: rewritten, unless the pod stopped or is stopping in the API (a
+// terminal phase, which is final; a deletionTimestamp: the pod controller
+// stops it) or is another pod under the name, which keep api's status (no
+// write), as terminated does.
+func readyAgain(api *corev1.Pod, uid types.UID, ran corev1.PodStatus, now metav1.Time) corev1.PodStatus {
+	if api.UID != uid || api.DeletionTimestamp != nil ||
+		api.Status.Phase == corev1.PodSucceeded || api.Status.Phase == corev1.PodFailed {
+		return api.Status
+	}
+	return rewritten(api.Status, ran, now)
 }
 
 // rewritten is ran (the status a pod runs with here) written over api (the

@@ -3,6 +3,7 @@ package virtual
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -10,8 +11,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -63,7 +67,7 @@ func TestStale(t *testing.T) {
 	later := metav1.NewTime(start.Add(time.Minute))
 	var got []string
 	for _, s := range p.stale(api, later) {
-		st := s.status(s.api.Status)
+		st := s.status(s.api)
 		ready := findPodCondition(st.Conditions, corev1.PodReady)
 		if ready == nil || !ready.LastTransitionTime.Equal(&later) {
 			t.Errorf("pod %s: Ready %+v, want its transition at %v", s.api.Name, ready, later)
@@ -201,4 +205,161 @@ func markNotReady(t *testing.T, c kubernetes.Interface, name string) {
 	if err != nil {
 		t.Fatalf("marking pod %s not ready: %v", name, err)
 	}
+}
+
+// TestReconcileKeepsStoppedPods makes the readiness reconcile's write of
+// a pod conflict (on a real control plane) with the pod stopping meanwhile,
+// as a drain's eviction does just after a restart: the pod's terminal
+// status is written (DeletePod's terminated), or the pod is being deleted,
+// between the reconcile's read (the informer's cache) and its write. The
+// write, redone on the pod read again, must leave the pod as it is: a
+// terminal phase is final, and a pod being deleted is never Ready again.
+func TestReconcileKeepsStoppedPods(t *testing.T) {
+	cp := testcp.Start(t, testcp.Options{})
+	c := cp.Client()
+	const node = "recon-1"
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name string
+		// stop stops the pod in the API between the reconcile's read and
+		// its write.
+		stop func(ctx context.Context, pods typedcorev1.PodInterface, ours *corev1.Pod) error
+		want func(*corev1.Pod) string // what is wrong with the pod at the end
+	}{
+		{
+			name: "succeeded",
+			stop: func(ctx context.Context, pods typedcorev1.PodInterface, ours *corev1.Pod) error {
+				cur, err := pods.Get(ctx, ours.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.Status = terminated(cur.Status, ours.Status, metav1.NewTime(clk.Now()))
+				_, err = pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+				return err
+			},
+			want: func(p *corev1.Pod) string {
+				if p.Status.Phase != corev1.PodSucceeded || podReady(p) {
+					return "want it Succeeded and not ready"
+				}
+				return ""
+			},
+		},
+		{
+			name: "deleting",
+			stop: func(ctx context.Context, pods typedcorev1.PodInterface, ours *corev1.Pod) error {
+				// The finalizer holds it in Terminating.
+				return pods.Delete(ctx, ours.Name, metav1.DeleteOptions{})
+			},
+			want: func(p *corev1.Pod) string {
+				if p.DeletionTimestamp == nil || podReady(p) {
+					return "want it being deleted and not ready"
+				}
+				return ""
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			api := c.CoreV1().Pods(metav1.NamespaceDefault)
+			created, err := api.Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "recon-" + tc.name, Finalizers: []string{"selftaint.io/test-hold"}},
+				Spec: corev1.PodSpec{
+					NodeName:   node,
+					Containers: []corev1.Container{{Name: "c", Image: "example.invalid/app"}},
+					// Opted into virtual nodes: tolerates the registration
+					// taint by its key.
+					Tolerations: []corev1.Toleration{{Key: LabelVirtual, Operator: corev1.TolerationOpExists}},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				// Let the pod go (the control plane is the test's own).
+				_, _ = api.Patch(context.Background(), created.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+			})
+			var stopped, conflicts int
+			var pr *pods
+			seam := beforeStatusWrite{PodsGetter: c.CoreV1(), before: func(ctx context.Context) error {
+				stopped++
+				if stopped > 1 {
+					return nil
+				}
+				ours, err := pr.GetPod(ctx, metav1.NamespaceDefault, created.Name)
+				if err != nil {
+					return err
+				}
+				return tc.stop(ctx, api, ours)
+			}, after: func(err error) {
+				if apierrors.IsConflict(err) {
+					conflicts++
+				}
+			}}
+			pr = newPods(node, "10.0.0.1", podIPs(0), apiWith(seam, node), clk)
+			if err := pr.CreatePod(ctx, created); err != nil {
+				t.Fatal(err)
+			}
+			// The API has it running but marked not ready (the node
+			// lifecycle controller, while the process was down).
+			marked, err := pr.GetPod(ctx, metav1.NamespaceDefault, created.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			marked.ResourceVersion = created.ResourceVersion
+			for i := range marked.Status.Conditions {
+				if marked.Status.Conditions[i].Type == corev1.PodReady {
+					marked.Status.Conditions[i].Status = corev1.ConditionFalse
+				}
+			}
+			cached, err := api.UpdateStatus(ctx, marked, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk.SetTime(clk.Now().Add(time.Minute))
+			stale := pr.stale([]*corev1.Pod{cached}, metav1.NewTime(clk.Now()))
+			if len(stale) != 1 {
+				t.Fatalf("stale: %d pods, want the marked one", len(stale))
+			}
+			if err := pr.api.report(ctx, stale[0].api, stale[0].status); err != nil {
+				t.Fatal(err)
+			}
+			if conflicts != 1 {
+				t.Fatalf("%d conflicts on the reconcile's write, want 1 (the test's seam did not work)", conflicts)
+			}
+			got, err := api.Get(ctx, created.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if what := tc.want(got); what != "" {
+				t.Errorf("pod after the reconcile's write: phase %s, deleting %v, %s; %s", got.Status.Phase, got.DeletionTimestamp != nil, condsString(got.Status.Conditions), what)
+			}
+		})
+	}
+}
+
+// beforeStatusWrite is a pods client that calls before ahead of each
+// status write and after with its result: a test's seam between a
+// read-modify-write's read and its write.
+type beforeStatusWrite struct {
+	typedcorev1.PodsGetter
+	before func(context.Context) error
+	after  func(error)
+}
+
+func (b beforeStatusWrite) Pods(namespace string) typedcorev1.PodInterface {
+	return statusWriteHook{PodInterface: b.PodsGetter.Pods(namespace), hook: b}
+}
+
+type statusWriteHook struct {
+	typedcorev1.PodInterface
+	hook beforeStatusWrite
+}
+
+func (s statusWriteHook) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts metav1.UpdateOptions) (*corev1.Pod, error) {
+	if err := s.hook.before(ctx); err != nil {
+		return nil, fmt.Errorf("the test's seam: %w", err)
+	}
+	out, err := s.PodInterface.UpdateStatus(ctx, pod, opts)
+	s.hook.after(err)
+	return out, err
 }

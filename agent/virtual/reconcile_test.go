@@ -363,3 +363,150 @@ func (s statusWriteHook) UpdateStatus(ctx context.Context, pod *corev1.Pod, opts
 	s.hook.after(err)
 	return out, err
 }
+
+// TestReconcilePacing drives the readiness reconcile's passes with a fake
+// clock, a fake Node read and fake writes: the Node is read only while
+// some pod is due to be written, and backs off (doubling, capped) while it
+// is not Ready or cannot be read; a pod whose write fails is written again
+// only after its backoff (doubling, capped), other pods are written
+// meanwhile; each failure streak is logged once.
+func TestReconcilePacing(t *testing.T) {
+	type step struct {
+		at       time.Duration // since the start
+		stale    []string      // the pods that disagree
+		node     string        // the Node read's answer: "ready", "notready", "error"
+		failing  []string      // the pods whose write fails
+		read     bool          // want the Node read
+		written  []string      // want these pods written (tried), in order
+		logLines int           // want this many Warn lines
+	}
+	errBoom := errors.New("boom")
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{name: "all agree: no reads", steps: []step{
+			{at: 0, node: "ready"},
+			{at: time.Second, node: "ready"},
+		}},
+		{name: "ready node: every stale pod written at once", steps: []step{
+			{at: 0, stale: []string{"a", "b"}, node: "ready", read: true, written: []string{"a", "b"}},
+			{at: time.Second, stale: []string{"a"}, node: "ready", read: true, written: []string{"a"}},
+		}},
+		{name: "not ready: reads back off 2s 4s 8s 10s 10s", steps: []step{
+			{at: 0, stale: []string{"a"}, node: "notready", read: true},
+			{at: time.Second, stale: []string{"a"}, node: "notready"},
+			{at: 2 * time.Second, stale: []string{"a"}, node: "notready", read: true},
+			{at: 5 * time.Second, stale: []string{"a"}, node: "notready"},
+			{at: 6 * time.Second, stale: []string{"a"}, node: "notready", read: true},
+			{at: 13 * time.Second, stale: []string{"a"}, node: "notready"},
+			{at: 14 * time.Second, stale: []string{"a"}, node: "notready", read: true},
+			{at: 23 * time.Second, stale: []string{"a"}, node: "notready"},
+			{at: 24 * time.Second, stale: []string{"a"}, node: "notready", read: true},
+			{at: 34 * time.Second, stale: []string{"a"}, node: "ready", read: true, written: []string{"a"}},
+		}},
+		{name: "node read errors: back off, logged once per streak", steps: []step{
+			{at: 0, stale: []string{"a"}, node: "error", read: true, logLines: 1},
+			{at: 2 * time.Second, stale: []string{"a"}, node: "error", read: true},
+			{at: 5 * time.Second, stale: []string{"a"}, node: "error"},
+			{at: 6 * time.Second, stale: []string{"a"}, node: "error", read: true},
+			{at: 14 * time.Second, stale: []string{"a"}, node: "error", read: true},
+			{at: 24 * time.Second, stale: []string{"a"}, node: "error", read: true},
+			{at: 34 * time.Second, stale: []string{"a"}, node: "notready", read: true},
+			// A new streak is logged again.
+			{at: 44 * time.Second, stale: []string{"a"}, node: "error", read: true, logLines: 1},
+		}},
+		{name: "all agree again: the node's backoff starts over", steps: []step{
+			{at: 0, stale: []string{"a"}, node: "notready", read: true},
+			{at: 2 * time.Second, stale: []string{"a"}, node: "notready", read: true},
+			{at: 3 * time.Second, node: "notready"},
+			{at: 4 * time.Second, stale: []string{"a"}, node: "notready", read: true},
+			{at: 5 * time.Second, stale: []string{"a"}, node: "notready"},
+			{at: 6 * time.Second, stale: []string{"a"}, node: "ready", read: true, written: []string{"a"}},
+		}},
+		{name: "failed write: that pod backs off, logged once, others written", steps: []step{
+			{at: 0, stale: []string{"a", "b"}, node: "ready", failing: []string{"a"}, read: true, written: []string{"a", "b"}, logLines: 1},
+			{at: time.Second, stale: []string{"a", "c"}, node: "ready", failing: []string{"a"}, read: true, written: []string{"c"}},
+			{at: 2 * time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}, read: true, written: []string{"a"}},
+			{at: 3 * time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}},
+			{at: 6 * time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}, read: true, written: []string{"a"}},
+			{at: 13 * time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}},
+			{at: 14 * time.Second, stale: []string{"a"}, node: "ready", read: true, written: []string{"a"}},
+			// Written: a new failure streak starts at podRetry, logged.
+			{at: 15 * time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}, read: true, written: []string{"a"}, logLines: 1},
+			{at: 16 * time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}},
+			{at: 17 * time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}, read: true, written: []string{"a"}},
+		}},
+		{name: "failed writes back off up to a minute", steps: func() []step {
+			var s []step
+			at := time.Duration(0)
+			for _, wait := range []time.Duration{2, 4, 8, 16, 32, 60, 60} {
+				s = append(s, step{at: at, stale: []string{"a"}, node: "ready", failing: []string{"a"}, read: true, written: []string{"a"}, logLines: map[bool]int{true: 1}[at == 0]})
+				s = append(s, step{at: at + wait*time.Second - time.Second, stale: []string{"a"}, node: "ready", failing: []string{"a"}})
+				at += wait * time.Second
+			}
+			return s
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+			clk := clocktesting.NewFakePassiveClock(start)
+			var cur step
+			var written []string
+			p := newPods("vn", "10.0.0.1", podIPs(0), podAPI{
+				report: func(_ context.Context, pod *corev1.Pod, _ func(*corev1.Pod) corev1.PodStatus) error {
+					written = append(written, pod.Name)
+					if slices.Contains(cur.failing, pod.Name) {
+						return errBoom
+					}
+					return nil
+				},
+			}, clk)
+			for _, name := range []string{"a", "b", "c"} {
+				if err := p.CreatePod(context.Background(), testPod(name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			list := func() []*corev1.Pod {
+				var out []*corev1.Pod
+				for _, name := range cur.stale {
+					pod, err := p.GetPod(context.Background(), "ns", name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pod.Status.Conditions = slices.DeleteFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady })
+					out = append(out, pod)
+				}
+				return out
+			}
+			var reads int
+			ready := func(context.Context) (bool, error) {
+				reads++
+				switch cur.node {
+				case "ready":
+					return true, nil
+				case "notready":
+					return false, nil
+				}
+				return false, errBoom
+			}
+			var logLines int
+			logf := func(string, ...any) { logLines++ }
+			pace := newReadyPacing()
+			for _, s := range tc.steps {
+				cur, written, reads, logLines = s, nil, 0, 0
+				clk.SetTime(start.Add(s.at))
+				p.reconcileOnce(context.Background(), pace, list, ready, logf)
+				if got := reads == 1; got != s.read || reads > 1 {
+					t.Errorf("at %v: %d Node reads, want read %v", s.at, reads, s.read)
+				}
+				if !slices.Equal(written, s.written) {
+					t.Errorf("at %v: wrote %v, want %v", s.at, written, s.written)
+				}
+				if logLines != s.logLines {
+					t.Errorf("at %v: %d log lines, want %d", s.at, logLines, s.logLines)
+				}
+			}
+		})
+	}
+}

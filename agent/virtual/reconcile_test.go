@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -506,6 +507,51 @@ func TestReconcilePacing(t *testing.T) {
 				if logLines != s.logLines {
 					t.Errorf("at %v: %d log lines, want %d", s.at, logLines, s.logLines)
 				}
+			}
+		})
+	}
+}
+
+// TestReadyAgain checks the status the readiness reconcile writes onto the
+// pod as the API has it at the write: ours, unless that pod stopped, is
+// being deleted or is another pod under the name (the API's kept: no
+// write).
+func TestReadyAgain(t *testing.T) {
+	start := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	p := newPods("vn", "10.0.0.1", podIPs(0), podAPI{}, clocktesting.NewFakePassiveClock(start))
+	if err := p.CreatePod(context.Background(), testPod("a")); err != nil {
+		t.Fatal(err)
+	}
+	ours, err := p.GetPod(context.Background(), "ns", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := ours.DeepCopy()
+	marked.Status.Conditions = slices.DeleteFunc(marked.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady })
+	marked.Status.Conditions = append(marked.Status.Conditions, cond(corev1.PodReady, corev1.ConditionFalse, "NodeNotReady"))
+	for _, tc := range []struct {
+		name      string
+		mutate    func(*corev1.Pod)
+		wantReady bool
+	}{
+		{name: "running", mutate: func(*corev1.Pod) {}, wantReady: true},
+		{name: "succeeded", mutate: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }},
+		{name: "failed", mutate: func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }},
+		{name: "deleting", mutate: func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: start} }},
+		{name: "replaced", mutate: func(p *corev1.Pod) { p.UID = "another" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := marked.DeepCopy()
+			tc.mutate(api)
+			got := readyAgain(api, ours.UID, ours.Status, metav1.NewTime(start.Add(time.Minute)))
+			if tc.wantReady {
+				if r := findPodCondition(got.Conditions, corev1.PodReady); r == nil || r.Status != corev1.ConditionTrue {
+					t.Errorf("Ready %+v, want True", r)
+				}
+				return
+			}
+			if !apiequality.Semantic.DeepEqual(got, api.Status) {
+				t.Errorf("status %s %s, want the API's kept: %s %s", got.Phase, condsString(got.Conditions), api.Status.Phase, condsString(api.Status.Conditions))
 			}
 		})
 	}

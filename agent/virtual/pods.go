@@ -55,9 +55,11 @@ func newPods(node, hostIP string, podIP func() string, api podAPI, c clock.Passi
 // pod controller writes asynchronously: its write would race the removal
 // (a 409 on the grace-period update, or a write after the pod is gone).
 type podAPI struct {
-	// report writes status(the pod's current status in the API) as the
-	// pod's status, unless the pod is gone or was replaced.
-	report func(ctx context.Context, pod *corev1.Pod, status func(corev1.PodStatus) corev1.PodStatus) error
+	// report writes status(the pod as the API has it now) as the pod's
+	// status, unless the pod is gone or was replaced. status sees the whole
+	// pod it applies to (the one read again after a conflict): its phase,
+	// deletionTimestamp and UID may have changed since pod was read.
+	report func(ctx context.Context, pod *corev1.Pod, status func(*corev1.Pod) corev1.PodStatus) error
 	// remove deletes a stopped pod from the API server.
 	remove func(ctx context.Context, pod *corev1.Pod) error
 	// list reads the node's pods.
@@ -79,8 +81,8 @@ func apiWith(client typedcorev1.PodsGetter, node string) podAPI {
 // the pod controller handed it, then, on a conflict, onto the pod read
 // again, so a condition someone else set meanwhile is kept. It reads with
 // list (the verb the informers use; selftaint-virtual may not get pods).
-func reportWith(client typedcorev1.PodsGetter) func(context.Context, *corev1.Pod, func(corev1.PodStatus) corev1.PodStatus) error {
-	return func(ctx context.Context, pod *corev1.Pod, status func(corev1.PodStatus) corev1.PodStatus) error {
+func reportWith(client typedcorev1.PodsGetter) func(context.Context, *corev1.Pod, func(*corev1.Pod) corev1.PodStatus) error {
+	return func(ctx context.Context, pod *corev1.Pod, status func(*corev1.Pod) corev1.PodStatus) error {
 		pods := client.Pods(pod.Namespace)
 		cur := pod
 		first := true
@@ -97,7 +99,7 @@ func reportWith(client typedcorev1.PodsGetter) func(context.Context, *corev1.Pod
 				cur = &list.Items[0]
 			}
 			first = false
-			want := status(cur.Status)
+			want := status(cur)
 			if apiequality.Semantic.DeepEqual(want, cur.Status) {
 				return nil
 			}
@@ -259,7 +261,7 @@ func (p *pods) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	now := metav1.NewTime(p.clock.Now())
 	ran := cur.Status
-	if err := p.api.report(ctx, pod, func(api corev1.PodStatus) corev1.PodStatus { return terminated(api, ran, now) }); err != nil {
+	if err := p.api.report(ctx, pod, func(api *corev1.Pod) corev1.PodStatus { return terminated(api.Status, ran, now) }); err != nil {
 		// Back in byKey: the pod controller retries the deletion.
 		p.mu.Lock()
 		if _, again := p.byKey[key]; !again {

@@ -19,24 +19,123 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 // Pacing of the readiness reconcile: the pods are compared every
 // readyCheck (from the pod informer's cache: no API call); while some
 // disagree, the Node is read at most every nodeCheck, which doubles up to
-// maxNodeCheck while the Node is not Ready (a long NotReady fault costs one
-// read per node every maxNodeCheck, as a kubelet's status sync period).
+// maxNodeCheck while the Node is not Ready or cannot be read (a long
+// NotReady fault costs one read per node every maxNodeCheck, as a
+// kubelet's status sync period). A pod whose write fails is written again
+// after podRetry, doubling up to maxPodRetry while it keeps failing.
 const (
 	readyCheck   = time.Second
 	nodeCheck    = 2 * time.Second
 	maxNodeCheck = 10 * time.Second
+	podRetry     = 2 * time.Second
+	maxPodRetry  = time.Minute
 )
 
+// backoff paces the tries of one thing: the next is due at next; a failed
+// one puts it off by wait, which doubles (up to a cap) while they fail.
+type backoff struct {
+	wait    time.Duration
+	next    time.Time
+	failing bool // the last try failed: a streak of failures is on
+}
+
+func (b backoff) due(now time.Time) bool { return !now.Before(b.next) }
+
+// putOff puts the next try off by wait, doubling wait up to max.
+func (b *backoff) putOff(now time.Time, max time.Duration) {
+	b.next = now.Add(b.wait)
+	b.wait = min(2*b.wait, max)
+}
+
+// readyPacing is the readiness reconcile's pacing: when it reads the Node,
+// when it writes each stale pod, and which failures it logs (the first of
+// each streak). Its methods decide from the time they are given; the
+// reconcile loop does the I/O.
+type readyPacing struct {
+	node   backoff
+	writes map[types.UID]*backoff // the pods whose last write failed
+}
+
+func newReadyPacing() *readyPacing {
+	return &readyPacing{node: backoff{wait: nodeCheck}, writes: map[types.UID]*backoff{}}
+}
+
+// due is the stale pods (all that disagree at now) whose write is due:
+// those not backing off from a failed write. It forgets the pods no longer
+// stale and, when none is, the Node's backoff.
+func (r *readyPacing) due(now time.Time, stale []stalePod) []stalePod {
+	if len(stale) == 0 {
+		r.node = backoff{wait: nodeCheck}
+	}
+	keep := make(map[types.UID]*backoff, len(r.writes))
+	var out []stalePod
+	for _, s := range stale {
+		b, ok := r.writes[s.api.UID]
+		if ok {
+			keep[s.api.UID] = b
+		}
+		if !ok || b.due(now) {
+			out = append(out, s)
+		}
+	}
+	r.writes = keep
+	return out
+}
+
+// readNode says whether the Node may be read at now.
+func (r *readyPacing) readNode(now time.Time) bool { return r.node.due(now) }
+
+// nodeRead records the Node read at now: Ready (pods are written, the
+// next read whenever some disagree), not Ready or failed (read again
+// later, backing off). It reports whether to log err: the first failure of
+// a streak.
+func (r *readyPacing) nodeRead(now time.Time, ready bool, err error) (logErr bool) {
+	switch {
+	case err != nil:
+		logErr = !r.node.failing
+		r.node.failing = true
+		r.node.putOff(now, maxNodeCheck)
+	case !ready:
+		r.node.failing = false
+		r.node.putOff(now, maxNodeCheck)
+	default:
+		r.node = backoff{wait: nodeCheck}
+	}
+	return logErr
+}
+
+// wrote records pod uid's write at now; a failed one is tried again after
+// its backoff. It reports whether to log err: the first failure of the
+// pod's streak.
+func (r *readyPacing) wrote(uid types.UID, now time.Time, err error) (logErr bool) {
+	if err == nil {
+		delete(r.writes, uid)
+		return false
+	}
+	b, ok := r.writes[uid]
+	if !ok {
+		b = &backoff{wait: podRetry}
+		r.writes[uid] = b
+	}
+	logErr = !b.failing
+	b.failing = true
+	b.putOff(now, maxPodRetry)
+	return logErr
+}
+
 // stalePod is a pod whose status in the API disagrees with how it runs
-// here, and the status to write back.
+// here, and the status to write back (podAPI.report's status: it applies
+// to the pod as the API has it at the write, which may be newer than api).
 type stalePod struct {
 	api    *corev1.Pod
-	status func(corev1.PodStatus) corev1.PodStatus
+	status func(*corev1.Pod) corev1.PodStatus
 }
 
 // stale are the pods of api (the node's pods as the API has them) that run
@@ -45,7 +144,9 @@ type stalePod struct {
 // would write: the one it runs, merged onto the API's as mergeConditions
 // does, a condition whose status changes moving its lastTransitionTime to
 // now. A pod being deleted, in a terminal phase, or another pod under the
-// name is left alone (the pod controller stops those).
+// name is left alone (the pod controller stops those): by stale, as api
+// has it, and by the status written, as the API has it at the write (a
+// conflict's re-read may find it stopped meanwhile: see readyAgain).
 func (p *pods) stale(api []*corev1.Pod, now metav1.Time) []stalePod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -58,8 +159,9 @@ func (p *pods) stale(api []*corev1.Pod, now metav1.Time) []stalePod {
 			continue
 		}
 		ran := *ours.Status.DeepCopy()
-		out = append(out, stalePod{api: cur, status: func(api corev1.PodStatus) corev1.PodStatus {
-			return rewritten(api, ran, now)
+		uid := ours.UID
+		out = append(out, stalePod{api: cur, status: func(api *corev1.Pod) corev1.PodStatus {
+			return readyAgain(api, uid, ran, now)
 		}})
 	}
 	return out
@@ -88,6 +190,20 @@ func findPodCondition(cs []corev1.PodCondition, t corev1.PodConditionType) *core
 	return nil
 }
 
+// readyAgain is the status the readiness reconcile writes onto api (the
+// pod as the API has it at the write) for the pod uid running here with
+// ran: rewritten, unless the pod stopped or is stopping in the API (a
+// terminal phase, which is final; a deletionTimestamp: the pod controller
+// stops it) or is another pod under the name, which keep api's status (no
+// write), as terminated does.
+func readyAgain(api *corev1.Pod, uid types.UID, ran corev1.PodStatus, now metav1.Time) corev1.PodStatus {
+	if api.UID != uid || api.DeletionTimestamp != nil ||
+		api.Status.Phase == corev1.PodSucceeded || api.Status.Phase == corev1.PodFailed {
+		return api.Status
+	}
+	return rewritten(api.Status, ran, now)
+}
+
 // rewritten is ran (the status a pod runs with here) written over api (the
 // status the API has): the kubelet's conditions ours, each whose status
 // changes with its lastTransitionTime at now, the others as the API has
@@ -110,39 +226,52 @@ func rewritten(api, ran corev1.PodStatus, now metav1.Time) corev1.PodStatus {
 // pods (list: the pod informer's cache) with what runs; where some
 // disagree and the Node is Ready (ready reads it; while it is not, the
 // node lifecycle controller would only mark them again), it writes them
-// back, status only, through p.api.report.
+// back, status only, through p.api.report, paced by readyPacing.
 func (p *pods) reconcileReady(ctx context.Context, list func() []*corev1.Pod, ready func(context.Context) (bool, error), logf func(msg string, args ...any)) {
-	t := time.NewTicker(readyCheck)
-	defer t.Stop()
-	wait := nodeCheck
-	var nextNode time.Time // when the Node may be read again
+	tick, stop := p.ticker(readyCheck)
+	defer stop()
+	pace := newReadyPacing()
 	for {
-		if stale := p.stale(list(), metav1.NewTime(p.clock.Now())); len(stale) == 0 {
-			wait, nextNode = nodeCheck, time.Time{}
-		} else if !time.Now().Before(nextNode) {
-			ok, err := ready(ctx)
-			switch {
-			case err != nil:
-				logf("not reconciling pod readiness: reading the node", "err", err, "pods", len(stale))
-				nextNode = time.Now().Add(wait)
-			case !ok:
-				nextNode = time.Now().Add(wait)
-				wait = min(2*wait, maxNodeCheck)
-			default:
-				wait, nextNode = nodeCheck, time.Time{}
-				for _, s := range stale {
-					if err := p.api.report(ctx, s.api, s.status); err != nil {
-						logf("not reconciling pod readiness", "pod", s.api.Namespace+"/"+s.api.Name, "err", err)
-					}
-				}
-			}
-		}
+		p.reconcileOnce(ctx, pace, list, ready, logf)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 		}
 	}
+}
+
+// reconcileOnce is one pass of reconcileReady.
+func (p *pods) reconcileOnce(ctx context.Context, pace *readyPacing, list func() []*corev1.Pod, ready func(context.Context) (bool, error), logf func(msg string, args ...any)) {
+	now := p.clock.Now()
+	due := pace.due(now, p.stale(list(), metav1.NewTime(now)))
+	if len(due) == 0 || !pace.readNode(now) {
+		return
+	}
+	ok, err := ready(ctx)
+	if pace.nodeRead(now, ok, err) {
+		logf("not reconciling pod readiness until the node can be read (retrying with backoff)", "err", err, "pods", len(due))
+	}
+	if err != nil || !ok {
+		return
+	}
+	for _, s := range due {
+		err := p.api.report(ctx, s.api, s.status)
+		if pace.wrote(s.api.UID, now, err) {
+			logf("not reconciling pod readiness (retrying with backoff)", "pod", s.api.Namespace+"/"+s.api.Name, "err", err)
+		}
+	}
+}
+
+// ticker ticks every d by p's clock when it has timers (the agents'
+// clock.WithTicker, as Run passes it), else by the real one.
+func (p *pods) ticker(d time.Duration) (<-chan time.Time, func()) {
+	if c, ok := p.clock.(clock.WithTicker); ok {
+		t := c.NewTicker(d)
+		return t.C(), t.Stop
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // nodeReady reports whether Node name's Ready condition is True in the

@@ -34,8 +34,8 @@ func TestPodsLifecycle(t *testing.T) {
 	var removed []string
 	var reported []corev1.PodStatus
 	p := newPods("vn", "10.0.0.1", podIPs(3), podAPI{
-		report: func(_ context.Context, pod *corev1.Pod, status func(corev1.PodStatus) corev1.PodStatus) error {
-			reported = append(reported, status(pod.Status))
+		report: func(_ context.Context, pod *corev1.Pod, status func(*corev1.Pod) corev1.PodStatus) error {
+			reported = append(reported, status(pod))
 			return nil
 		},
 		remove: func(_ context.Context, pod *corev1.Pod) error {
@@ -136,7 +136,7 @@ func TestPodsLifecycle(t *testing.T) {
 
 func TestPodsRemoveError(t *testing.T) {
 	p := newPods("vn", "10.0.0.1", podIPs(0), podAPI{
-		report: func(context.Context, *corev1.Pod, func(corev1.PodStatus) corev1.PodStatus) error { return nil },
+		report: func(context.Context, *corev1.Pod, func(*corev1.Pod) corev1.PodStatus) error { return nil },
 		remove: func(context.Context, *corev1.Pod) error { return errors.New("boom") },
 	}, clocktesting.NewFakePassiveClock(time.Now()))
 	ctx := context.Background()

@@ -70,8 +70,8 @@ func TestPodsRejectNotOptedIn(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	var reported []corev1.PodStatus
 	p := newPods("vn", "10.0.0.1", podIPs(0), podAPI{
-		report: func(_ context.Context, pod *corev1.Pod, status func(corev1.PodStatus) corev1.PodStatus) error {
-			reported = append(reported, status(pod.Status))
+		report: func(_ context.Context, pod *corev1.Pod, status func(*corev1.Pod) corev1.PodStatus) error {
+			reported = append(reported, status(pod))
 			return nil
 		},
 		remove: func(context.Context, *corev1.Pod) error { return nil },

@@ -104,9 +104,12 @@ func TestNPDChecksOnTheNode(t *testing.T) {
 	specs = append(specs, agent.ProbeSpec{Entry: probes.Entry{Probe: own, Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond}, Condition: cond})
 	startAgent(t, agent.Options{NodeName: "npd", Client: c.CoreV1(), Probes: specs, Rules: rules})
 
-	n := waitNode(t, c, "npd", time.Minute, "every NPD condition", func(n *corev1.Node) bool {
+	// Wait for each check's status and reason: a rule whose first run has
+	// not ended yet reads Unknown/PluginRunning, which has the hung
+	// rule's wanted status but not its reason.
+	n := waitNode(t, c, "npd", time.Minute, "every NPD condition's status and reason", func(n *corev1.Node) bool {
 		for _, ck := range checks {
-			if got := condition(n, corev1.NodeConditionType(ck.cond)); got == nil || got.Status != ck.want.status {
+			if got := condition(n, corev1.NodeConditionType(ck.cond)); got == nil || got.Status != ck.want.status || got.Reason != ck.want.reason {
 				return false
 			}
 		}

@@ -861,22 +861,26 @@ func TestTimeoutReportedByALaterProbeRun(t *testing.T) {
 // run's, counted from the moment its process started. On a loaded machine
 // fork and exec can take most of a short timeout; a timeout counted from
 // before them would kill a plugin as soon as it started, its deadline
-// already spent. Here starting the process takes 300ms (a slow start
-// stands for the load) against a 200ms timeout: a plugin that answers at
-// once passes, and one that hangs is killed with a message that says how
-// long starting it took.
+// already spent. Here starting the process takes longer than the rule's
+// timeout (a slow start stands for the load): 5.5s against 5s, a plugin
+// that answers at once passes; 300ms against 200ms, one that hangs is
+// killed with a message that says how long starting it took.
 func TestTimeoutCountsFromTheProcessStart(t *testing.T) {
 	requireLinux(t)
 	dir := t.TempDir()
 	quick := writeScript(t, dir, "quick.sh", "echo fine\n")
 	hang := writeScript(t, dir, "hang.sh", "echo stuck\nsleep 1000\n")
-	slowStart := func() { time.Sleep(300 * time.Millisecond) }
+	// Each rule's process starts later than its timeout after the run
+	// began. The quick script's timeout is long enough for it to finish
+	// on a loaded machine once started; only the hung one's is short, as
+	// it must fire.
 	for _, tt := range []struct {
-		path string
-		want probestest.Want
+		path           string
+		timeout, delay time.Duration
+		want           probestest.Want
 	}{
-		{quick, probestest.Want{Status: probes.StatusOK, Reason: "Fine", Message: []string{"fine"}}},
-		{hang, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{
+		{quick, 5 * time.Second, 5500 * time.Millisecond, probestest.Want{Status: probes.StatusOK, Reason: "Fine", Message: []string{"fine"}}},
+		{hang, 200 * time.Millisecond, 300 * time.Millisecond, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{
 			hang + " did not finish within its timeout of 200ms and was killed: stuck (its run started at ",
 			"; the machine is loaded: starting its process took ",
 		}}},
@@ -885,9 +889,9 @@ func TestTimeoutCountsFromTheProcessStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.beforeStart = slowStart
+		g.beforeStart = func() { time.Sleep(tt.delay) }
 		r := testRule(tt.path)
-		r.Timeout = 200 * time.Millisecond
+		r.Timeout = tt.timeout
 		p, err := g.NewProbe(Condition{Type: "Slow", Reason: "Fine", Rules: []Rule{r}})
 		if err != nil {
 			t.Fatal(err)

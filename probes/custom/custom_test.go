@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -939,5 +940,67 @@ func TestRunDelay(t *testing.T) {
 		if got := runDelay([]byte(tt.in)); got != tt.want {
 			t.Errorf("runDelay(%q) = %v, want %v", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestEveryFailingEventsRunIsReported: a run of an events rule that ends
+// after its probe run stopped waiting for it, and before the next probe
+// run, whose own run of the rule ends at once, still gives its Event: the
+// later run's outcome does not replace the earlier one unreported.
+func TestEveryFailingEventsRunIsReported(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	// The first run waits for release; every later run ends at once.
+	path := writeScript(t, dir, "conntrack.sh", fmt.Sprintf(`if [ -e %[1]s/ran ]; then echo second run failed; exit 1; fi
+touch %[1]s/ran
+while [ ! -e %[2]s ]; do sleep 0.01; done
+echo first run failed
+exit 1
+`, dir, release))
+	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	r := testRule(path)
+	r.Reason = "ConntrackFull"
+	r.Interval = 10 * time.Second
+	p := newTestProbe(t, Options{Clock: clock}, Condition{Name: "events", Events: []Rule{r}})
+
+	// The first probe run stops waiting (at 7s) while the first run goes on.
+	done := make(chan probes.Result)
+	go func() { done <- p.Probe(context.Background()) }()
+	clock.BlockUntilWaiters(1)
+	clock.Step(p.wait)
+	if first := <-done; len(first.Events) != 0 {
+		t.Fatalf("the first probe run, whose rule run had not ended, reported events %v", first.Events)
+	}
+	// The rule's run ends between probe runs.
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p.mu.Lock()
+		running := p.state[0].running != nil
+		p.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first run of the rule did not end within 30s of its release")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The next probe run starts the rule again (it is due), and that run
+	// ends within the wait.
+	clock.Step(r.Interval - p.wait)
+	second := p.Probe(context.Background())
+	var msgs []string
+	for _, e := range second.Events {
+		if e.Reason != "ConntrackFull" {
+			t.Errorf("event %+v, want reason ConntrackFull", e)
+		}
+		msgs = append(msgs, e.Message)
+	}
+	if want := []string{"first run failed", "second run failed"}; !slices.Equal(msgs, want) {
+		t.Errorf("the second probe run reported events %q, want both runs' %q", msgs, want)
 	}
 }

@@ -122,7 +122,9 @@ func TestCoordinatorCommand(t *testing.T) {
 // every second takes: sharing it, the leader could not renew within its
 // 15s deadline, and the test watches for longer than that. The deadline
 // is long, so a renewal slowed by a loaded machine alone does not end the
-// leadership: only sharing the budget does.
+// leadership: only sharing the budget does. (Sharing it, the coordinator
+// does not even take the Lease in waitLeaderLease's 30s: a Get and a
+// Create are two requests, 50s apart.)
 func TestCoordinatorLeadsBeyondItsAPIBudget(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	t.Parallel()

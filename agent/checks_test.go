@@ -104,9 +104,12 @@ func TestNPDChecksOnTheNode(t *testing.T) {
 	specs = append(specs, agent.ProbeSpec{Entry: probes.Entry{Probe: own, Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond}, Condition: cond})
 	startAgent(t, agent.Options{NodeName: "npd", Client: c.CoreV1(), Probes: specs, Rules: rules})
 
-	n := waitNode(t, c, "npd", time.Minute, "every NPD condition", func(n *corev1.Node) bool {
+	// Wait for each check's status and reason: a rule whose first run has
+	// not ended yet reads Unknown/PluginRunning, which has the hung
+	// rule's wanted status but not its reason.
+	n := waitNode(t, c, "npd", time.Minute, "every NPD condition's status and reason", func(n *corev1.Node) bool {
 		for _, ck := range checks {
-			if got := condition(n, corev1.NodeConditionType(ck.cond)); got == nil || got.Status != ck.want.status {
+			if got := condition(n, corev1.NodeConditionType(ck.cond)); got == nil || got.Status != ck.want.status || got.Reason != ck.want.reason {
 				return false
 			}
 		}
@@ -302,7 +305,7 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 	cp.CreateNode(t, node, nil)
 	startAgent(t, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: specs})
 
-	e := waitEvent(t, c, node, "ConntrackFull", 20*time.Second, "conntrack table full")
+	e := waitEvent(t, c, node, "ConntrackFull", time.Minute, "conntrack table full")
 	if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Node" || string(e.InvolvedObject.UID) != node {
 		t.Errorf("got event %s on %s %s (uid %s), want a Warning on Node %s with uid %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.InvolvedObject.UID, node, node)
 	}
@@ -314,8 +317,11 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the temporary rule did not run 25 times: %v", err)
 	}
-	// The recorder writes what it was given in the background: wait for
-	// the burst to be recorded, however slowly, then for anything more.
+	// The recorder writes what it was given in the background, and
+	// retries a write that failed 10s later at most: wait for the burst
+	// to be recorded, however slowly (on a loaded machine a probe run
+	// that ends after its timeout hands its events to the next one), then
+	// for anything more.
 	recorded := func() int32 {
 		var n int32
 		for _, e := range nodeEvents(t, c, node, "ConntrackFull") {
@@ -323,7 +329,7 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 		}
 		return n
 	}
-	_ = testcp.Poll(context.Background(), 30*time.Second, 100*time.Millisecond, func() (bool, error) {
+	_ = testcp.Poll(context.Background(), 90*time.Second, 100*time.Millisecond, func() (bool, error) {
 		return recorded() >= custom.EventBurst, nil
 	})
 	time.Sleep(2 * time.Second)
@@ -333,13 +339,13 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 
 	// The permanent rule: a problem, then a new message while it stays.
 	writeFile(t, state, "1 first message\n")
-	waitNode(t, c, node, 20*time.Second, "NPDCheck True", func(n *corev1.Node) bool {
+	waitNode(t, c, node, time.Minute, "NPDCheck True", func(n *corev1.Node) bool {
 		c := condition(n, "NPDCheck")
 		return c != nil && c.Status == corev1.ConditionTrue
 	})
-	waitEvent(t, c, node, "ConditionChanged", 20*time.Second, "NPDCheck is now True (CheckFailed): first message")
+	waitEvent(t, c, node, "ConditionChanged", time.Minute, "NPDCheck is now True (CheckFailed): first message")
 	writeFile(t, state, "1 second message\n")
-	waitEvent(t, c, node, "CheckFailed", 20*time.Second, `Node condition NPDCheck is now: True, reason: CheckFailed, message: "second message"`)
+	waitEvent(t, c, node, "CheckFailed", time.Minute, `Node condition NPDCheck is now: True, reason: CheckFailed, message: "second message"`)
 }
 
 // stalledProbe never finishes a run before its context ends: an

@@ -310,7 +310,10 @@ func validateEntries(entries []Entry, opts RunnerOptions) ([]string, error) {
 // sink receives every result. Calls to sink are serialized, so it need not
 // be safe for concurrent use, but it should return promptly: a slow sink
 // delays the other probes' results, and Run waits for it to return. Results
-// of runs cut short by ctx ending are dropped, not passed to sink.
+// of runs cut short by ctx ending are dropped, not passed to sink. A run
+// that timed out is reported as ProbeTimeout; if its probe returns later
+// with Events, those come with a later result of the probe (see
+// lateEvents), not lost.
 //
 // A probe that ignores its context and never returns leaks the goroutine
 // running it (see RunOnce); Run itself still returns. Run does wait for
@@ -351,6 +354,9 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		defer watchers.Wait()
 		watchers.Go(func() { r.watch(ctx, i, w, pending) })
 	}
+	// The runs given up on at their timeout whose probe has not returned
+	// yet: the events their results carry come with a later result.
+	var late []<-chan outcome
 	woke, ok := r.wait(ctx, delay, pending)
 	for ok {
 		if woke {
@@ -362,9 +368,13 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		default:
 		}
 		start := r.clock.Now()
-		res, stack := runOnce(ctx, e.Probe, e.Timeout, r.clock)
+		res, stack, l := runOnce(ctx, e.Probe, e.Timeout, r.clock)
 		if ctx.Err() != nil {
 			return
+		}
+		res.Events = append(lateEvents(&late), res.Events...)
+		if l != nil && len(late) < maxLate {
+			late = append(late, l)
 		}
 		r.record(i, res, stack)
 		emit(res)
@@ -558,8 +568,32 @@ func (r *Runner) Stats() []ProbeStats {
 // exits whenever the probe returns, and leaks until then. A timeout <= 0
 // means no timeout beyond ctx.
 func RunOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) Result {
-	res, _ := runOnce(ctx, p, timeout, clock)
+	res, _, _ := runOnce(ctx, p, timeout, clock)
 	return res
+}
+
+// maxLate bounds the runs one probe's loop keeps waiting on for their
+// late events: past it, a probe that never returns is not waited on.
+const maxLate = 4
+
+// lateEvents returns the events of the late runs in *late whose probe has
+// returned by now, oldest first, and drops those runs from *late. A run
+// given up on at its timeout may still have reported events (the custom
+// probe takes them from its pacing as it returns): they happened, and
+// they reach the sink with the next result instead of being lost.
+func lateEvents(late *[]<-chan outcome) []Event {
+	var events []Event
+	kept := (*late)[:0]
+	for _, c := range *late {
+		select {
+		case o := <-c:
+			events = append(events, o.res.Events...)
+		default:
+			kept = append(kept, c)
+		}
+	}
+	*late = kept
+	return events
 }
 
 // outcome is what the goroutine running a probe sends back.
@@ -568,14 +602,16 @@ type outcome struct {
 	stack []byte // set when the probe panicked
 }
 
-// runOnce is RunOnce, also returning the stack of a panic for logging.
-func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (Result, []byte) {
+// runOnce is RunOnce, also returning the stack of a panic for logging and,
+// when it gave up on the probe before it returned, the channel its
+// outcome will come on (see lateEvents).
+func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (Result, []byte, <-chan outcome) {
 	if clock == nil {
 		clock = RealClock{}
 	}
 	start := clock.Now()
 	if p == nil {
-		return finish(Result{Status: StatusUnknown, Reason: ReasonProbeError, Message: "probe is nil"}, "", start, clock), nil
+		return finish(Result{Status: StatusUnknown, Reason: ReasonProbeError, Message: "probe is nil"}, "", start, clock), nil, nil
 	}
 	name := p.Name()
 
@@ -619,25 +655,30 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 		done <- outcome{res: p.Probe(pctx)}
 	}()
 
-	// Formatted only when a run times out, not on every run.
-	timedOut := func() Result {
+	// Formatted only when a run times out, not on every run. The events
+	// of a result it replaces are kept: they happened.
+	timedOut := func(events []Event) Result {
 		return Result{
 			Status:  StatusUnknown,
 			Reason:  ReasonProbeTimeout,
 			Message: fmt.Sprintf("probe %q did not finish within its timeout of %v", name, timeout),
+			Events:  events,
 		}
 	}
 	// failed says the probe returned a failure of its own (not a panic).
 	failed := func(o outcome) bool {
 		return o.stack == nil && o.res.Status != StatusOK && o.res.Status != StatusProblem
 	}
-	var o outcome
+	var (
+		o    outcome
+		late <-chan outcome
+	)
 	select {
 	case o = <-done:
 		// A probe that gave up because its deadline passed reports its
 		// own error; say plainly that it timed out.
 		if failed(o) && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
-			o.res = timedOut()
+			o.res = timedOut(o.res.Events)
 		}
 	case <-expired:
 		select {
@@ -645,10 +686,11 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 			// Finished at the same instant: keep a verdict, but a
 			// failure is most likely the probe giving up on its deadline.
 			if failed(o) {
-				o.res = timedOut()
+				o.res = timedOut(o.res.Events)
 			}
 		default:
-			o.res = timedOut()
+			o.res = timedOut(nil)
+			late = done
 		}
 	case <-ctx.Done():
 		select {
@@ -661,7 +703,7 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 			}
 		}
 	}
-	return finish(validate(name, o.res), name, start, clock), o.stack
+	return finish(validate(name, o.res), name, start, clock), o.stack, late
 }
 
 // validate turns a result without a valid Status into a ProbeError.

@@ -289,6 +289,54 @@ func TestRunnerTimeout(t *testing.T) {
 	}
 }
 
+// TestRunnerKeepsTheEventsOfALateResult: a probe that returns after its
+// timeout, with events it took from its own pacing (the custom probe's),
+// has its result replaced by ProbeTimeout; its events still reach the
+// sink, once, with a later result.
+func TestRunnerKeepsTheEventsOfALateResult(t *testing.T) {
+	const timeout, interval = time.Second, 10 * time.Second
+	started := make(chan struct{}, 100)
+	release := make(chan struct{})
+	var calls int
+	p := probestest.FuncProbe{ProbeName: "late", Func: func(ctx context.Context) probes.Result {
+		calls++ // runs are serial but for the late one, which ends before the next starts only if released
+		first := calls == 1
+		started <- struct{}{}
+		if first {
+			<-release // ignores ctx: returns late
+			return probes.Result{Status: probes.StatusProblem, Reason: "Full", Events: []probes.Event{{Reason: "ConntrackFull", Message: "late"}}}
+		}
+		return probes.Result{Status: probes.StatusOK, Reason: "Fine"}
+	}}
+	h := start(t, []probes.Entry{{Probe: p, Interval: interval, Timeout: timeout}}, probes.RunnerOptions{Jitter: -1}, nil)
+	<-started
+	h.clock.Step(timeout)
+	if res := h.recv(); res.Reason != probes.ReasonProbeTimeout || len(res.Events) != 0 {
+		t.Fatalf("the first run gave %s %v, want a ProbeTimeout without events yet", res.Reason, res.Events)
+	}
+	close(release)
+	// The late result comes back whenever its goroutine runs: look at the
+	// next runs until its event has come, and count it.
+	var seen int
+	for i := 0; i < 50 && seen == 0; i++ {
+		h.waiters(1)
+		h.clock.Step(interval - timeout)
+		<-started
+		res := h.recv()
+		for _, e := range res.Events {
+			if e.Reason != "ConntrackFull" || e.Message != "late" {
+				t.Errorf("run %d: event %+v, want the late run's", i+2, e)
+			}
+			seen++
+		}
+		h.clock.Step(timeout) // back to a whole interval
+		time.Sleep(10 * time.Millisecond)
+	}
+	if seen != 1 {
+		t.Fatalf("the late run's event reached the sink %d times, want once", seen)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for the runner's goroutines.
 type syncBuffer struct {
 	mu  sync.Mutex // guards buf

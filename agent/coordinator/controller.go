@@ -285,14 +285,16 @@ func (c *controller) sync(ctx context.Context) (time.Time, error) {
 	}
 	now := c.clock.Now()
 	leases, slots := c.mergeLeases(cached), c.slotWritten.merge(cachedSlots)
-	v, d := c.decide(nodes, leases, slots, now)
+	v, d, took := c.decide(nodes, leases, slots, now)
 	var unconfirmed error
 	if len(d.Maintenance.Start) > 0 {
 		if c.opts.beforeStart != nil {
 			c.opts.beforeStart(ctx, d.Maintenance.Start)
 		}
-		v, d, unconfirmed = c.confirmStarts(ctx, v, d, leases, slots, now)
+		v, d, took, unconfirmed = c.confirmStarts(ctx, v, d, took, leases, slots, now)
 	}
+	// Once per sync, for the decision executed.
+	c.opts.Metrics.Decided(d, took)
 	c.memory = d.Memory
 	c.logDecision(now, d)
 	err = c.execute(ctx, v, d, now)
@@ -308,9 +310,10 @@ func (c *controller) sync(ctx context.Context) (time.Time, error) {
 }
 
 // decide builds the view from nodes and the Leases as the coordinator
-// knows them, and asks fleet.Decide.
-func (c *controller) decide(nodes []*corev1.Node, leases, slots []*coordinationv1.Lease, now time.Time) (*view, fleet.Decision) {
-	v := c.observe(nodes, leases, now)
+// knows them, and asks fleet.Decide; took is how long Decide took. The
+// caller reports the decision it executes to Metrics.
+func (c *controller) decide(nodes []*corev1.Node, leases, slots []*coordinationv1.Lease, now time.Time) (v *view, d fleet.Decision, took time.Duration) {
+	v = c.observe(nodes, leases, now)
 	c.observeSlots(v, slots)
 	in := fleet.Input{
 		Config: c.opts.Config,
@@ -322,9 +325,8 @@ func (c *controller) decide(nodes []*corev1.Node, leases, slots []*coordinationv
 		Memory: c.memory,
 	}
 	start := c.clock.Now()
-	d := fleet.Decide(in)
-	c.opts.Metrics.Decided(d, c.clock.Since(start))
-	return v, d
+	d = fleet.Decide(in)
+	return v, d, c.clock.Since(start)
 }
 
 // confirmStarts makes decision d, made from the caches, again from the
@@ -337,22 +339,23 @@ func (c *controller) decide(nodes []*corev1.Node, leases, slots []*coordinationv
 // window left is from the read to the start's cordon, see README,
 // Maintenance drains). If the read fails, the cached decision stands
 // without its starts (unconfirmed says why): nothing starts on a view
-// that could not be confirmed.
-func (c *controller) confirmStarts(ctx context.Context, v *view, d fleet.Decision, leases, slots []*coordinationv1.Lease, now time.Time) (*view, fleet.Decision, error) {
-	read := time.Now()
+// that could not be confirmed. It returns the decision to execute, with
+// how long Decide took for it (took is the cached decision's).
+func (c *controller) confirmStarts(ctx context.Context, v *view, d fleet.Decision, took time.Duration, leases, slots []*coordinationv1.Lease, now time.Time) (*view, fleet.Decision, time.Duration, error) {
+	read := c.clock.Now()
 	nodes, err := c.readNodes(ctx)
 	if err != nil {
-		return v, d, fmt.Errorf("not starting the drains of %v: confirming the maintenance pool: %w", d.Maintenance.Start, err)
+		return v, d, took, fmt.Errorf("not starting the drains of %v: confirming the maintenance pool: %w", d.Maintenance.Start, err)
 	}
-	took := time.Since(read)
-	fv, fd := c.decide(nodes, leases, slots, now)
+	readTook := c.clock.Since(read)
+	fv, fd, fdTook := c.decide(nodes, leases, slots, now)
 	if !slices.Equal(fd.Maintenance.Start, d.Maintenance.Start) {
 		c.log.Info("maintenance starts changed on a fresh read of the nodes", "cached", d.Maintenance.Start, "fresh", fd.Maintenance.Start,
-			"unavailable", fd.Maintenance.Unavailable, "pool", fd.Maintenance.Size, "read", took)
+			"unavailable", fd.Maintenance.Unavailable, "pool", fd.Maintenance.Size, "read", readTook)
 	} else {
-		c.log.Debug("maintenance starts confirmed on a fresh read of the nodes", "start", fd.Maintenance.Start, "nodes", len(nodes), "read", took)
+		c.log.Debug("maintenance starts confirmed on a fresh read of the nodes", "start", fd.Maintenance.Start, "nodes", len(nodes), "read", readTook)
 	}
-	return fv, fd, nil
+	return fv, fd, fdTook, nil
 }
 
 // nodePage is how many Nodes one page of readNodes holds.

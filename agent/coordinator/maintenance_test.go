@@ -43,6 +43,7 @@ func TestMaintenance(t *testing.T) {
 		{"TheirCordonLifted", testTheirCordonLifted},
 		{"LeaderChangeResumes", testMaintenanceLeaderChange},
 		{"CordonedJustBeforeAStart", testCordonedJustBeforeAStart},
+		{"StartDecidedOnce", testStartDecidedOnce},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -627,4 +628,61 @@ func testCordonedJustBeforeAStart(t *testing.T, e *env) {
 	// Their cordon lifted: b's turn.
 	e.setUnschedulable(d, false)
 	e.waitMaintenance(b, corev1.ConditionTrue, fleet.ReasonDraining)
+}
+
+// startMetrics counts the decisions reported that start drains; the rest
+// of Metrics is ignored.
+type startMetrics struct {
+	mu     sync.Mutex
+	starts [][]string // Maintenance.Start of each decision reported that starts drains
+}
+
+func (m *startMetrics) Decided(d fleet.Decision, _ time.Duration) {
+	if len(d.Maintenance.Start) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.starts = append(m.starts, slices.Clone(d.Maintenance.Start))
+}
+
+func (m *startMetrics) reported() [][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.starts)
+}
+
+func (*startMetrics) SetLeader(bool)                      {}
+func (*startMetrics) GrantStarted(string)                 {}
+func (*startMetrics) GrantReleased(string)                {}
+func (*startMetrics) MaintenanceState(int, int, int, int) {}
+func (*startMetrics) Evicted(string, int)                 {}
+func (*startMetrics) DrainFinished(string, time.Duration) {}
+
+// testStartDecidedOnce: a sync that starts a drain decides twice (from the
+// caches, then confirmed on a fresh read), but reports one decision to
+// Metrics, the one it executes.
+func testStartDecidedOnce(t *testing.T, e *env) {
+	a := e.name("a")
+	e.node(a, "z", time.Time{})
+	var mu sync.Mutex
+	var cached [][]string // the starts of each sync's decision from the caches
+	opts := coordinator.WithBeforeStart(e.options("solo", maintenanceConfig(1)), func(_ context.Context, starts []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		cached = append(cached, slices.Clone(starts))
+	})
+	m := &startMetrics{}
+	opts.Metrics = m
+	opts.NewDrainer = newFakeDrains().new
+	e.requestDrain(a, e.clock.Now().Add(-time.Minute), nil)
+	e.start(opts, false)
+	e.waitMaintenance(a, corev1.ConditionTrue, fleet.ReasonDraining)
+
+	mu.Lock()
+	syncs := slices.Clone(cached)
+	mu.Unlock()
+	if got := m.reported(); len(got) != len(syncs) {
+		t.Errorf("%d syncs started drains (%v), but %d decisions starting drains were reported to Metrics (%v), want one each", len(syncs), syncs, len(got), got)
+	}
 }

@@ -118,9 +118,13 @@ func TestCoordinatorCommand(t *testing.T) {
 // outside the client-side limit on the coordinator's API requests
 // (--kube-api-qps), as kube-controller-manager renews its own, so a leader
 // whose controller has used its budget does not lose its leadership and
-// exit. Here the budget (a request every 5s) is far below what renewing
-// every 200ms takes: sharing it, the leader could not renew within its 2s
-// deadline.
+// exit. Here the budget (a request every 50s) is far below what renewing
+// every second takes: sharing it, the leader could not renew within its
+// 15s deadline, and the test watches for longer than that. The deadline
+// is long, so a renewal slowed by a loaded machine alone does not end the
+// leadership: only sharing the budget does. (Sharing it, the coordinator
+// does not even take the Lease in waitLeaderLease's 30s: a Get and a
+// Create are two requests, 50s apart.)
 func TestCoordinatorLeadsBeyondItsAPIBudget(t *testing.T) {
 	testcp.SkipIfShort(t, "runs etcd and kube-apiserver")
 	t.Parallel()
@@ -132,8 +136,8 @@ func TestCoordinatorLeadsBeyondItsAPIBudget(t *testing.T) {
 	cfg := writeFile(t, "rules:\n- condition: SelftaintMemoryPressure\n  status: \"True\"\n  taint: {key: selftaint.io/memory-pressure, effect: NoSchedule}\n")
 	args := []string{"coordinator", "--kubeconfig=" + cp.KubeconfigPath, "--namespace=" + ns, "--identity=budget-test",
 		"--config=" + cfg, "--node-selector=selftaint.test/group=budget",
-		"--kube-api-qps=0.2", "--kube-api-burst=1",
-		"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=200ms"}
+		"--kube-api-qps=0.02", "--kube-api-burst=1",
+		"--leader-elect-lease-duration=20s", "--leader-elect-renew-deadline=15s", "--leader-elect-retry-period=1s"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stderr, code := startCommand(t, ctx, args)
@@ -141,7 +145,10 @@ func TestCoordinatorLeadsBeyondItsAPIBudget(t *testing.T) {
 	leases := cp.Client().CoordinationV1().Leases(ns)
 	var renewals int
 	var last metav1.MicroTime
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+	// Longer than the renew deadline plus a retry period, so a leader
+	// sharing its budget would have given up, and exited, by the end.
+	const watch = 25 * time.Second
+	for end := time.Now().Add(watch); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		select {
 		case c := <-code:
 			t.Fatalf("the leader exited (code %d) with its API budget used up; stderr:\n%s", c, stderr)
@@ -159,10 +166,10 @@ func TestCoordinatorLeadsBeyondItsAPIBudget(t *testing.T) {
 			last = *l.Spec.RenewTime
 		}
 	}
-	// Renewed every 200ms: a renewal seen at most every other look, even
-	// on a loaded machine.
+	// Renewed every second: 25 looks in 25s see a few renewals even on a
+	// loaded machine; a budget of one request per 50s allows none.
 	if renewals < 3 {
-		t.Errorf("the leader Lease was seen renewed %d times in 10s, want 3 or more", renewals)
+		t.Errorf("the leader Lease was seen renewed %d times in %v, want 3 or more", renewals, watch)
 	}
 }
 

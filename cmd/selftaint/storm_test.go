@@ -590,7 +590,7 @@ func TestStormLeaderKill(t *testing.T) {
 		}
 		restartLostLeaders(t, cp, cfg, replicas, killed)
 		if killedAt.IsZero() && len(cleared) >= 25 {
-			if l, other := leadingReplica(t, c, replicas); l != nil && other.running() {
+			if l, other := leadingReplica(t, c, replicas); l != nil && other != nil && other.running() {
 				leader, standby = l, other
 				if !leader.killOrExited(t) {
 					t.Logf("the leader %s exited by itself as it was being killed: %v", leader.identity, leader.err)

@@ -245,9 +245,19 @@ type Probe struct {
 type ruleState struct {
 	last    outcome   // latest outcome kept; zero before the first
 	started time.Time // when the run that gave last started
-	fresh   bool      // last has not been reported yet (events rules)
 	running *run      // the run in flight; nil when none
+	// An events rule's failing outcomes not reported yet, oldest first,
+	// maxUnreported at most (more are counted in lost): a run that ends
+	// after its probe run stopped waiting, and another that ends before
+	// the next probe run reports, each give their Event.
+	unreported []outcome
+	lost       int // failing outcomes dropped as unreported was full
 }
+
+// maxUnreported bounds an events rule's unreported failing outcomes: as
+// many as the event pacing lets through at once (EventBurst). Normally a
+// probe run reports one at most; more queue only while probe runs lag.
+const maxUnreported = EventBurst
 
 // run is one run of a rule. It may outlive the probe run that started it.
 type run struct {
@@ -427,8 +437,9 @@ type outcome struct {
 // probe run waits for it ends at its own timeout at the latest.
 //
 // The Result carries the events of the events rules' runs that ended
-// since the last report and, for an NPD condition, those telling its
-// updates, each reason paced by the group (see EventBurst).
+// since the last report, every failing run's (up to maxUnreported per
+// rule; more are counted in a reading), and, for an NPD condition, those
+// telling its updates, each reason paced by the group (see EventBurst).
 func (p *Probe) Probe(ctx context.Context) probes.Result {
 	runs := p.start(ctx, p.group.opts.Clock.Now())
 	if !p.await(ctx, runs) {
@@ -472,7 +483,14 @@ func (p *Probe) launch(ctx context.Context, i int, now time.Time) *run {
 		p.mu.Lock()
 		st := &p.state[i]
 		if rctx.Err() == nil { // the outcome of a run cut short is not kept
-			st.last, st.started, st.fresh = out, r.started, true
+			st.last, st.started = out, r.started
+			if i >= len(p.cond.Rules) && (out.status == probes.StatusProblem || out.status == probes.StatusUnknown) {
+				if len(st.unreported) < maxUnreported {
+					st.unreported = append(st.unreported, out)
+				} else {
+					st.lost++
+				}
+			}
 		}
 		st.running = nil
 		r.out = out
@@ -534,11 +552,15 @@ func (p *Probe) report() probes.Result {
 	var events []probes.Event
 	for i, r := range p.cond.Events {
 		st := &p.state[len(p.cond.Rules)+i]
-		if st.fresh && (st.last.status == probes.StatusProblem || st.last.status == probes.StatusUnknown) {
-			events = append(events, probes.Event{Reason: r.Reason, Message: st.last.message})
+		for _, o := range st.unreported {
+			events = append(events, probes.Event{Reason: r.Reason, Message: o.message})
 		}
-		st.fresh = false
+		st.unreported = st.unreported[:0]
 		res.Readings = append(res.Readings, probes.Reading{Name: "event " + r.label(), Value: st.last.reading})
+		if st.lost > 0 {
+			res.Readings = append(res.Readings, probes.Reading{Name: "event " + r.label() + " lost",
+				Value: fmt.Sprintf("%d failing runs ended while %d were waiting to be reported", st.lost, maxUnreported)})
+		}
 	}
 	res, update := p.npdLocked(res)
 	if update != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -861,22 +862,26 @@ func TestTimeoutReportedByALaterProbeRun(t *testing.T) {
 // run's, counted from the moment its process started. On a loaded machine
 // fork and exec can take most of a short timeout; a timeout counted from
 // before them would kill a plugin as soon as it started, its deadline
-// already spent. Here starting the process takes 300ms (a slow start
-// stands for the load) against a 200ms timeout: a plugin that answers at
-// once passes, and one that hangs is killed with a message that says how
-// long starting it took.
+// already spent. Here starting the process takes longer than the rule's
+// timeout (a slow start stands for the load): 5.5s against 5s, a plugin
+// that answers at once passes; 300ms against 200ms, one that hangs is
+// killed with a message that says how long starting it took.
 func TestTimeoutCountsFromTheProcessStart(t *testing.T) {
 	requireLinux(t)
 	dir := t.TempDir()
 	quick := writeScript(t, dir, "quick.sh", "echo fine\n")
 	hang := writeScript(t, dir, "hang.sh", "echo stuck\nsleep 1000\n")
-	slowStart := func() { time.Sleep(300 * time.Millisecond) }
+	// Each rule's process starts later than its timeout after the run
+	// began. The quick script's timeout is long enough for it to finish
+	// on a loaded machine once started; only the hung one's is short, as
+	// it must fire.
 	for _, tt := range []struct {
-		path string
-		want probestest.Want
+		path           string
+		timeout, delay time.Duration
+		want           probestest.Want
 	}{
-		{quick, probestest.Want{Status: probes.StatusOK, Reason: "Fine", Message: []string{"fine"}}},
-		{hang, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{
+		{quick, 5 * time.Second, 5500 * time.Millisecond, probestest.Want{Status: probes.StatusOK, Reason: "Fine", Message: []string{"fine"}}},
+		{hang, 200 * time.Millisecond, 300 * time.Millisecond, probestest.Want{Status: probes.StatusUnknown, Reason: ReasonPluginTimeout, Message: []string{
 			hang + " did not finish within its timeout of 200ms and was killed: stuck (its run started at ",
 			"; the machine is loaded: starting its process took ",
 		}}},
@@ -885,9 +890,9 @@ func TestTimeoutCountsFromTheProcessStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.beforeStart = slowStart
+		g.beforeStart = func() { time.Sleep(tt.delay) }
 		r := testRule(tt.path)
-		r.Timeout = 200 * time.Millisecond
+		r.Timeout = tt.timeout
 		p, err := g.NewProbe(Condition{Type: "Slow", Reason: "Fine", Rules: []Rule{r}})
 		if err != nil {
 			t.Fatal(err)
@@ -935,5 +940,67 @@ func TestRunDelay(t *testing.T) {
 		if got := runDelay([]byte(tt.in)); got != tt.want {
 			t.Errorf("runDelay(%q) = %v, want %v", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestEveryFailingEventsRunIsReported: a run of an events rule that ends
+// after its probe run stopped waiting for it, and before the next probe
+// run, whose own run of the rule ends at once, still gives its Event: the
+// later run's outcome does not replace the earlier one unreported.
+func TestEveryFailingEventsRunIsReported(t *testing.T) {
+	requireLinux(t)
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	// The first run waits for release; every later run ends at once.
+	path := writeScript(t, dir, "conntrack.sh", fmt.Sprintf(`if [ -e %[1]s/ran ]; then echo second run failed; exit 1; fi
+touch %[1]s/ran
+while [ ! -e %[2]s ]; do sleep 0.01; done
+echo first run failed
+exit 1
+`, dir, release))
+	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	r := testRule(path)
+	r.Reason = "ConntrackFull"
+	r.Interval = 10 * time.Second
+	p := newTestProbe(t, Options{Clock: clock}, Condition{Name: "events", Events: []Rule{r}})
+
+	// The first probe run stops waiting (at 7s) while the first run goes on.
+	done := make(chan probes.Result)
+	go func() { done <- p.Probe(context.Background()) }()
+	clock.BlockUntilWaiters(1)
+	clock.Step(p.wait)
+	if first := <-done; len(first.Events) != 0 {
+		t.Fatalf("the first probe run, whose rule run had not ended, reported events %v", first.Events)
+	}
+	// The rule's run ends between probe runs.
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p.mu.Lock()
+		running := p.state[0].running != nil
+		p.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first run of the rule did not end within 30s of its release")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The next probe run starts the rule again (it is due), and that run
+	// ends within the wait.
+	clock.Step(r.Interval - p.wait)
+	second := p.Probe(context.Background())
+	var msgs []string
+	for _, e := range second.Events {
+		if e.Reason != "ConntrackFull" {
+			t.Errorf("event %+v, want reason ConntrackFull", e)
+		}
+		msgs = append(msgs, e.Message)
+	}
+	if want := []string{"first run failed", "second run failed"}; !slices.Equal(msgs, want) {
+		t.Errorf("the second probe run reported events %q, want both runs' %q", msgs, want)
 	}
 }

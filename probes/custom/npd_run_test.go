@@ -458,12 +458,13 @@ func TestEventsRulePacing(t *testing.T) {
 }
 
 // TestEventsOnlyOnceARunEnds: the events of a run that outlasted its probe
-// run are reported by the probe run after it ends, once.
+// run are reported by the probe run after it ends, once, beside those of
+// the run that probe run starts (the rule is due again).
 func TestEventsOnlyOnceARunEnds(t *testing.T) {
 	requireLinux(t)
 	dir := t.TempDir()
 	ok := writeScript(t, dir, "ok.sh", "exit 0\n")
-	slow := writeScript(t, dir, "slow.sh", fmt.Sprintf("while [ ! -e %s/go ]; do sleep 0.01; done\necho 'found it'\nexit 1\n", dir))
+	slow := writeScript(t, dir, "slow.sh", fmt.Sprintf("n=$(($(cat %[1]s/n 2>/dev/null || echo 0) + 1))\necho $n > %[1]s/n\nwhile [ ! -e %[1]s/go ]; do sleep 0.01; done\necho \"found it in run $n\"\nexit 1\n", dir))
 	clock := probestest.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	p := newTestProbe(t, Options{Clock: clock}, Condition{Type: "C", Reason: "Up", NPD: true,
 		Rules:  []Rule{{Reason: "Down", Path: ok, Interval: time.Second, Timeout: 5 * time.Second}},
@@ -482,7 +483,7 @@ func TestEventsOnlyOnceARunEnds(t *testing.T) {
 	}
 	waitFor(t, p, "the slow run to end", func() bool { return p.state[1].running == nil })
 	evs := p.Probe(context.Background()).Events
-	if want := []probes.Event{{Reason: "Slow", Message: "found it"}}; fmt.Sprint(evs) != fmt.Sprint(want) {
+	if want := []probes.Event{{Reason: "Slow", Message: "found it in run 1"}, {Reason: "Slow", Message: "found it in run 2"}}; fmt.Sprint(evs) != fmt.Sprint(want) {
 		t.Errorf("got events %v, want %v", evs, want)
 	}
 	if res := p.Probe(context.Background()); len(res.Events) != 0 {

@@ -77,25 +77,9 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 		// A start may rely on the slot an end frees.
 		ended = false
 	}
-	// notStarted are the starts not written now: their nodes hold no
-	// slot, so nothing of them may be drained or cordoned.
-	notStarted := map[string]bool{}
-	if unconfirmed != nil && len(md.Start) > 0 {
-		errs = append(errs, unconfirmed)
-		for _, node := range md.Start {
-			notStarted[node] = true
-		}
-	} else if ended {
-		for _, node := range md.Start {
-			if !step(c.startSlot(ctx, v, node, now)) {
-				return errors.Join(errs...)
-			}
-		}
-	} else if len(md.Start) > 0 {
-		errs = append(errs, fmt.Errorf("not starting the drains of %v until the slots given back before them are written", md.Start))
-		for _, node := range md.Start {
-			notStarted[node] = true
-		}
+	notStarted, ok := c.writeStarts(ctx, v, md.Start, now, ended, unconfirmed, step)
+	if !ok {
+		return errors.Join(errs...)
 	}
 	c.steerDrains(v, md)
 	for _, node := range slices.Sorted(maps.Keys(md.Drain)) {
@@ -118,6 +102,36 @@ func (c *controller) executeMaintenance(ctx context.Context, v *view, md fleet.M
 	}
 	c.reportMaintenance(v, md)
 	return errors.Join(errs...)
+}
+
+// writeStarts writes the slots of starts when they may be written: the
+// slots given back before them were (ended), and the pool was confirmed
+// (unconfirmed is nil). It returns the starts not written, whose nodes
+// hold no slot, so nothing of them may be drained or cordoned, and false
+// when a stale view ended it. Errors go to step.
+func (c *controller) writeStarts(ctx context.Context, v *view, starts []string, now time.Time, ended bool, unconfirmed error, step func(error) bool) (notStarted map[string]bool, ok bool) {
+	notStarted = map[string]bool{}
+	var held error
+	switch {
+	case len(starts) == 0:
+		return notStarted, true
+	case unconfirmed != nil:
+		held = unconfirmed
+	case !ended:
+		held = fmt.Errorf("not starting the drains of %v until the slots given back before them are written", starts)
+	default:
+		for _, node := range starts {
+			if !step(c.startSlot(ctx, v, node, now)) {
+				return notStarted, false
+			}
+		}
+		return notStarted, true
+	}
+	step(held)
+	for _, node := range starts {
+		notStarted[node] = true
+	}
+	return notStarted, true
 }
 
 // withdrawnUnstarted are the nodes whose condition still says they are in

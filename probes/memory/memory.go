@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"math"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,7 +29,9 @@ const (
 	ReasonMemoryAvailable = "MemoryAvailable"
 	// ReasonLowMemory: MemAvailable is below Config.AvailableBelow.
 	ReasonLowMemory = "LowMemory"
-	// ReasonMemoryPressureStall: a PSI avg10 is above its threshold.
+	// ReasonMemoryPressureStall: a PSI stall rule holds (the kernel's
+	// trigger fired, or the stall the probe measured is at its rate), or
+	// a PSI avg10 is above its threshold.
 	ReasonMemoryPressureStall = "MemoryPressureStall"
 	// ReasonReadError: meminfo (or, with PSI checks on, the pressure file)
 	// is missing, unreadable or garbage.
@@ -48,6 +51,11 @@ type Config struct {
 	// which all non-idle tasks waited on memory, in percent, is above it.
 	// 0 disables the check.
 	PSIFullAvg10Above float64
+	// PSI are the stall rules decided on the kernel's PSI triggers: a
+	// problem as soon as the kernel says tasks stalled Stall or more
+	// within Window, and until the stall the probe measures from the
+	// pressure file's totals falls below that rate (see decideStall).
+	PSI StallRules
 }
 
 // Validate checks that thresholds are in range.
@@ -65,7 +73,69 @@ func (c Config) Validate() error {
 			errs = append(errs, probes.FieldError{Field: f.name, Detail: fmt.Sprintf("%v is not a percentage between 0 and 100 (0 turns the check off)", f.v)})
 		}
 	}
+	errs = append(errs, c.PSI.Some.validate("PSI.Some")...)
+	errs = append(errs, c.PSI.Full.validate("PSI.Full")...)
 	return probes.NewConfigError(Name, errs)
+}
+
+// rules are the stall rules by line index (lineSome, lineFull).
+func (c Config) rules() [2]StallRule { return [2]StallRule{c.PSI.Some, c.PSI.Full} }
+
+// The pressure file's lines, as indexes into the stall rules and states.
+const (
+	lineSome = iota
+	lineFull
+)
+
+var lineNames = [2]string{"some", "full"}
+
+// psiTrigger is one PSI trigger: the kernel signals it when tasks stalled
+// (on Line, "some" or "full") for Stall or more within Window.
+type psiTrigger struct {
+	Line          string
+	Stall, Window time.Duration
+}
+
+// spec is what is written to the pressure file to arm the trigger.
+func (t psiTrigger) spec() string {
+	return fmt.Sprintf("%s %d %d", t.Line, t.Stall.Microseconds(), t.Window.Microseconds())
+}
+
+// String is the trigger in words: "some 100ms within 1s".
+func (t psiTrigger) String() string { return fmt.Sprintf("%s %v within %v", t.Line, t.Stall, t.Window) }
+
+// psiHooks are what watchPSI tells, and asks, the probe.
+type psiHooks struct {
+	// fired: trigger i fired.
+	fired func(i int)
+	// recheck: how long to wait for a fire before calling tick;
+	// negative waits for a fire only.
+	recheck func() time.Duration
+	// tick: recheck's time passed with no fire, or the triggers were
+	// re-armed.
+	tick func()
+	// armed, if not nil: the triggers are first in place.
+	armed func()
+}
+
+// triggers are the PSI triggers the probe arms, and for each the line
+// index of the stall rule it decides (-1: it only wakes the probe). One
+// per stall rule; and the wake trigger (some wakeStall within WakeWindow)
+// for the averages' sake, when an avg10 check is on or no stall rule is,
+// unless the some rule is that very trigger.
+func (c Config) triggers(wakeStall time.Duration) (ts []psiTrigger, rule []int) {
+	rules := c.rules()
+	wake := StallRule{Stall: wakeStall, Window: WakeWindow}
+	avgOn := c.PSISomeAvg10Above > 0 || c.PSIFullAvg10Above > 0
+	if (avgOn || (rules[lineSome].IsZero() && rules[lineFull].IsZero())) && rules[lineSome] != wake {
+		ts, rule = append(ts, psiTrigger{Line: "some", Stall: wake.Stall, Window: wake.Window}), append(rule, -1)
+	}
+	for i, r := range rules {
+		if !r.IsZero() {
+			ts, rule = append(ts, psiTrigger{Line: lineNames[i], Stall: r.Stall, Window: r.Window}), append(rule, i)
+		}
+	}
+	return ts, rule
 }
 
 // Defaults of the PSI trigger that wakes the probe (see Probe.Watch).
@@ -87,6 +157,20 @@ type Probe struct {
 	// armed, if set, is called once Watch's trigger is armed; tests wait
 	// for it before squeezing memory.
 	armed func()
+	// now is the probe's clock (time.Now).
+	now func() time.Time
+
+	// mu guards the fields below: the stall rules' state, shared by runs
+	// and the PSI watch.
+	mu sync.Mutex
+	// states are the stall rules' states by line index.
+	states [2]stallState
+	// fires counts each rule's trigger fires; judged is fires as the
+	// last run saw them.
+	fires, judged [2]uint64
+	// watchErr is why Watch cannot arm the triggers (nil while it runs
+	// or before it started).
+	watchErr error
 }
 
 // New returns a memory probe that reads the host under host.Root.
@@ -94,19 +178,63 @@ func New(cfg Config, host probes.Host) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Probe{cfg: cfg, host: host, wakeStall: DefaultWakeStall}, nil
+	return &Probe{cfg: cfg, host: host, wakeStall: DefaultWakeStall, now: time.Now}, nil
 }
 
 // Name returns "memory".
 func (p *Probe) Name() string { return Name }
 
-// Watch implements probes.Waker: it arms a PSI trigger on the host's
-// /proc/pressure/memory (tasks stalled on memory for DefaultWakeStall
-// within WakeWindow) and wakes the probe each time the kernel fires it.
-// Where the kernel cannot (no CONFIG_PSI, psi=0, not Linux) it returns an
-// error saying so, and the probe runs only on its interval.
+// Watch implements probes.Waker: it arms the PSI triggers of the stall
+// rules on the host's /proc/pressure/memory (and, for the averages, one
+// of tasks stalled on memory for DefaultWakeStall within WakeWindow; see
+// Config.triggers) and wakes the probe each time the kernel fires one;
+// while a stall rule is in pressure it also wakes the probe a little over
+// once per window, so the probe sees the stall end. Where the kernel
+// cannot (no CONFIG_PSI, psi=0, a window it refuses, not Linux) it
+// returns an error saying so, the probe shows it in its readings, and the
+// probe runs only on its interval, judging its stall rules on the stall
+// it measures between runs.
 func (p *Probe) Watch(ctx context.Context, wake func()) error {
-	return watchPSI(ctx, p.host.Proc("pressure", "memory"), p.wakeStall, WakeWindow, wake, p.armed)
+	ts, rule := p.cfg.triggers(p.wakeStall)
+	err := watchPSI(ctx, p.host.Proc("pressure", "memory"), ts, psiHooks{
+		fired: func(i int) {
+			if l := rule[i]; l >= 0 {
+				p.mu.Lock()
+				p.fires[l]++
+				p.mu.Unlock()
+			}
+			wake()
+		},
+		recheck: p.recheck,
+		tick:    wake,
+		armed: func() {
+			p.setWatchErr(nil)
+			if p.armed != nil {
+				p.armed()
+			}
+		},
+	})
+	if err != nil && ctx.Err() == nil {
+		p.setWatchErr(err)
+	}
+	return err
+}
+
+func (p *Probe) setWatchErr(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.watchErr = err
+}
+
+// recheck is psiHooks.recheck: see recheckAfter.
+func (p *Probe) recheck() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var unjudged [2]bool
+	for i := range unjudged {
+		unjudged[i] = p.fires[i] != p.judged[i]
+	}
+	return recheckAfter(p.cfg.rules(), p.states, unjudged)
 }
 
 // Probe reads meminfo and PSI once and judges them against the config.
@@ -138,9 +266,23 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	}
 
 	psiPath := p.host.Proc("pressure", "memory")
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	pr, available, err := readPSI(psiPath)
+	now := p.now()
 	psiReadings, stalls, psiErr := p.cfg.judgePSI(psiPath, pr, available, err)
 	readings = append(readings, psiReadings...)
+	if available && err == nil {
+		ruleReadings, ruleStalls, ruleErr := p.judgeStallRules(psiPath, pr, now)
+		readings = append(readings, ruleReadings...)
+		stalls = append(ruleStalls, stalls...)
+		if psiErr == nil {
+			psiErr = ruleErr
+		}
+	}
+	if w := p.watchErr; w != nil && p.stallRulesOn() {
+		readings = append(readings, probes.Reading{Name: "psi_triggers", Value: "not armed: " + w.Error()})
+	}
 	if reason == "" && len(stalls) > 0 {
 		reason = ReasonMemoryPressureStall
 	}
@@ -163,11 +305,62 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	return probes.Result{Status: probes.StatusOK, Reason: ReasonMemoryAvailable, Message: msg, Readings: readings}
 }
 
+// stallRulesOn reports whether a stall rule is on.
+func (p *Probe) stallRulesOn() bool { return !p.cfg.PSI.Some.IsZero() || !p.cfg.PSI.Full.IsZero() }
+
+// judgeStallRules runs each stall rule's state machine on what the
+// pressure file pr (read at now) shows and the triggers fired since the
+// last run, and returns its readings and the stalls it finds. p.mu is
+// held. A rule on a line the file lacks is an error, and its state stays.
+func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []probes.Reading, stalls []string, err error) {
+	lines := [2]psiLine{pr.Some, pr.Full}
+	for i, r := range p.cfg.rules() {
+		if r.IsZero() {
+			continue
+		}
+		if i == lineFull && !pr.HasFull {
+			err = fmt.Errorf("parsing %s: no \"full\" line for the full stall rule", path)
+			continue
+		}
+		fired := p.fires[i] != p.judged[i]
+		p.judged[i] = p.fires[i]
+		s := decideStall(r, p.states[i], stallSample{Now: now, Total: lines[i].Total, Fired: fired})
+		p.states[i] = s
+		readings = append(readings, probes.Reading{Name: "psi_" + lineNames[i] + "_stall", Value: stallReading(s)})
+		if s.Pressure {
+			stalls = append(stalls, stallMessage(lineNames[i], r, s, lines[i].Avg10))
+		}
+	}
+	return readings, stalls, err
+}
+
+// stallReading is a stall rule's last measure: "340ms in 1.02s".
+func stallReading(s stallState) string {
+	if s.Span == 0 {
+		return "not measured yet"
+	}
+	return fmt.Sprintf("%v in %v", s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond))
+}
+
+// stallMessage says why a stall rule is in pressure.
+func stallMessage(line string, r StallRule, s stallState, avg10 float64) string {
+	msg := fmt.Sprintf("memory pressure stall: %s tasks stalled %s within %v", line, r.Stall, r.Window)
+	var why []string
+	if s.Fired {
+		why = append(why, "the kernel's PSI trigger fired")
+	}
+	if s.Span > 0 {
+		why = append(why, fmt.Sprintf("measured %v in the last %v", s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond)))
+	}
+	why = append(why, fmt.Sprintf("%s avg10 %.2f%%", line, avg10))
+	return msg + " (" + strings.Join(why, "; ") + ")"
+}
+
 // judgePSI judges what readPSI returned against the PSI thresholds. It
 // returns the PSI readings, the stalls found and, when a PSI check is on
 // but cannot be done, why.
 func (c Config) judgePSI(path string, pr psi, available bool, err error) (readings []probes.Reading, stalls []string, psiErr error) {
-	psiOn := c.PSISomeAvg10Above > 0 || c.PSIFullAvg10Above > 0
+	psiOn := c.PSISomeAvg10Above > 0 || c.PSIFullAvg10Above > 0 || !c.PSI.Some.IsZero() || !c.PSI.Full.IsZero()
 	switch {
 	case !available:
 		return []probes.Reading{{Name: "psi", Value: "not available"}}, nil, nil

@@ -339,10 +339,34 @@ type MemoryProbe struct {
 	// like "512Mi" or a percent of MemTotal like "5%"). Default 5%.
 	AvailableBelow Threshold `json:"availableBelow"`
 	// PSISomeAvg10Above / PSIFullAvg10Above: a problem when the kernel's
-	// memory pressure stall percentage (/proc/pressure/memory) is above
-	// this. 0 turns the check off. Defaults: some off, full 25.
+	// memory pressure stall percentage over 10s (/proc/pressure/memory)
+	// is above this. 0 turns the check off. Defaults: both off (the
+	// averages are in the message and readings; PSI's stall rules decide).
 	PSISomeAvg10Above *float64 `json:"psiSomeAvg10Above,omitempty"`
 	PSIFullAvg10Above *float64 `json:"psiFullAvg10Above,omitempty"`
+	// PSI are the stall rules decided on the kernel's PSI triggers.
+	PSI MemoryPSI `json:"psi"`
+}
+
+// MemoryPSI are the memory probe's stall rules, one per line of
+// /proc/pressure/memory: "some" (at least one task stalled on memory) and
+// "full" (all non-idle tasks at once).
+type MemoryPSI struct {
+	// Some: default off (stall 0s, window 2s).
+	Some PSIStall `json:"some"`
+	// Full: default 500ms within 2s (25%, as the old full avg10 rule).
+	Full PSIStall `json:"full"`
+}
+
+// PSIStall is a stall rule: a problem from the moment the kernel's PSI
+// trigger says tasks stalled Stall or more within Window, until the stall
+// the probe measures over a window falls below that rate.
+type PSIStall struct {
+	// Stall: 0 turns the rule off.
+	Stall Duration `json:"stall"`
+	// Window: 500ms to 10s; without CAP_SYS_RESOURCE (the image runs as
+	// uid 65532 without it) a multiple of 2s. Default 2s.
+	Window Duration `json:"window"`
 }
 
 // DiskProbe configures the disk probe.

@@ -35,17 +35,31 @@ func (m *MemoryProbe) SetDefaults() {
 		m.PSISomeAvg10Above = ptr(0.0)
 	}
 	if m.PSIFullAvg10Above == nil {
-		m.PSIFullAvg10Above = ptr(25.0)
+		m.PSIFullAvg10Above = ptr(0.0)
 	}
+	defaultDuration(&m.PSI.Some.Window, memory.WakeWindow)
+	defaultDuration(&m.PSI.Full.Stall, 500*time.Millisecond)
+	defaultDuration(&m.PSI.Full.Window, memory.WakeWindow)
 }
 
 func (m *MemoryProbe) packageConfig() memory.Config {
-	return memory.Config{AvailableBelow: m.AvailableBelow.T, PSISomeAvg10Above: *m.PSISomeAvg10Above, PSIFullAvg10Above: *m.PSIFullAvg10Above}
+	return memory.Config{AvailableBelow: m.AvailableBelow.T, PSISomeAvg10Above: *m.PSISomeAvg10Above, PSIFullAvg10Above: *m.PSIFullAvg10Above,
+		PSI: memory.StallRules{Some: m.PSI.Some.rule(), Full: m.PSI.Full.rule()}}
 }
+
+func (s PSIStall) rule() memory.StallRule { return memory.StallRule{Stall: s.Stall.D, Window: s.Window.D} }
 
 // Validate implements ProbeSettings.
 func (m *MemoryProbe) Validate(p *field.Path) field.ErrorList {
 	errs := m.AvailableBelow.parseError(p.Child("availableBelow"))
+	for _, l := range []struct {
+		name string
+		s    PSIStall
+	}{{"some", m.PSI.Some}, {"full", m.PSI.Full}} {
+		lp := p.Child("psi", l.name)
+		errs = append(errs, l.s.Stall.parseError(lp.Child("stall"))...)
+		errs = append(errs, l.s.Window.parseError(lp.Child("window"))...)
+	}
 	return append(errs, packageErrors(p, m, m.packageConfig().Validate())...)
 }
 

@@ -47,7 +47,9 @@ func (m *MemoryProbe) packageConfig() memory.Config {
 		PSI: memory.StallRules{Some: m.PSI.Some.rule(), Full: m.PSI.Full.rule()}}
 }
 
-func (s PSIStall) rule() memory.StallRule { return memory.StallRule{Stall: s.Stall.D, Window: s.Window.D} }
+func (s PSIStall) rule() memory.StallRule {
+	return memory.StallRule{Stall: s.Stall.D, Window: s.Window.D}
+}
 
 // Validate implements ProbeSettings.
 func (m *MemoryProbe) Validate(p *field.Path) field.ErrorList {

@@ -15,9 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/probestest"
@@ -176,4 +179,133 @@ func TestWatchNotAPressureFile(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not a kernel pressure file") {
 		t.Errorf("Watch = %v, want an error saying it is not a kernel pressure file", err)
 	}
+}
+
+// requirePSI fails (CI=true) or skips the test where the kernel has no
+// memory PSI.
+func requirePSI(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/proc/pressure/memory"); err != nil {
+		probestest.FailOrSkip(t, fmt.Sprintf("the kernel has no memory PSI (CONFIG_PSI): %v", err))
+	}
+}
+
+// TestStallRuleRealPressure: page-cache thrashing in a small memory cgroup
+// fires the some rule's trigger, and the run it wakes — the probe's
+// interval is an hour — is already a problem, said to come from the
+// trigger; once the thrashing stops, the probe's own re-check (a timer
+// only while in pressure) finds the stall over and reports healthy, again
+// without the interval.
+func TestStallRuleRealPressure(t *testing.T) {
+	requirePSI(t)
+	th := probestest.NewThrash(t, 64<<20, 96<<20)
+	p, err := New(Config{PSI: StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: 2 * time.Second}}}, probes.Host{Root: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed := make(chan struct{})
+	p.armed = func() { close(armed) }
+	r, err := probes.NewRunner([]probes.Entry{{Probe: p, Interval: time.Hour, Timeout: 10 * time.Second}}, probes.RunnerOptions{Jitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan probes.Result, 1000)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx, func(res probes.Result) { results <- res })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-armed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the PSI trigger was never armed: %+v", r.Stats()[0])
+	}
+	// until waits for a result ok accepts, logging the others.
+	until := func(what string, ok func(probes.Result) bool) probes.Result {
+		t.Helper()
+		deadline := time.After(90 * time.Second)
+		for {
+			select {
+			case res := <-results:
+				t.Logf("run: %s %s: %s %v", res.Status, res.Reason, res.Message, res.Readings)
+				if ok(res) {
+					return res
+				}
+			case <-deadline:
+				t.Fatalf("no run showed %s within 90s: %+v", what, r.Stats()[0])
+			}
+		}
+	}
+	until("the first run", func(probes.Result) bool { return true })
+	th.Start(t, 4)
+	until("the trigger's verdict", func(res probes.Result) bool {
+		return res.Status == probes.StatusProblem && res.Reason == ReasonMemoryPressureStall && strings.Contains(res.Message, "the kernel's PSI trigger fired")
+	})
+	if err := th.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	until("the stall over", func(res probes.Result) bool { return res.Status == probes.StatusOK })
+	if st := r.Stats()[0]; st.Wakes < 2 {
+		t.Errorf("Wakes = %d, want the trigger's and the re-check's (the interval is an hour): %+v", st.Wakes, st)
+	}
+}
+
+// TestWatchWindowNeedsCapSysResource: without CAP_SYS_RESOURCE (as the
+// image's uid 65532 runs) the kernel refuses a 1s window; Watch says so,
+// naming the trigger and the capability, and the probe shows it in its
+// readings. A 2s window arms on the same terms. The capability is dropped
+// from one locked OS thread only, which ends with its goroutine.
+func TestWatchWindowNeedsCapSysResource(t *testing.T) {
+	requirePSI(t)
+	watchUnprivileged := func(window time.Duration) (*Probe, error) {
+		p, err := New(Config{PSI: StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: window}}}, probes.Host{Root: "/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		p.armed = cancel // armed: enough, stop watching
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			if err := dropCapSysResource(); err != nil {
+				errc <- err
+				return
+			}
+			errc <- p.Watch(ctx, func() {})
+		}()
+		select {
+		case err := <-errc:
+			return p, err
+		case <-time.After(30 * time.Second):
+			t.Fatal("Watch neither armed nor failed within 30s")
+			return nil, nil
+		}
+	}
+	p, err := watchUnprivileged(time.Second)
+	if err == nil || !strings.Contains(err.Error(), `arming PSI trigger "some 100000 1000000"`) || !strings.Contains(err.Error(), "needs CAP_SYS_RESOURCE") {
+		t.Errorf("Watch with a 1s window and no CAP_SYS_RESOURCE = %v, want an error naming the trigger and CAP_SYS_RESOURCE", err)
+	}
+	if res := p.Probe(t.Context()); !hasReading(res, "psi_triggers", "not armed: arming PSI trigger") {
+		t.Errorf("the probe's readings %v do not say the trigger is not armed", res.Readings)
+	}
+	if _, err := watchUnprivileged(2 * time.Second); err != nil {
+		t.Errorf("Watch with a 2s window and no CAP_SYS_RESOURCE = %v, want it armed", err)
+	}
+}
+
+// dropCapSysResource removes CAP_SYS_RESOURCE from the calling thread's
+// effective capabilities.
+func dropCapSysResource() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Effective &^= 1 << unix.CAP_SYS_RESOURCE
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
 }

@@ -20,7 +20,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS))
 
-.PHONY: all deps tools libsystemd etcd kube-binaries build vet fmt-check test check demo demo-intro drill-storm rss npd cpu drain-bench latency-bench clean
+.PHONY: all deps tools libsystemd etcd kube-binaries build vet fmt-check test check demo demo-intro drill-storm rss npd cpu drain-bench latency-bench psi-bench clean
 
 all: build
 
@@ -178,6 +178,16 @@ drain-bench: etcd kube-binaries
 latency-bench: etcd kube-binaries npd libsystemd tools
 	NPD_BIN=$(BIN)/node-problem-detector KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
 		$(GO) test -run '^$$' -bench 'Latency(Kmsg|Xid|Netns)$$' -benchtime 1x -timeout 60m ./agent/
+
+# Memory pressure to the memory condition on a Node watch: page-cache
+# thrashing in a 64 MiB memory cgroup, the memory probe's PSI stall rule
+# (decided on the kernel's trigger) against the avg10 rule, for: 0s, on one
+# control plane (BenchmarkPSIPressureToCondition in agent/; never part of
+# `make test`). Needs root, PSI and a memory cgroup. PSI_EPISODES (default
+# 20) and PSI_AVG_EPISODES (default 5) set the counts; about 4 minutes.
+psi-bench: etcd kube-binaries
+	KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
+		$(GO) test -run '^$$' -bench PSIPressureToCondition -benchtime 1x -timeout 30m ./agent/
 
 vet: libsystemd
 	CGO_ENABLED=1 $(GO) vet ./...

@@ -187,7 +187,7 @@ latency-bench: etcd kube-binaries npd libsystemd tools
 # 20) and PSI_AVG_EPISODES (default 5) set the counts; about 4 minutes.
 psi-bench: etcd kube-binaries
 	KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
-		$(GO) test -run '^$$' -bench PSIPressureToCondition -benchtime 1x -timeout 30m ./agent/
+		$(GO) test -v -run '^$$' -bench PSIPressureToCondition -benchtime 1x -timeout 30m ./agent/
 
 vet: libsystemd
 	CGO_ENABLED=1 $(GO) vet ./...

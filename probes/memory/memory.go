@@ -121,13 +121,14 @@ type psiHooks struct {
 // triggers are the PSI triggers the probe arms, and for each the line
 // index of the stall rule it decides (-1: it only wakes the probe). One
 // per stall rule; and the wake trigger (some wakeStall within WakeWindow)
-// for the averages' sake, when an avg10 check is on or no stall rule is,
-// unless the some rule is that very trigger.
+// for the checks that are not stall rules (the averages, and
+// AvailableBelow, since memory running low stalls tasks first) or when no
+// check is on at all, unless the some rule is that very trigger.
 func (c Config) triggers(wakeStall time.Duration) (ts []psiTrigger, rule []int) {
 	rules := c.rules()
 	wake := StallRule{Stall: wakeStall, Window: WakeWindow}
-	avgOn := c.PSISomeAvg10Above > 0 || c.PSIFullAvg10Above > 0
-	if (avgOn || (rules[lineSome].IsZero() && rules[lineFull].IsZero())) && rules[lineSome] != wake {
+	others := c.PSISomeAvg10Above > 0 || c.PSIFullAvg10Above > 0 || !c.AvailableBelow.IsZero()
+	if (others || (rules[lineSome].IsZero() && rules[lineFull].IsZero())) && rules[lineSome] != wake {
 		ts, rule = append(ts, psiTrigger{Line: "some", Stall: wake.Stall, Window: wake.Window}), append(rule, -1)
 	}
 	for i, r := range rules {

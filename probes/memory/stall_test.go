@@ -107,8 +107,11 @@ func TestTriggers(t *testing.T) {
 	}{
 		{"nothing but meminfo: the wake trigger", Config{}, []string{wake + " -> -1"}},
 		{"averages only: the wake trigger", Config{PSIFullAvg10Above: 25}, []string{wake + " -> -1"}},
+		{"availableBelow only: the wake trigger", Config{AvailableBelow: pct(5)}, []string{wake + " -> -1"}},
 		{"stall rules only: their triggers", Config{PSI: StallRules{Some: some, Full: full}},
 			[]string{"some 100000 1000000 -> 0", "full 500000 2000000 -> 1"}},
+		{"a stall rule and availableBelow (the defaults): both", Config{AvailableBelow: pct(5), PSI: StallRules{Full: full}},
+			[]string{wake + " -> -1", "full 500000 2000000 -> 1"}},
 		{"a stall rule and an average: both", Config{PSISomeAvg10Above: 10, PSI: StallRules{Full: full}},
 			[]string{wake + " -> -1", "full 500000 2000000 -> 1"}},
 		{"the some rule is the wake trigger: armed once", Config{PSISomeAvg10Above: 10, PSI: StallRules{Some: StallRule{Stall: DefaultWakeStall, Window: WakeWindow}}},

@@ -189,14 +189,14 @@ latency-bench: etcd kube-binaries npd libsystemd tools
 # switches per process and their ratios, RSS at 20 minutes, Event latency
 # per kind with the reasons each side records, lines missed and Events
 # recorded twice. Needs root, unshare and setpriv (util-linux).
-# VERSUS_WINDOW (10m) is the quiet window, VERSUS_RSS_AT (20m) when RSS is
+# -v: a benchmark's log is cut to 10 lines without it. VERSUS_WINDOW (10m) is the quiet window, VERSUS_RSS_AT (20m) when RSS is
 # read, VERSUS_EVENTS (21) the lines of each kind; about 25 minutes.
 # SELFTAINT_BIN measures a prebuilt binary instead of this tree's. With
 # VERSUS_PSI=1 it runs `make psi-bench` (memory pressure -> condition)
 # after, where the Makefile has that target.
 versus-npd: etcd kube-binaries npd libsystemd
 	NPD_BIN=$(BIN)/node-problem-detector KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
-		$(GO) test -run '^$$' -bench '^BenchmarkVersusNPD$$' -benchtime 1x -timeout 60m ./cmd/selftaint/
+		$(GO) test -v -run '^$$' -bench '^BenchmarkVersusNPD$$' -benchtime 1x -timeout 60m ./cmd/selftaint/
 	@if [ -n "$(VERSUS_PSI)" ]; then \
 		if $(MAKE) -n psi-bench >/dev/null 2>&1; then $(MAKE) psi-bench; \
 		else echo "VERSUS_PSI: this Makefile has no psi-bench target" >&2; exit 1; fi; \

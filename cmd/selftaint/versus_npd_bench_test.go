@@ -124,12 +124,14 @@ func BenchmarkVersusNPD(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		// 1. Settle.
+		b.Logf("settling: waiting for every Node's conditions, then until %s after the start", settle)
 		for _, s := range v.subjects {
 			v.waitConditions(s, 3*time.Minute, func(c *corev1.NodeCondition) bool { return true })
 		}
 		v.sleep(time.Until(start.Add(settle)))
 
 		// 2. Quiet CPU windows.
+		b.Logf("quiet CPU window of %s", window)
 		load := []string{loadAvg(b)}
 		u0 := v.usage()
 		v.sleep(window)
@@ -138,6 +140,7 @@ func BenchmarkVersusNPD(b *testing.B) {
 		var u2 []testkit.ProcUsage
 		window2 := time.Until(start.Add(rssAt))
 		if window2 > 0 {
+			b.Logf("a second quiet window of %s, to RSS at %s after the start", window2.Round(time.Second), rssAt)
 			v.sleep(window2)
 			u2 = v.usage()
 			load = append(load, loadAvg(b))
@@ -155,6 +158,7 @@ func BenchmarkVersusNPD(b *testing.B) {
 		}
 
 		// 4 and 5. Event latency, lines missed, Events twice.
+		b.Logf("Event latency: %d lines of each kind on the kmsg pair", events)
 		lat := v.latency(events)
 
 		v.report(versusFigures{window: window, window2: window2, rssAt: rssTaken, load: load,

@@ -41,6 +41,9 @@ func (p *Process) Start(t testing.TB) {
 	}
 	cmd := exec.Command(p.Argv[0], p.Argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// Killed with the test binary should it die without its cleanups
+	// (a change of user, as setpriv makes, drops this).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		t.Fatalf("starting %s (%s): %v", p.Name, p.Argv[0], err)

@@ -45,8 +45,7 @@ import (
 //   - selftaint-kernel-log and selftaint-kernel-log-65532:
 //     deploy/kernel-log/config.yaml, its file paths pointed at those two
 //     files and its kmsgPath at a FIFO, as root and as uid 65532 (the
-//     image's user: setpriv --reuid 65532 --regid 65532 --clear-groups, a
-//     copy of the binary owned by it, as the image installs it);
+//     image's user: setpriv --reuid 65532 --regid 65532 --clear-groups);
 //   - selftaint-defaults and selftaint-defaults-65532: no config (the
 //     built-in defaults), as root and as uid 65532.
 //
@@ -54,7 +53,10 @@ import (
 // bind-mounted over /dev/kmsg in a private mount namespace: its reader
 // opens /dev/kmsg by that name); nothing is written to the real kernel
 // log. The selftaint binary is built as `make build` builds it, or
-// $SELFTAINT_BIN (a prebuilt binary, to measure another build).
+// $SELFTAINT_BIN (a prebuilt binary, to measure another build); each
+// selftaint process runs a copy of its own owned by its user, as on a node
+// (the start-up memory shed pages out only pages no other process maps,
+// and only for the file's owner).
 //
 // Phases:
 //
@@ -277,12 +279,6 @@ func newVersusRun(b *testing.B, cp *testcp.ControlPlane, bin, npdBin string) *ve
 	kernelMonitor := copyFile("../../deploy/kernel-log/npd/kernel-monitor.json", "kernel-monitor.json", 0o644)
 	readonlyMonitor := copyFile("../../deploy/kernel-log/npd/readonly-monitor.json", "readonly-monitor.json", 0o644)
 	kubeconfig := copyFile(cp.KubeconfigPath, "kubeconfig", 0o644)
-	// The image installs the binary owned by the user it runs as, which
-	// the start-up memory shed needs.
-	bin65532 := copyFile(bin, "selftaint-65532", 0o755)
-	if err := os.Chown(bin65532, versusUID, versusUID); err != nil {
-		b.Fatal(err)
-	}
 	deployKernelLog, err := os.ReadFile("../../deploy/kernel-log/config.yaml")
 	if err != nil {
 		b.Fatal(err)
@@ -302,9 +298,17 @@ func newVersusRun(b *testing.B, cp *testcp.ControlPlane, bin, npdBin string) *ve
 	selftaint := func(name string, uid int, config string) *versusSubject {
 		node := "versus-" + name
 		addr := "127.0.0.1:" + testkit.FreePort(b)
-		argv := []string{bin}
+		// A binary of its own, as on a node: the start-up memory shed
+		// (madvise MADV_PAGEOUT) leaves alone the pages another process
+		// maps too. Owned by the user it runs as, as the image installs
+		// it: the kernel pages a file out only for its owner.
+		own := copyFile(bin, "selftaint-"+name, 0o755)
+		if err := os.Chown(own, uid, uid); err != nil {
+			b.Fatal(err)
+		}
+		argv := []string{own}
 		if uid != 0 {
-			argv = []string{"setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups", bin65532}
+			argv = []string{"setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups", own}
 		}
 		argv = append(argv, "agent", "--node-name="+node, "--kubeconfig="+kubeconfig, "--metrics-address="+addr)
 		if config != "" {

@@ -20,7 +20,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS))
 
-.PHONY: all deps tools libsystemd etcd kube-binaries build vet fmt-check test check demo demo-intro drill-storm rss npd cpu drain-bench latency-bench psi-bench clean
+.PHONY: all deps tools libsystemd etcd kube-binaries build vet fmt-check test check demo demo-intro drill-storm rss npd cpu drain-bench latency-bench psi-bench versus-npd clean
 
 all: build
 
@@ -188,6 +188,26 @@ latency-bench: etcd kube-binaries npd libsystemd tools
 psi-bench: etcd kube-binaries
 	KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
 		$(GO) test -v -run '^$$' -bench PSIPressureToCondition -benchtime 1x -timeout 30m ./agent/
+
+# Issue 29's side-by-side run (BenchmarkVersusNPD in cmd/selftaint; never
+# part of `make test`): node-problem-detector and `selftaint agent` on one
+# etcd and kube-apiserver, each on its own Node, the same kernel log lines
+# written to each one's FIFO (NPD's bind-mounted over /dev/kmsg in a mount
+# namespace of its own): the kernel-monitor.json pair (selftaint's probes
+# off), deploy/kernel-log's config against NPD with its two files, and
+# selftaint's defaults; as root and as uid 65532. Quiet CPU and context
+# switches per process and their ratios, RSS at 20 minutes, Event latency
+# per kind with the reasons each side records, lines missed and Events
+# recorded twice. Needs root, unshare and setpriv (util-linux).
+# -v: a benchmark's log is cut to 10 lines without it. VERSUS_WINDOW (10m) is the quiet window, VERSUS_RSS_AT (20m) when RSS is
+# read, VERSUS_EVENTS (21) the lines of each kind; about 25 minutes.
+# SELFTAINT_BIN measures a prebuilt binary instead of this tree's. Then
+# it runs `make psi-bench` (memory pressure -> condition; VERSUS_PSI=0
+# leaves it out).
+versus-npd: etcd kube-binaries npd libsystemd
+	NPD_BIN=$(BIN)/node-problem-detector KUBE_BIN_DIR=$(BIN) CGO_ENABLED=1 \
+		$(GO) test -v -run '^$$' -bench '^BenchmarkVersusNPD$$' -benchtime 1x -timeout 60m ./cmd/selftaint/
+	@if [ "$(VERSUS_PSI)" != 0 ]; then $(MAKE) psi-bench; fi
 
 vet: libsystemd
 	CGO_ENABLED=1 $(GO) vet ./...

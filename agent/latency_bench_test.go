@@ -21,19 +21,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/gpu"
 	"github.com/selftaint/selftaint/probes/logmon"
@@ -245,20 +244,6 @@ func withoutWakes(specs []agent.ProbeSpec) []agent.ProbeSpec {
 	return out
 }
 
-// requestClear writes an operator's clear request for probe (what
-// `selftaint gpu clear` and the fault CLI write).
-func requestClear(b *testing.B, c kubernetes.Interface, node, probe string, targets ...string) {
-	b.Helper()
-	req, err := agent.ClearRequest{Targets: targets, RequestedAt: time.Now().UTC().Format(time.RFC3339Nano), By: "latency-bench"}.Encode()
-	if err != nil {
-		b.Fatal(err)
-	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, agent.ClearAnnotation(probe), req)
-	if _, err := c.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		b.Fatalf("writing the clear request: %v", err)
-	}
-}
-
 // kernelLines are the lines of NPD's kernel-monitor.json permanent rules
 // the kmsg benchmarks write, one per condition, in turn.
 var kernelLines = []struct {
@@ -276,42 +261,6 @@ var kernelLines = []struct {
 
 func kernelTaint(cond corev1.NodeConditionType) corev1.Taint {
 	return corev1.Taint{Key: "selftaint.io/" + strings.ToLower(string(cond)), Effect: corev1.TaintEffectNoSchedule}
-}
-
-// kmsgFIFO stands in for /dev/kmsg: a FIFO held open for writing (as the
-// kernel holds its log) so readers block in read, as on /dev/kmsg, and
-// records are stamped against boot.
-type kmsgFIFO struct {
-	path string
-	f    *os.File
-	boot time.Time
-	seq  int
-}
-
-func newKmsgFIFO(b *testing.B, dir string, boot time.Time) *kmsgFIFO {
-	b.Helper()
-	path := filepath.Join(dir, "kmsg")
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		b.Fatalf("mkfifo: %v", err)
-	}
-	// O_RDWR: opening does not wait for a reader, and the FIFO always has
-	// a writer, so a reader never sees end of file.
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = f.Close() })
-	return &kmsgFIFO{path: path, f: f, boot: boot}
-}
-
-// write logs msg as the kernel's next record, stamped now.
-func (k *kmsgFIFO) write(b *testing.B, msg string) {
-	b.Helper()
-	k.seq++
-	rec := fmt.Sprintf("3,%d,%d,-;%s\n", k.seq, time.Since(k.boot).Microseconds(), msg)
-	if _, err := k.f.WriteString(rec); err != nil {
-		b.Fatalf("writing to the kmsg FIFO: %v", err)
-	}
 }
 
 // kmsgAgentHost is a host root whose kernel booted an hour ago.
@@ -346,11 +295,12 @@ func kernelMonitorJSON(b *testing.B) string {
 // runKmsgAgent runs the agent with kernel-monitor.json reading a kmsg
 // FIFO, a NoSchedule rule per condition the benchmark sets, and its
 // probes woken or polled.
-func runKmsgAgent(b *testing.B, c kubernetes.Interface, node string, polled bool) *kmsgFIFO {
+func runKmsgAgent(b *testing.B, c kubernetes.Interface, node string, polled bool) *testkit.Kmsg {
 	b.Helper()
 	dir := b.TempDir()
 	host, boot := kmsgAgentHost(b, dir)
-	kmsg := newKmsgFIFO(b, dir, boot)
+	kmsg := testkit.NewKmsg(boot)
+	kmsgPath := kmsg.FIFO(b, filepath.Join(dir, "kmsg"), 0o600)
 	// The rules are given to the agent as the config would build them:
 	// the config's validation does not know the conditions of NPD files
 	// (it would reject a rule on KernelDeadlock).
@@ -358,7 +308,7 @@ func runKmsgAgent(b *testing.B, c kubernetes.Interface, node string, polled bool
 	for _, l := range kernelLines {
 		rules = append(rules, taints.Rule{Condition: l.cond, Status: corev1.ConditionTrue, Taint: kernelTaint(l.cond)})
 	}
-	cfg, err := config.Parse([]byte(fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n  kmsgPath: %s\n", kernelMonitorJSON(b), kmsg.path)))
+	cfg, err := config.Parse([]byte(fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n  kmsgPath: %s\n", kernelMonitorJSON(b), kmsgPath)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -378,13 +328,15 @@ func runKmsgAgent(b *testing.B, c kubernetes.Interface, node string, polled bool
 // kmsgAgentEvent writes kernelLines in turn and clears each through the
 // probe's clear request (a permanent condition, as in NPD, is never
 // cleared by a line).
-func kmsgAgentEvent(b *testing.B, c kubernetes.Interface, node string, kmsg *kmsgFIFO) latencyEvent {
+func kmsgAgentEvent(b *testing.B, c kubernetes.Interface, node string, kmsg *testkit.Kmsg) latencyEvent {
 	line := func(i int) corev1.NodeConditionType { return kernelLines[i%len(kernelLines)].cond }
 	return latencyEvent{
-		cause:  func(i int) { kmsg.write(b, kernelLines[i%len(kernelLines)].line(i)) },
+		cause:  func(i int) { kmsg.Write(b, kernelLines[i%len(kernelLines)].line(i)) },
 		on:     func(i int, n *corev1.Node) bool { return hasTaint(n, kernelTaint(line(i))) },
 		spread: logmon.Interval,
-		clear:  func(i int) { requestClear(b, c, node, "logmon-"+string(line(i)), string(line(i))) },
+		clear: func(i int) {
+			testkit.RequestClear(b, c, node, "logmon-"+string(line(i)), "latency-bench", string(line(i)))
+		},
 		cleared: func(i int, n *corev1.Node) bool {
 			_, pending := n.Annotations[agent.ClearAnnotation("logmon-"+string(line(i)))]
 			return !hasTaint(n, kernelTaint(line(i))) && !pending
@@ -499,7 +451,9 @@ func BenchmarkLatencyXid(b *testing.B) {
 			spread: spread,
 			cause:  func(i int) { f.xid(i%len(f.Devices), 79) },
 			on:     func(_ int, n *corev1.Node) bool { return hasTaint(n, gpuFailureTaint) },
-			clear:  func(i int) { requestClear(b, c, node, gpu.NameFatal, f.uuid(i%len(f.Devices))) },
+			clear: func(i int) {
+				testkit.RequestClear(b, c, node, gpu.NameFatal, "latency-bench", f.uuid(i%len(f.Devices)))
+			},
 			cleared: func(_ int, n *corev1.Node) bool {
 				_, pending := n.Annotations[agent.ClearAnnotation(gpu.NameFatal)]
 				return !hasTaint(n, gpuFailureTaint) && !pending

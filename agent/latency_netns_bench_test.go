@@ -25,6 +25,7 @@ import (
 
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
+	"github.com/selftaint/selftaint/agent/testkit"
 	"github.com/selftaint/selftaint/probes"
 	"github.com/selftaint/selftaint/probes/probestest"
 )
@@ -296,7 +297,7 @@ func (ns *latencyNetns) runAgent(b *testing.B, req netnsAgentRequest) {
 		_ = logf.Close()
 		if err != nil || b.Failed() {
 			out, _ := os.ReadFile(logPath)
-			b.Logf("the agent in namespace %s: %v\n%s", ns.node, err, tail(string(out), 4000))
+			b.Logf("the agent in namespace %s: %v\n%s", ns.node, err, testkit.Tail(string(out), 4000))
 		}
 	})
 }

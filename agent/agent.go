@@ -190,7 +190,10 @@ type Agent struct {
 	byProbe  map[string]ProbeSpec
 	ruleFor  map[taints.TaintID][]taints.Rule
 	queue    workqueue.TypedRateLimitingInterface[string]
+	// recorder records the agent's own Events through events, which
+	// paces them (events.go); both are made by Run.
 	recorder record.EventRecorder
+	events   *eventSink
 	lister   corelisters.NodeLister
 
 	conditionWrites, taintWrites, conflicts, syncs atomic.Int64
@@ -452,10 +455,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: watching node %s: %w", a.opts.NodeName, err)
 	}
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	// The correlator never drops: Events are paced in one place, the
+	// agent's (events.go), which counts what it holds back.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(neverDrop()))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.Events("")})
 	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint", Host: a.opts.NodeName})
+	a.events = &eventSink{
+		recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint", Host: a.opts.NodeName}),
+		now:      a.clock.Now, metrics: a.opts.Metrics, log: a.log, pacer: newEventPacer(),
+	}
+	a.recorder = pacedRecorder{a.events}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -20,7 +20,6 @@ import (
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
-	"github.com/selftaint/selftaint/probes/custom"
 )
 
 // TestNPDChecksOnTheNode runs an unchanged node-problem-detector
@@ -282,7 +281,7 @@ exit "$code"
 // TestNPDTemporaryRuleEvents runs an NPD config with a temporary rule and
 // enable_message_change_based_condition_update on a real API server: the
 // temporary rule's failures become Warning Events on the Node, and a flood
-// of them is paced (custom.EventBurst reach the API); the permanent rule's
+// of them is paced (agent.ReasonBurst reach the API); the permanent rule's
 // message change while its condition stays True is told by NPD's Event.
 func TestNPDTemporaryRuleEvents(t *testing.T) {
 	dir := t.TempDir()
@@ -337,11 +336,11 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 		return n
 	}
 	_ = testcp.Poll(context.Background(), 90*time.Second, 100*time.Millisecond, func() (bool, error) {
-		return recorded() >= custom.EventBurst, nil
+		return recorded() >= agent.ReasonBurst, nil
 	})
 	time.Sleep(2 * time.Second)
-	if recorded := recorded(); recorded != custom.EventBurst {
-		t.Errorf("25 or more failing runs recorded %d ConntrackFull events, want %d", recorded, custom.EventBurst)
+	if recorded := recorded(); recorded != agent.ReasonBurst {
+		t.Errorf("25 or more failing runs recorded %d ConntrackFull events, want %d", recorded, agent.ReasonBurst)
 	}
 
 	// The permanent rule: a problem, then a new message while it stays.

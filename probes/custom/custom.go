@@ -185,7 +185,7 @@ type Options struct {
 
 // Group runs checks under one concurrency limit.
 type Group struct {
-	opts   Options
+	opts  Options
 	slots chan struct{} // a plugin runs while holding a slot
 	// beforeStart, if set, is called before each plugin's process is
 	// started; tests set it to stand for a slow fork and exec.

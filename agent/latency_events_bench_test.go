@@ -108,9 +108,9 @@ func startKmsgEventsAgent(b *testing.B, c kubernetes.Interface, node string, hos
 // the same lines (NPD_BIN, root and unshare(1), as BenchmarkLatencyKmsg).
 // Each event waits a random pause of up to 1 s first. Every process records
 // fewer Events than its pacing lets through at once: selftaint is
-// restarted every 10 condition changes (each change and its clear are two
-// of the agent's own Events, 25 at once), NPD after every condition change
-// (it never clears one).
+// restarted every 5 condition changes (a change, its clear and the clear's
+// ProbeStateCleared are three of the agent's own Events, 25 at once), NPD
+// after every condition change (it never clears one).
 //
 //	LATENCY_EVENTS=20 KUBE_BIN_DIR=$PWD/bin NPD_BIN=$PWD/bin/node-problem-detector go test -run '^$' -bench LatencyEvents -benchtime 1x ./agent/
 func BenchmarkLatencyEvents(b *testing.B) {
@@ -142,7 +142,7 @@ func BenchmarkLatencyEvents(b *testing.B) {
 		}
 		cond := latencyResult{name: "selftaint: condition change Event", key: "cond"}
 		for i := range n {
-			if i > 0 && i%10 == 0 {
+			if i > 0 && i%5 == 0 {
 				stop()
 				stop = startKmsgEventsAgent(b, c, node, dir, kmsg)
 			}
@@ -152,6 +152,10 @@ func BenchmarkLatencyEvents(b *testing.B) {
 			kmsg.write(b, text)
 			ew.until(time.Minute, text, "DockerHung", agent.ReasonConditionChanged)
 			cond.up = append(cond.up, time.Since(start))
+			nw.until(time.Minute, "KernelDeadlock True", func(n *corev1.Node) bool {
+				cd := condition(n, "KernelDeadlock")
+				return cd != nil && cd.Status == corev1.ConditionTrue
+			})
 			requestClear(b, c, node, "logmon-KernelDeadlock", "KernelDeadlock")
 			nw.until(time.Minute, "KernelDeadlock cleared", func(n *corev1.Node) bool {
 				cd := condition(n, "KernelDeadlock")

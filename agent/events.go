@@ -16,6 +16,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -157,12 +158,9 @@ type eventSink struct {
 	recorder record.EventRecorder
 	now      func() time.Time
 	metrics  Metrics
-	log      interface {
-		Info(msg string, args ...any)
-		Warn(msg string, args ...any)
-	}
-	mu    sync.Mutex // guards pacer
-	pacer *eventPacer
+	log      *slog.Logger
+	mu       sync.Mutex // guards pacer
+	pacer    *eventPacer
 }
 
 // record records an Event of class on object unless the pacer holds it

@@ -89,6 +89,11 @@ type ProbeSpec struct {
 	// the heartbeat): leave it off where messages carry live readings, or
 	// every reading costs a write.
 	MessageUpdates bool
+	// NPDReasons gives the condition's change Events the condition's
+	// reason (the rule's when it goes True, its default one going back),
+	// as node-problem-detector records them, instead of ConditionChanged:
+	// the conditions of NPD files.
+	NPDReasons bool
 }
 
 // EventsOnly reports whether the probe feeds no condition, only Events
@@ -190,7 +195,10 @@ type Agent struct {
 	byProbe  map[string]ProbeSpec
 	ruleFor  map[taints.TaintID][]taints.Rule
 	queue    workqueue.TypedRateLimitingInterface[string]
+	// recorder records the agent's own Events through events, which
+	// paces them (events.go); both are made by Run.
 	recorder record.EventRecorder
+	events   *eventSink
 	lister   corelisters.NodeLister
 
 	conditionWrites, taintWrites, conflicts, syncs atomic.Int64
@@ -205,6 +213,9 @@ type Agent struct {
 	// healthy is each condition's status when all is well. Read-only after
 	// New.
 	healthy map[corev1.NodeConditionType]corev1.ConditionStatus
+	// npdReasons are the conditions whose change Events carry their
+	// reason (ProbeSpec.NPDReasons). Read-only after New.
+	npdReasons map[corev1.NodeConditionType]bool
 	// stateful is the Stateful probes by name (state.go). The map is
 	// read-only after New; the records' fields are guarded by mu.
 	stateful map[string]*statefulProbe
@@ -237,6 +248,9 @@ type Agent struct {
 	// published is the last state of each condition written to (or adopted
 	// from) the Node; its transition time is carried while the status holds.
 	published map[corev1.NodeConditionType]taints.Published
+	// told is the status each condition's change Event told since the
+	// last status write (taints.Snapshot.Told); emptied by the write.
+	told map[corev1.NodeConditionType]corev1.ConditionStatus
 	// faultMem is the verdict on each fault annotation's current value
 	// and the faults applied at the last sync (faults.Evaluate), so a
 	// rejection is reported once and an expiry is told apart from a fault
@@ -299,7 +313,9 @@ func New(opts Options) (*Agent, error) {
 		faultConds:  map[corev1.NodeConditionType]bool{},
 		faultProbes: map[string]corev1.NodeConditionType{},
 		healthy:     map[corev1.NodeConditionType]corev1.ConditionStatus{},
+		npdReasons:  map[corev1.NodeConditionType]bool{},
 		published:   map[corev1.NodeConditionType]taints.Published{},
+		told:        map[corev1.NodeConditionType]corev1.ConditionStatus{},
 		faultMem:    faults.Memory{Seen: map[string]faults.Verdict{}, Applied: map[string]string{}},
 		advertised:  map[corev1.ResourceName]bool{},
 		reported:    map[string]bool{},
@@ -371,6 +387,7 @@ func (a *Agent) addProbes(specs []ProbeSpec) ([]probes.Entry, error) {
 		a.dampers[p.Condition] = taints.NewDamper(p.Damping, p.HealthyStatus())
 		a.faultConds[p.Condition] = true
 		a.faultProbes[p.Entry.Probe.Name()] = p.Condition
+		a.npdReasons[p.Condition] = p.NPDReasons
 		entries = append(entries, a.addStateful(p.Entry))
 	}
 	return entries, nil
@@ -452,10 +469,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: watching node %s: %w", a.opts.NodeName, err)
 	}
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	// The correlator never drops: Events are paced in one place, the
+	// agent's (events.go), which counts what it holds back.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(neverDrop()))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.Events("")})
 	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint", Host: a.opts.NodeName})
+	a.events = &eventSink{
+		recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "selftaint", Host: a.opts.NodeName}),
+		now:      a.clock.Now, metrics: a.opts.Metrics, log: a.log, pacer: newEventPacer(),
+	}
+	a.recorder = pacedRecorder{a.events}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -673,6 +696,7 @@ func (a *Agent) snapshotLocked(node *corev1.Node, now time.Time) taints.Snapshot
 		Node: node, Now: now,
 		Faults:          a.evalFaultsLocked(node.Annotations, now),
 		Published:       maps.Clone(a.published),
+		Told:            maps.Clone(a.told),
 		Rules:           a.opts.Rules,
 		DrainRules:      a.opts.DrainRules,
 		Ownable:         a.ownable,
@@ -729,6 +753,7 @@ func (a *Agent) dampedLocked(now time.Time) (map[corev1.NodeConditionType]taints
 func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.NodePlan) (*corev1.Node, error) {
 	res := plan.Resources
 	node, now := snap.Node, snap.Now
+	a.tellChanges(node, plan.Changes)
 	a.reportFaults(node, snap.Faults)
 	a.reportHeldResources(node, plan.Status.Held)
 	node, err := a.removeResources(ctx, node, res)
@@ -737,7 +762,7 @@ func (a *Agent) write(ctx context.Context, snap taints.Snapshot, plan taints.Nod
 	}
 	states := plan.Conditions.States
 	if plan.Status.Write {
-		if node, err = a.applyStatus(ctx, node, states, res, plan.Changes, now); err != nil {
+		if node, err = a.applyStatus(ctx, node, states, res, now); err != nil {
 			return nil, err
 		}
 	}
@@ -817,7 +842,7 @@ func (a *Agent) adoptLocked(node *corev1.Node, now time.Time) {
 // touched. The resource entries are res's (taints.PlanResources): one we
 // alone own is never just left out, as the API server would remove it; the
 // apply forces only where res says (applyNodeStatus).
-func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, res taints.ResourcePlan, changes []taints.ConditionChange, now time.Time) (*corev1.Node, error) {
+func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[corev1.NodeConditionType]taints.State, res taints.ResourcePlan, now time.Time) (*corev1.Node, error) {
 	types := make([]corev1.NodeConditionType, 0, len(states))
 	for t := range states {
 		types = append(types, t)
@@ -841,16 +866,43 @@ func (a *Agent) applyStatus(ctx context.Context, old *corev1.Node, states map[co
 	}
 	a.conditionWrites.Add(1)
 	a.remember(written)
+	a.mu.Lock()
+	clear(a.told) // the Node now says what was told
+	a.mu.Unlock()
 	a.reportResources(written, old, res)
+	return written, nil
+}
+
+// ReasonConditionChanged is the reason of a condition change's Event,
+// but for the conditions of NPD files (ProbeSpec.NPDReasons), whose
+// Events carry the condition's reason as NPD's do.
+const ReasonConditionChanged = "ConditionChanged"
+
+// tellChanges records an Event for each condition change the plan decided
+// (taints.NodePlan.Changes), as soon as it is decided and before the
+// status write, as node-problem-detector and the kubelet record theirs:
+// the Event does not wait for the write. A change is told once: should
+// the write fail, the sync is retried with the change remembered as told
+// (taints.Snapshot.Told), and should the condition go back before a write
+// succeeds, that is a change told in its turn. Damped and held conditions
+// are changes only once the plan decides them, so no Event tells a change
+// the agent does not mean to write.
+func (a *Agent) tellChanges(node *corev1.Node, changes []taints.ConditionChange) {
 	for _, c := range changes {
 		etype := corev1.EventTypeNormal
 		if c.Unhealthy {
 			etype = corev1.EventTypeWarning
 		}
-		a.recorder.Eventf(written, etype, "ConditionChanged", "%s is now %s (%s): %s", c.Type, c.Status, c.Reason, taints.Truncate(c.Message, 256))
+		reason := ReasonConditionChanged
+		if a.npdReasons[c.Type] && c.Reason != "" {
+			reason = c.Reason
+		}
+		a.recorder.Eventf(node, etype, reason, "%s is now %s (%s): %s", c.Type, c.Status, c.Reason, taints.Truncate(c.Message, 256))
 		a.log.Info("condition changed", "condition", c.Type, "status", c.Status, "reason", c.Reason, "message", c.Message)
+		a.mu.Lock()
+		a.told[c.Type] = c.Status
+		a.mu.Unlock()
 	}
-	return written, nil
 }
 
 func (a *Agent) remember(n *corev1.Node) {

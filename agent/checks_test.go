@@ -20,7 +20,6 @@ import (
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
 	"github.com/selftaint/selftaint/probes"
-	"github.com/selftaint/selftaint/probes/custom"
 )
 
 // TestNPDChecksOnTheNode runs an unchanged node-problem-detector
@@ -282,8 +281,10 @@ exit "$code"
 // TestNPDTemporaryRuleEvents runs an NPD config with a temporary rule and
 // enable_message_change_based_condition_update on a real API server: the
 // temporary rule's failures become Warning Events on the Node, and a flood
-// of them is paced (custom.EventBurst reach the API); the permanent rule's
-// message change while its condition stays True is told by NPD's Event.
+// of them is paced (agent.ReasonBurst reach the API); the permanent rule's
+// changes are told with NPD's reasons (the rule's going True, the
+// condition's default going back), and its message change while its
+// condition stays True by NPD's Event.
 func TestNPDTemporaryRuleEvents(t *testing.T) {
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "runs")
@@ -337,11 +338,11 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 		return n
 	}
 	_ = testcp.Poll(context.Background(), 90*time.Second, 100*time.Millisecond, func() (bool, error) {
-		return recorded() >= custom.EventBurst, nil
+		return recorded() >= agent.ReasonBurst, nil
 	})
 	time.Sleep(2 * time.Second)
-	if recorded := recorded(); recorded != custom.EventBurst {
-		t.Errorf("25 or more failing runs recorded %d ConntrackFull events, want %d", recorded, custom.EventBurst)
+	if recorded := recorded(); recorded != agent.ReasonBurst {
+		t.Errorf("25 or more failing runs recorded %d ConntrackFull events, want %d", recorded, agent.ReasonBurst)
 	}
 
 	// The permanent rule: a problem, then a new message while it stays.
@@ -350,9 +351,18 @@ func TestNPDTemporaryRuleEvents(t *testing.T) {
 		c := condition(n, "NPDCheck")
 		return c != nil && c.Status == corev1.ConditionTrue
 	})
-	waitEvent(t, c, node, "ConditionChanged", time.Minute, "NPDCheck is now True (CheckFailed): first message")
+	// NPD's reasons: the rule's going True, the condition's default one
+	// going back.
+	waitEvent(t, c, node, "CheckFailed", time.Minute, "NPDCheck is now True (CheckFailed): first message")
 	writeFile(t, state, "1 second message\n")
 	waitEvent(t, c, node, "CheckFailed", time.Minute, `Node condition NPDCheck is now: True, reason: CheckFailed, message: "second message"`)
+	writeFile(t, state, "0 fine again\n")
+	waitEvent(t, c, node, "CheckIsFine", time.Minute, "NPDCheck is now False (CheckIsFine)")
+	for _, e := range nodeEvents(t, c, node, agent.ReasonConditionChanged) {
+		if strings.Contains(e.Message, "NPDCheck is now True") || strings.Contains(e.Message, "NPDCheck is now False (CheckIsFine)") {
+			t.Errorf("a ConditionChanged Event for an NPD file's condition: %q, want NPD's reason", e.Message)
+		}
+	}
 }
 
 // stalledProbe never finishes a run before its context ends: an

@@ -113,10 +113,11 @@ type RunnerOptions struct {
 	// Observer, if set, is told about every result the runner reports
 	// (metrics live on the other side of this interface).
 	Observer Observer
-	// WakeGap is the least time from the start of one run of a probe to
-	// the start of a run a wake asked for (see Waker), so an event storm
-	// costs at most one run per WakeGap; the first wake after a quiet
-	// spell runs the probe at once. 0 means 100ms; a negative value
+	// WakeGap is the least time from the start of one woken run of a
+	// probe to the start of a run a wake asked for (see Waker), so an
+	// event storm costs at most one run per WakeGap; the first wake after
+	// a quiet spell, or after a run of the interval, runs the probe at
+	// once. 0 means 100ms; a negative value
 	// means no gap.
 	WakeGap time.Duration
 }
@@ -378,9 +379,13 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		}
 		r.record(i, res, stack)
 		emit(res)
+		ranWoken := woke
 		woke, ok = r.wait(ctx, start.Add(e.Interval).Sub(r.clock.Now()), pending)
-		if woke && ok {
-			// A storm costs one run per WakeGap at most.
+		if woke && ok && ranWoken {
+			// A storm costs one run per WakeGap at most. A wake after a
+			// run of the interval runs at once: the interval is no storm,
+			// and an event must not wait because a run happened to be
+			// due just before it.
 			ok = r.sleep(ctx, start.Add(r.wakeGap).Sub(r.clock.Now()))
 		}
 	}

@@ -162,6 +162,40 @@ func TestRunnerWakeStorm(t *testing.T) {
 	}
 }
 
+// TestRunnerWakeAfterIntervalRun: a wake right after a run of the
+// interval runs the probe at once: only a woken run holds the next wake
+// back by WakeGap.
+func TestRunnerWakeAfterIntervalRun(t *testing.T) {
+	const interval = time.Second
+	p, wakes := handWaker("logmon", nil)
+	h := start(t, []probes.Entry{{Probe: p, Interval: interval, Timeout: 500 * time.Millisecond}},
+		probes.RunnerOptions{Jitter: -1}, nil) // default WakeGap
+	wake := recvWake(t, wakes)
+	h.recv() // the first run, not woken
+	h.waiters(1)
+	h.clock.Step(interval)
+	if got, want := h.recv().Time, t0.Add(interval); !got.Equal(want) {
+		t.Fatalf("interval run at %v, want %v", got, want)
+	}
+	h.waiters(1)
+	h.clock.Step(10 * time.Millisecond)
+	wake()
+	woken := t0.Add(interval + 10*time.Millisecond)
+	if got := h.recv().Time; !got.Equal(woken) {
+		t.Fatalf("woken run at %v, want %v: at once, not WakeGap after the interval's run", got, woken)
+	}
+	// A second wake within WakeGap of the woken run waits for the gap.
+	h.waiters(1)
+	wake()
+	h.waiters(1)
+	h.clock.Step(probes.DefaultWakeGap - time.Nanosecond)
+	h.quiet()
+	h.clock.Step(time.Nanosecond)
+	if got, want := h.recv().Time, woken.Add(probes.DefaultWakeGap); !got.Equal(want) {
+		t.Errorf("the second woken run at %v, want %v", got, want)
+	}
+}
+
 // TestRunnerWatchFails: a Watch that fails, panics or gives up is logged and
 // recorded, and the probe keeps running on its interval.
 func TestRunnerWatchFails(t *testing.T) {

@@ -26,6 +26,11 @@ type Snapshot struct {
 	Faults faults.Eval
 	// Published is what was published last, for transition times.
 	Published map[corev1.NodeConditionType]Published
+	// Told is the status each condition's last change Event told, for
+	// the conditions whose change was told but not written yet (a write
+	// that failed and is retried): a change is told once, when decided,
+	// not again at each retry (conditionChanges).
+	Told map[corev1.NodeConditionType]corev1.ConditionStatus
 	// InitCondition, Init and InitTaint manage initialization when Init is
 	// set.
 	InitCondition corev1.NodeConditionType
@@ -84,8 +89,9 @@ type NodePlan struct {
 	// fresh Node after a conflict.
 	Metadata MetadataInput
 	// Changes are the conditions whose status this sync changes on the
-	// Node, sorted by type: each is told in a ConditionChanged Event once
-	// the status is written (fault Events come from Faults).
+	// Node, sorted by type, but those already told (Snapshot.Told): each
+	// is told in an Event as soon as decided, before the status is
+	// written (fault Events come from Faults).
 	Changes []ConditionChange
 	// Limits are the change limiters after this sync (kept once the
 	// writes succeed); Flapping the conditions they hold, FlapStarted and
@@ -200,12 +206,18 @@ func nextNoExecute(s Snapshot, req RequestInput) time.Time {
 	return next
 }
 
-// conditionChanges is the conditions whose status differs from the Node's.
+// conditionChanges is the conditions whose status differs from the one
+// last told (Snapshot.Told), or, when none is told since the last write,
+// from the Node's.
 func conditionChanges(s Snapshot, states map[corev1.NodeConditionType]State) []ConditionChange {
 	var out []ConditionChange
 	for _, t := range slices.Sorted(maps.Keys(states)) {
 		st := states[t]
-		if c := FindCondition(s.Node, t); c != nil && c.Status == st.Status {
+		prev, known := s.Told[t]
+		if c := FindCondition(s.Node, t); !known && c != nil {
+			prev, known = c.Status, true
+		}
+		if known && prev == st.Status {
 			continue
 		}
 		healthy, ok := s.Healthy[t]

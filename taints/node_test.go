@@ -218,3 +218,35 @@ func TestPlanNodeConditionChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanNodeChangesTold: a change told but not written yet (the write
+// failed and is retried) is not told again; one that went back before it
+// was written is told again, against what was told, not the Node.
+func TestPlanNodeChangesTold(t *testing.T) {
+	now := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	const c corev1.NodeConditionType = "KernelDeadlock"
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: c, Status: corev1.ConditionFalse, Reason: "KernelHasNoDeadlock"}}}}
+	for _, tt := range []struct {
+		name string
+		now  corev1.ConditionStatus
+		told map[corev1.NodeConditionType]corev1.ConditionStatus
+		want []corev1.ConditionStatus
+	}{
+		{"nothing told: against the Node", corev1.ConditionTrue, nil, []corev1.ConditionStatus{corev1.ConditionTrue}},
+		{"told, not written: not again", corev1.ConditionTrue, map[corev1.NodeConditionType]corev1.ConditionStatus{c: corev1.ConditionTrue}, nil},
+		{"told, then back before the write: told again", corev1.ConditionFalse, map[corev1.NodeConditionType]corev1.ConditionStatus{c: corev1.ConditionTrue}, []corev1.ConditionStatus{corev1.ConditionFalse}},
+		{"nothing told, as on the Node: no change", corev1.ConditionFalse, nil, nil},
+	} {
+		snap := Snapshot{
+			Node: node, Now: now, HeartbeatPeriod: time.Minute, Told: tt.told,
+			Damped: map[corev1.NodeConditionType]State{c: {Status: tt.now, Reason: "R", LastTransitionTime: now}},
+		}
+		var got []corev1.ConditionStatus
+		for _, ch := range PlanNode(snap).Changes {
+			got = append(got, ch.Status)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: changes to %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -235,7 +235,9 @@ func (sb *specBuilder) add(s agent.ProbeSpec, from string) error {
 // customSpecs adds the custom checks' and the NPD custom-plugin files'
 // specs.
 func (c *Config) customSpecs(sb *specBuilder, log *slog.Logger) error {
-	add := func(g *custom.Group, conds []custom.Condition, from string) error {
+	// npd: the conditions are an NPD file's, whose change Events carry
+	// their reasons as NPD's do (ProbeSpec.NPDReasons).
+	add := func(g *custom.Group, conds []custom.Condition, from string, npd bool) error {
 		ps, err := g.NewProbes(conds)
 		if err != nil {
 			return fmt.Errorf("%s: %w", from, err)
@@ -243,7 +245,7 @@ func (c *Config) customSpecs(sb *specBuilder, log *slog.Logger) error {
 		for _, p := range ps {
 			// NPD updates a permanent condition as soon as a plugin
 			// reports: no damping.
-			s := agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition()), MessageUpdates: p.MessageUpdates()}
+			s := agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition()), MessageUpdates: p.MessageUpdates(), NPDReasons: npd}
 			if err := sb.add(s, from); err != nil {
 				return err
 			}
@@ -259,7 +261,7 @@ func (c *Config) customSpecs(sb *specBuilder, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("checks: %w", err)
 		}
-		if err := add(g, conds, "checks.custom"); err != nil {
+		if err := add(g, conds, "checks.custom", false); err != nil {
 			return err
 		}
 	}
@@ -284,7 +286,7 @@ func (c *Config) customSpecs(sb *specBuilder, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", from, err)
 		}
-		if err := add(g, npd.ProbeConditions(), from); err != nil {
+		if err := add(g, npd.ProbeConditions(), from, true); err != nil {
 			return err
 		}
 	}
@@ -321,7 +323,7 @@ func (c *Config) logMonitorSpecs(path string, host probes.Host, logs *LogMonitor
 	logs.addFeed(mon.Path(), xids)
 	var specs []agent.ProbeSpec
 	for _, p := range mon.Probes() {
-		specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition())})
+		specs = append(specs, agent.ProbeSpec{Entry: p.Entry(), Condition: corev1.NodeConditionType(p.Condition()), NPDReasons: true})
 	}
 	return specs, mon, nil
 }

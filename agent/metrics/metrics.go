@@ -63,6 +63,7 @@ type Metrics struct {
 	flapping       *prometheus.GaugeVec
 	allowed        *prometheus.GaugeVec
 	suspended      *prometheus.CounterVec
+	heldBack       *prometheus.CounterVec
 
 	seriesMu sync.Mutex              // guards series
 	series   map[string]*probeSeries // each probe's series, made at its first run
@@ -138,6 +139,11 @@ func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
 			Help: "Times a condition's NoExecute rule went to its fallback effect, or stayed there for another reason, " +
 				"by the Event's reason: NoExecuteSuspended (flapping, guard tripped or stale), NoExecuteWaiting (no grant yet).",
 		}, []string{"condition", "reason"}),
+		heldBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_held_back_total",
+			Help: "Events the agent's pacing held back (did not record), by reason: a burst of 5 of each probe reason, " +
+				"then one per 5 minutes; 25 of all the probes' Events, and of all the agent's own, then one per 5 minutes.",
+		}, []string{"reason"}),
 		series:     map[string]*probeSeries{},
 		conditions: map[corev1.NodeConditionType]bool{},
 		taints:     map[taints.TaintID]bool{},
@@ -154,7 +160,7 @@ func New(reg prometheus.Registerer, build BuildInfo) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		buildInfo, m.probeDuration, m.probeRuns, m.probeErrors, m.condition, m.taint, m.taintChanges,
 		m.detectToTaint, m.api.requests, m.api.duration, m.api.conflicts, m.faultsApplied, m.faultsRejected, m.extended,
-		m.flapping, m.allowed, m.suspended,
+		m.flapping, m.allowed, m.suspended, m.heldBack,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -327,6 +333,11 @@ func (m *Metrics) SetNoExecute(cs map[corev1.NodeConditionType]bool) {
 // fallback effect for reason.
 func (m *Metrics) NoExecuteSuspended(c corev1.NodeConditionType, reason string) {
 	m.suspended.WithLabelValues(string(c), reason).Inc()
+}
+
+// EventHeldBack counts an Event of reason the agent's pacing held back.
+func (m *Metrics) EventHeldBack(reason string) {
+	m.heldBack.WithLabelValues(reason).Inc()
 }
 
 // setByCondition sets g{condition} to 1 or 0 for every condition in cs,

@@ -162,3 +162,21 @@ func TestProbeRuns(t *testing.T) {
 		t.Errorf("probe_duration_seconds counts %v, want memory 3, pid 2", counts)
 	}
 }
+
+// TestEventsHeldBack: each Event the agent's pacing holds back counts by
+// its reason.
+func TestEventsHeldBack(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.BuildInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"OOMKilling", "OOMKilling", "TaintAdded"} {
+		m.EventHeldBack(r)
+	}
+	got := series(t, reg, "selftaint_events_held_back_total")
+	want := `selftaint_events_held_back_total{reason="OOMKilling"} 2` + "\n" + `selftaint_events_held_back_total{reason="TaintAdded"} 1`
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}

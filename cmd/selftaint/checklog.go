@@ -51,8 +51,6 @@ type logMatch struct {
 	// Kind is "permanent" (it sets Condition) or "temporary" (an Event).
 	Kind      string `json:"kind"`
 	Condition string `json:"condition,omitempty"`
-	// Dropped: the Event was dropped by the rate limit.
-	Dropped bool `json:"dropped,omitempty"`
 	// Reported: the Event was recorded before the agent restarted (the
 	// line was read again within lookback), so not again.
 	Reported bool      `json:"reported,omitempty"`
@@ -154,7 +152,7 @@ func logReport(v logmon.View, rows []checkRow) logMonitorReport {
 	}
 	recent := v.Recent[max(0, len(v.Recent)-logMatchesShown):]
 	for _, m := range recent {
-		lm := logMatch{Rule: m.Reason, Kind: "temporary", Dropped: m.Dropped, Reported: m.Reported}
+		lm := logMatch{Rule: m.Reason, Kind: "temporary", Reported: m.Reported}
 		if m.Permanent {
 			lm.Kind, lm.Condition = "permanent", m.Condition
 		}
@@ -219,8 +217,6 @@ func printLogMatch(tw io.Writer, m logMatch) {
 	switch {
 	case m.Condition != "":
 		kind += " " + m.Condition
-	case m.Dropped:
-		kind += " (Event dropped: rate limit)"
 	case m.Reported:
 		kind += " (Event recorded before a restart)"
 	}

@@ -35,7 +35,7 @@ func TestLogReportFormat(t *testing.T) {
 		Recent: []logmon.Match{
 			{Reason: "OOMKilling", Lines: []logmon.Line{line(0, "too old to show")}},
 			oops,
-			{Reason: "OOMKilling", Dropped: true, Lines: []logmon.Line{line(3, "Out of memory: Killed process 7 (a)")}},
+			{Reason: "OOMKilling", Lines: []logmon.Line{line(3, "Out of memory: Killed process 7 (a)")}},
 			{Reason: "TaskHung", Lines: []logmon.Line{line(4, "task b")}},
 			{Reason: "TaskHung", Lines: []logmon.Line{line(5, "task c")}},
 			hung,
@@ -60,13 +60,13 @@ func TestLogReportFormat(t *testing.T) {
     KernelDeadlock  True    DockerHung         2026-11-27T03:00:09.000Z  INFO: task docker:1 blocked for more than 120 seconds.
     XfsShutdown     False   XfsHasNotShutDown  2026-11-27T03:00:00.000Z  XFS has not shutdown; 3 kernel log records lost
     The last 5 lines rules matched, oldest first:
-    TIME                      RULE        KIND                                   LINE
-    2026-11-27T03:00:01.000Z  KernelOops  temporary                              BUG: unable to handle kernel NULL pointer dereference at 0
-    2026-11-27T03:00:02.000Z                                                     IP: [<ffffffff>] foo
-    2026-11-27T03:00:03.000Z  OOMKilling  temporary (Event dropped: rate limit)  Out of memory: Killed process 7 (a)
-    2026-11-27T03:00:04.000Z  TaskHung    temporary                              task b
-    2026-11-27T03:00:05.000Z  TaskHung    temporary                              task c
-    2026-11-27T03:00:09.000Z  DockerHung  permanent KernelDeadlock               INFO: task docker:1 blocked for more than 120 seconds.
+    TIME                      RULE        KIND                      LINE
+    2026-11-27T03:00:01.000Z  KernelOops  temporary                 BUG: unable to handle kernel NULL pointer dereference at 0
+    2026-11-27T03:00:02.000Z                                        IP: [<ffffffff>] foo
+    2026-11-27T03:00:03.000Z  OOMKilling  temporary                 Out of memory: Killed process 7 (a)
+    2026-11-27T03:00:04.000Z  TaskHung    temporary                 task b
+    2026-11-27T03:00:05.000Z  TaskHung    temporary                 task c
+    2026-11-27T03:00:09.000Z  DockerHung  permanent KernelDeadlock  INFO: task docker:1 blocked for more than 120 seconds.
 
 `},
 		{"unreadable, multi-line condition message, no rows", logmon.View{Config: "/r.json", Plugin: "kmsg", Log: "/dev/kmsg", Err: "opening the kernel log: permission denied",

@@ -178,16 +178,15 @@ type Options struct {
 	// MaxOutputBytes is how much of stdout and of stderr is read; 0 means
 	// DefaultMaxOutputBytes.
 	MaxOutputBytes int
-	// Clock tells when a rule is due, bounds how long a probe run waits
-	// for its rules and paces events; nil means probes.RealClock.
+	// Clock tells when a rule is due and bounds how long a probe run
+	// waits for its rules; nil means probes.RealClock.
 	Clock probes.Clock
 }
 
 // Group runs checks under one concurrency limit.
 type Group struct {
-	opts   Options
-	slots  chan struct{} // a plugin runs while holding a slot
-	events eventLimiter  // paces the events of the group's probes, per reason
+	opts  Options
+	slots chan struct{} // a plugin runs while holding a slot
 	// beforeStart, if set, is called before each plugin's process is
 	// started; tests set it to stand for a slow fork and exec.
 	beforeStart func()
@@ -219,9 +218,8 @@ func NewGroup(opts Options) (*Group, error) {
 		opts.Clock = probes.RealClock{}
 	}
 	return &Group{
-		opts:   opts,
-		slots:  make(chan struct{}, opts.Concurrency),
-		events: eventLimiter{clock: opts.Clock, buckets: map[string]*bucket{}},
+		opts:  opts,
+		slots: make(chan struct{}, opts.Concurrency),
 	}, nil
 }
 
@@ -255,9 +253,10 @@ type ruleState struct {
 }
 
 // maxUnreported bounds an events rule's unreported failing outcomes: as
-// many as the event pacing lets through at once (EventBurst). Normally a
-// probe run reports one at most; more queue only while probe runs lag.
-const maxUnreported = EventBurst
+// many as the agent's Event pacing lets one reason through at once
+// (agent.ReasonBurst). Normally a probe run reports one at most; more
+// queue only while probe runs lag.
+const maxUnreported = 5
 
 // run is one run of a rule. It may outlive the probe run that started it.
 type run struct {
@@ -439,7 +438,7 @@ type outcome struct {
 // The Result carries the events of the events rules' runs that ended
 // since the last report, every failing run's (up to maxUnreported per
 // rule; more are counted in a reading), and, for an NPD condition, those
-// telling its updates, each reason paced by the group (see EventBurst).
+// telling its updates: every one, as the agent paces them.
 func (p *Probe) Probe(ctx context.Context) probes.Result {
 	runs := p.start(ctx, p.group.opts.Clock.Now())
 	if !p.await(ctx, runs) {
@@ -566,11 +565,7 @@ func (p *Probe) report() probes.Result {
 	if update != nil {
 		events = append(events, *update)
 	}
-	for _, e := range events {
-		if p.group.events.allow(e.Reason) {
-			res.Events = append(res.Events, e)
-		}
-	}
+	res.Events = events
 	return res
 }
 

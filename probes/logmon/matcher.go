@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/selftaint/selftaint/probes"
-	"github.com/selftaint/selftaint/probes/custom"
 )
 
 // Line is one log record as a source delivers it.
@@ -133,7 +132,6 @@ type Match struct {
 	Permanent bool
 	Condition string
 	Lines     []Line
-	Dropped   bool // a temporary rule's Event that the rate limit dropped
 	// Reported: a temporary rule's Event reported before a restart (see
 	// Matcher.SetReported), not recorded again.
 	Reported bool
@@ -149,9 +147,9 @@ type Matcher struct {
 	live  bool      // but Live lines are (MatchLive)
 	buf   []Line    // the last BufferSize lines, oldest first
 	conds []ConditionState
-	// events are the Events not yet taken; limit paces them per reason.
+	// events are the Events not yet taken, every one: the agent paces
+	// them (agent/events.go).
 	events []pendingEvent
-	limit  map[string]*bucket
 	recent []Match // the last recentMatches matches, oldest first
 	// reported is the last line whose Events were taken (or restored,
 	// SetReported): a temporary rule matching a line it covers records no
@@ -172,11 +170,6 @@ type pendingEvent struct {
 // recentMatches is how many matches a Matcher keeps for humans.
 const recentMatches = 10
 
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
 // StartTime is NPD's util.GetStartTime: lines logged before it are not
 // matched. It is the later of boot+delay and now-lookback (now, when
 // lookback is 0).
@@ -191,18 +184,18 @@ func StartTime(now, boot time.Time, lookback, delay time.Duration) time.Time {
 // NewMatcher starts matching cfg's rules on lines logged at or after since,
 // every condition at its default (healthy) state since then.
 func NewMatcher(cfg *Config, since time.Time) *Matcher {
-	m := &Matcher{cfg: cfg, since: since, limit: map[string]*bucket{}}
+	m := &Matcher{cfg: cfg, since: since}
 	for _, c := range cfg.Conditions {
 		m.conds = append(m.conds, ConditionState{Type: c.Type, Reason: c.Reason, Message: c.Message, Since: since})
 	}
 	return m
 }
 
-// Push matches one line; now paces Events. It reports whether a rule
-// matched. A line before since, an empty one or one containing an entry of
-// the skip list is not matched (and not buffered), as NPD's watchers drop
-// them.
-func (m *Matcher) Push(l Line, now time.Time) bool {
+// Push matches one line. It reports whether a rule matched. A line before
+// since, an empty one or one containing an entry of the skip list is not
+// matched (and not buffered), as NPD's watchers drop them. The time
+// argument is unused: the agent paces Events (agent/events.go).
+func (m *Matcher) Push(l Line, _ time.Time) bool {
 	n := 1
 	if m.last.Time.Equal(l.Time) {
 		n = m.last.N + 1
@@ -228,7 +221,7 @@ func (m *Matcher) Push(l Line, now time.Time) bool {
 		}
 		matched = true
 		lines := spanned(m.buf, len(joined), loc[0])
-		m.apply(r, lines, now)
+		m.apply(r, lines)
 	}
 	return matched
 }
@@ -287,7 +280,7 @@ func message(lines []Line, suffix string) string {
 }
 
 // apply records what rule r matching lines means.
-func (m *Matcher) apply(r Rule, lines []Line, now time.Time) {
+func (m *Matcher) apply(r Rule, lines []Line) {
 	msg := message(lines, r.Suffix)
 	match := Match{Reason: r.Reason, Permanent: r.Permanent, Lines: lines}
 	if r.Permanent {
@@ -308,10 +301,8 @@ func (m *Matcher) apply(r Rule, lines []Line, now time.Time) {
 		}
 	} else if m.reported.Covers(m.last) {
 		match.Reported = true
-	} else if m.allow(r.Reason, now) {
-		m.events = append(m.events, pendingEvent{probes.Event{Reason: r.Reason, Message: msg}, m.last})
 	} else {
-		match.Dropped = true
+		m.events = append(m.events, pendingEvent{probes.Event{Reason: r.Reason, Message: msg}, m.last})
 	}
 	m.recent = append(m.recent, match)
 	if len(m.recent) > recentMatches {
@@ -319,31 +310,10 @@ func (m *Matcher) apply(r Rule, lines []Line, now time.Time) {
 	}
 }
 
-// Note records an Event of the monitor's own (an overrun, a rotation), paced
-// like the rules' Events.
-func (m *Matcher) Note(reason, msg string, now time.Time) {
-	if m.allow(reason, now) {
-		m.events = append(m.events, pendingEvent{ev: probes.Event{Reason: reason, Message: msg}})
-	}
-}
-
-// allow paces Events per reason as custom plugin Events are paced: a burst
-// of custom.EventBurst, then one per custom.EventEvery.
-func (m *Matcher) allow(reason string, now time.Time) bool {
-	b := m.limit[reason]
-	if b == nil {
-		b = &bucket{tokens: custom.EventBurst, at: now}
-		m.limit[reason] = b
-	}
-	if d := now.Sub(b.at); d > 0 {
-		b.tokens = min(custom.EventBurst, b.tokens+float64(d)/float64(custom.EventEvery))
-		b.at = now
-	}
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
+// Note records an Event of the monitor's own (an overrun, a rotation); the
+// agent paces it with the rules' Events. now is unused.
+func (m *Matcher) Note(reason, msg string, _ time.Time) {
+	m.events = append(m.events, pendingEvent{ev: probes.Event{Reason: reason, Message: msg}})
 }
 
 // Conditions returns every condition's state, in file order.

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/selftaint/selftaint/agent"
 	"github.com/selftaint/selftaint/agent/config"
 	"github.com/selftaint/selftaint/agent/testcp"
+	"github.com/selftaint/selftaint/agent/testkit"
 )
 
 // eventWatcher follows the Events of one Node on a watch.
@@ -81,9 +81,9 @@ var eventTempLines = []struct {
 
 // startKmsgEventsAgent runs the agent with kernel-monitor.json reading
 // kmsg (no taint rules); stop ends it and closes its monitors.
-func startKmsgEventsAgent(b *testing.B, c kubernetes.Interface, node string, host string, kmsg *kmsgFIFO) (stop func()) {
+func startKmsgEventsAgent(b *testing.B, c kubernetes.Interface, node string, host string, kmsgPath string) (stop func()) {
 	b.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n  kmsgPath: %s\n", kernelMonitorJSON(b), kmsg.path)))
+	cfg, err := config.Parse([]byte(fmt.Sprintf("checks:\n  npdLogConfigs: [%s]\n  kmsgPath: %s\n", kernelMonitorJSON(b), kmsgPath)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,8 +125,9 @@ func BenchmarkLatencyEvents(b *testing.B) {
 		cp.CreateNode(b, node, nil)
 		dir := b.TempDir()
 		_, boot := kmsgAgentHost(b, dir)
-		kmsg := newKmsgFIFO(b, dir, boot)
-		stop := startKmsgEventsAgent(b, c, node, dir, kmsg)
+		kmsg := testkit.NewKmsg(boot)
+		kmsgPath := kmsg.FIFO(b, filepath.Join(dir, "kmsg"), 0o600)
+		stop := startKmsgEventsAgent(b, c, node, dir, kmsgPath)
 		nw := newNodeWatcher(b, c, node)
 		waitKernelConditionsFalse(b, nw)
 		ew := newEventWatcher(b, c, node)
@@ -136,7 +137,7 @@ func BenchmarkLatencyEvents(b *testing.B) {
 			l := eventTempLines[i%len(eventTempLines)]
 			text := l.line(i)
 			start := time.Now()
-			kmsg.write(b, text)
+			kmsg.Write(b, text)
 			ew.until(time.Minute, text, l.reason)
 			temp.up = append(temp.up, time.Since(start))
 		}
@@ -144,19 +145,19 @@ func BenchmarkLatencyEvents(b *testing.B) {
 		for i := range n {
 			if i > 0 && i%5 == 0 {
 				stop()
-				stop = startKmsgEventsAgent(b, c, node, dir, kmsg)
+				stop = startKmsgEventsAgent(b, c, node, dir, kmsgPath)
 			}
 			time.Sleep(rand.N(time.Second))
 			text := kernelLines[0].line(100 + i) // DockerHung: KernelDeadlock
 			start := time.Now()
-			kmsg.write(b, text)
+			kmsg.Write(b, text)
 			ew.until(time.Minute, text, "DockerHung", agent.ReasonConditionChanged)
 			cond.up = append(cond.up, time.Since(start))
 			nw.until(time.Minute, "KernelDeadlock True", func(n *corev1.Node) bool {
 				cd := condition(n, "KernelDeadlock")
 				return cd != nil && cd.Status == corev1.ConditionTrue
 			})
-			requestClear(b, c, node, "logmon-KernelDeadlock", "KernelDeadlock")
+			testkit.RequestClear(b, c, node, "logmon-KernelDeadlock", "latency-bench", "KernelDeadlock")
 			nw.until(time.Minute, "KernelDeadlock cleared", func(n *corev1.Node) bool {
 				cd := condition(n, "KernelDeadlock")
 				_, pending := n.Annotations[agent.ClearAnnotation("logmon-KernelDeadlock")]
@@ -204,24 +205,20 @@ func npdEventsResults(b *testing.B, cp *testcp.ControlPlane, n int) []latencyRes
 		b.Logf("node-problem-detector's rows need root and unshare(1): left out")
 		return nil
 	}
-	var si syscall.Sysinfo_t
-	if err := syscall.Sysinfo(&si); err != nil {
-		b.Fatal(err)
-	}
 	const node = "latency-events-npd"
 	c := cp.Client()
 	cp.CreateNode(b, node, nil)
 	dir := b.TempDir()
-	kmsg := newKmsgFIFO(b, dir, time.Now().Add(-time.Duration(si.Uptime)*time.Second))
-	npd := &npdProcess{b: b, bin: bin, dir: dir, kmsg: kmsg.path, args: []string{
-		"--hostname-override=" + node,
-		"--apiserver-override=" + cp.RESTConfig().Host + "?inClusterConfig=false&auth=" + cp.KubeconfigPath,
-		"--config.system-log-monitor=" + kernelMonitorJSON(b),
-		"--address=127.0.0.1", "--port=" + freeLocalPort(b),
-		"--prometheus-address=127.0.0.1", "--prometheus-port=" + freeLocalPort(b),
-	}}
-	npd.start()
-	b.Cleanup(npd.stop)
+	kmsg := testkit.NewKmsg(testkit.SysinfoBoot(b))
+	fifo := kmsg.FIFO(b, filepath.Join(dir, "kmsg"), 0o600)
+	npd := &testkit.Process{Name: "npd", Dir: dir, Argv: testkit.KmsgNamespace(fifo, bin,
+		"--hostname-override="+node,
+		"--apiserver-override="+cp.RESTConfig().Host+"?inClusterConfig=false&auth="+cp.KubeconfigPath,
+		"--config.system-log-monitor="+kernelMonitorJSON(b),
+		"--address=127.0.0.1", "--port="+testkit.FreePort(b),
+		"--prometheus-address=127.0.0.1", "--prometheus-port="+testkit.FreePort(b),
+	)}
+	npd.Start(b)
 	nw := newNodeWatcher(b, c, node)
 	waitKernelConditionsFalse(b, nw)
 	ew := newEventWatcher(b, c, node)
@@ -232,21 +229,20 @@ func npdEventsResults(b *testing.B, cp *testcp.ControlPlane, n int) []latencyRes
 		l := eventTempLines[i%len(eventTempLines)]
 		text := l.line(i)
 		start := time.Now()
-		kmsg.write(b, text)
+		kmsg.Write(b, text)
 		ew.until(time.Minute, text, l.reason)
 		temp.up = append(temp.up, time.Since(start))
 	}
 	cond := latencyResult{name: "NPD v0.8.20: condition change Event", key: "npd-cond"}
 	for i := range n {
 		// A fresh NPD: its conditions False, its spam filter full.
-		npd.stop()
-		npd.start()
+		npd.Restart(b)
 		waitKernelConditionsFalse(b, nw)
 		time.Sleep(2 * time.Second) // NPD's reader past the start
 		time.Sleep(rand.N(time.Second))
 		text := kernelLines[0].line(100 + i)
 		start := time.Now()
-		kmsg.write(b, text)
+		kmsg.Write(b, text)
 		ew.until(time.Minute, text, "DockerHung")
 		cond.up = append(cond.up, time.Since(start))
 	}

@@ -368,7 +368,12 @@ func runKmsgAgent(b *testing.B, c kubernetes.Interface, node string, polled bool
 	}
 	b.Cleanup(func() { _ = closer.Close() })
 	if polled {
+		// Polled as NPD syncs, once a second: the woken probes' interval
+		// is only a long resync.
 		specs = withoutWakes(specs)
+		for i := range specs {
+			specs[i].Entry.Interval = logmon.PollInterval
+		}
 	}
 	startAgent(b, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: specs, Rules: rules,
 		Logger: slog.New(slog.DiscardHandler)})
@@ -383,7 +388,7 @@ func kmsgAgentEvent(b *testing.B, c kubernetes.Interface, node string, kmsg *kms
 	return latencyEvent{
 		cause:  func(i int) { kmsg.write(b, kernelLines[i%len(kernelLines)].line(i)) },
 		on:     func(i int, n *corev1.Node) bool { return hasTaint(n, kernelTaint(line(i))) },
-		spread: logmon.Interval,
+		spread: logmon.PollInterval,
 		clear:  func(i int) { requestClear(b, c, node, "logmon-"+string(line(i)), string(line(i))) },
 		cleared: func(i int, n *corev1.Node) bool {
 			_, pending := n.Annotations[agent.ClearAnnotation("logmon-"+string(line(i)))]

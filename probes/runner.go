@@ -85,6 +85,12 @@ type Entry struct {
 	// Timeout bounds one run. It must be positive and below Interval, so
 	// runs of one probe never overlap.
 	Timeout time.Duration
+	// Retry, if positive and shorter than Interval, is the time from the
+	// start of a run without a verdict (Unknown: it timed out, panicked,
+	// or could not read) to the start of the next: a Waker whose Interval
+	// is only a long level-triggered resync still gets over a run that
+	// failed without an event to wake it. 0 means Interval.
+	Retry time.Duration
 	// Start, if set, gates the probe's first run: it waits until Start is
 	// closed (the agent closes it once a Stateful probe's state has been
 	// restored), then for its start jitter. nil means start at once.
@@ -291,6 +297,9 @@ func validateEntries(entries []Entry, opts RunnerOptions) ([]string, error) {
 		case e.Interval > 0 && e.Timeout >= e.Interval:
 			errs = append(errs, fmt.Errorf("%s: timeout %v must be less than interval %v", what, e.Timeout, e.Interval))
 		}
+		if e.Retry < 0 || (e.Retry > 0 && e.Retry <= e.Timeout) {
+			errs = append(errs, fmt.Errorf("%s: retry %v must be 0 or more than timeout %v", what, e.Retry, e.Timeout))
+		}
 	}
 	if math.IsNaN(opts.Jitter) || opts.Jitter > 1 {
 		errs = append(errs, fmt.Errorf("jitter %v must be at most 1", opts.Jitter))
@@ -378,12 +387,21 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		}
 		r.record(i, res, stack)
 		emit(res)
-		woke, ok = r.wait(ctx, start.Add(e.Interval).Sub(r.clock.Now()), pending)
+		woke, ok = r.wait(ctx, start.Add(e.next(res)).Sub(r.clock.Now()), pending)
 		if woke && ok {
 			// A storm costs one run per WakeGap at most.
 			ok = r.sleep(ctx, start.Add(r.wakeGap).Sub(r.clock.Now()))
 		}
 	}
+}
+
+// next is the time from the start of a run that gave res to the start of
+// the next run: Interval, or Retry after a run without a verdict.
+func (e Entry) next(res Result) time.Duration {
+	if res.Status == StatusUnknown && e.Retry > 0 && e.Retry < e.Interval {
+		return e.Retry
+	}
+	return e.Interval
 }
 
 // Wake asks for a run of the probe named name now, as its Watch would (see

@@ -147,6 +147,31 @@ func TestRunnerJitterDelaysFirstRunThenInterval(t *testing.T) {
 	}
 }
 
+// TestRunnerRunsOnAGrid: a run that starts late (its timer fired late,
+// the process was busy) does not push the later runs back: they stay due
+// each Interval after the first, so probes of one interval keep firing
+// together (one wake-up of an idle process for all of them). The old
+// runner counted each interval from the late start, and probes drifted
+// apart by their latencies.
+func TestRunnerRunsOnAGrid(t *testing.T) {
+	const interval, late = 10 * time.Second, 5 * time.Millisecond
+	h := start(t, []probes.Entry{{Probe: ok("a"), Interval: interval, Timeout: time.Second}},
+		probes.RunnerOptions{Jitter: -1}, nil)
+	if res := h.recv(); !res.Time.Equal(t0) {
+		t.Fatalf("first run at %v, want %v", res.Time, t0)
+	}
+	h.waiters(1)
+	h.clock.Step(interval + late)
+	if res := h.recv(); !res.Time.Equal(t0.Add(interval + late)) {
+		t.Fatalf("second run at %v, want %v", res.Time, t0.Add(interval+late))
+	}
+	h.waiters(1)
+	h.clock.Step(interval - late)
+	if res := h.recv(); !res.Time.Equal(t0.Add(2 * interval)) {
+		t.Errorf("third run at %v, want %v (two intervals after the first, whatever the second's lateness)", res.Time, t0.Add(2*interval))
+	}
+}
+
 // TestRunnerRetryAfterUnknown: a probe with a Retry shorter than its
 // Interval runs again after Retry when a run gave no verdict (Unknown),
 // and after Interval when it did; the old runner waited the interval after

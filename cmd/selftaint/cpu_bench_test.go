@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -339,7 +340,9 @@ func BenchmarkAgentIdleProfile(b *testing.B) {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			b.Fatal(err)
 		}
+		stopTrace := idleTrace(b)
 		time.Sleep(window)
+		stopTrace()
 		pprof.StopCPUProfile()
 		self.end(b)
 		if err := f.Close(); err != nil {
@@ -393,6 +396,29 @@ func quietKmsgFIFO(b *testing.B, dir string) string {
 	}
 	b.Cleanup(func() { _ = f.Close() })
 	return path
+}
+
+// idleTrace starts an execution trace (runtime/trace) into $CPU_TRACE, if
+// set, and returns what stops it: every goroutine's wake-up with its stack,
+// for `go tool trace`.
+func idleTrace(b *testing.B) func() {
+	path := os.Getenv("CPU_TRACE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		trace.Stop()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // cpuSettle is $CPU_SETTLE, else 60 s: the time from the first condition

@@ -318,7 +318,12 @@ func runKmsgAgent(b *testing.B, c kubernetes.Interface, node string, polled bool
 	}
 	b.Cleanup(func() { _ = closer.Close() })
 	if polled {
+		// Polled as NPD syncs, once a second: the woken probes' interval
+		// is only a long resync.
 		specs = withoutWakes(specs)
+		for i := range specs {
+			specs[i].Entry.Interval = logmon.PollInterval
+		}
 	}
 	startAgent(b, agent.Options{NodeName: node, Client: c.CoreV1(), Probes: specs, Rules: rules,
 		Logger: slog.New(slog.DiscardHandler)})
@@ -333,7 +338,7 @@ func kmsgAgentEvent(b *testing.B, c kubernetes.Interface, node string, kmsg *tes
 	return latencyEvent{
 		cause:  func(i int) { kmsg.Write(b, kernelLines[i%len(kernelLines)].line(i)) },
 		on:     func(i int, n *corev1.Node) bool { return hasTaint(n, kernelTaint(line(i))) },
-		spread: logmon.Interval,
+		spread: logmon.PollInterval,
 		clear: func(i int) {
 			testkit.RequestClear(b, c, node, "logmon-"+string(line(i)), "latency-bench", string(line(i)))
 		},
@@ -363,7 +368,7 @@ func waitKernelConditionsFalse(b *testing.B, nw *nodeWatcher) {
 // turn) written to a FIFO standing in for /dev/kmsg, to its condition's
 // taint on a Node watch; the file loaded unchanged, for: 0s (a log
 // monitor's conditions are not damped). Cleared by the probe's clear
-// request. Against the polled path (the log monitor's 1 s interval) and
+// request. Against the polled path (every logmon.PollInterval, 1 s, as NPD syncs) and
 // node-problem-detector v0.8.20 with the same file on the same lines
 // (condition, no taint; see npdKmsgResult). The taint rules are built
 // here: the config rejects a rule on a condition of an npdLogConfigs file.
@@ -376,9 +381,9 @@ func BenchmarkLatencyKmsg(b *testing.B) {
 	np := latencyEvents(b, "LATENCY_POLLED_EVENTS", 20)
 	var results []latencyResult
 	for _, polled := range []bool{false, true} {
-		node, name, key, count := "latency-kmsg", "kmsg line, woken (interval 1s)", "woken", n
+		node, name, key, count := "latency-kmsg", fmt.Sprintf("kmsg line, woken (resync %s)", logmon.Interval), "woken", n
 		if polled {
-			node, name, key, count = "latency-kmsg-polled", "kmsg line, polled (interval 1s)", "polled", np
+			node, name, key, count = "latency-kmsg-polled", fmt.Sprintf("kmsg line, polled (interval %s)", logmon.PollInterval), "polled", np
 		}
 		cp.CreateNode(b, node, nil)
 		kmsg := runKmsgAgent(b, c, node, polled)

@@ -79,12 +79,19 @@ func (t realTimer) Stop() bool          { return t.t.Stop() }
 // Entry schedules one probe.
 type Entry struct {
 	Probe Probe
-	// Interval is the time from the start of one run to the start of the
-	// next. It must be positive.
+	// Interval is the time from when one run was due to when the next is
+	// (the start of a run, but for the timer's latency). It must be
+	// positive.
 	Interval time.Duration
 	// Timeout bounds one run. It must be positive and below Interval, so
 	// runs of one probe never overlap.
 	Timeout time.Duration
+	// Retry, if positive and shorter than Interval, is the time from the
+	// start of a run without a verdict (Unknown: it timed out, panicked,
+	// or could not read) to the start of the next: a Waker whose Interval
+	// is only a long level-triggered resync still gets over a run that
+	// failed without an event to wake it. 0 means Interval.
+	Retry time.Duration
 	// Start, if set, gates the probe's first run: it waits until Start is
 	// closed (the agent closes it once a Stateful probe's state has been
 	// restored), then for its start jitter. nil means start at once.
@@ -292,6 +299,9 @@ func validateEntries(entries []Entry, opts RunnerOptions) ([]string, error) {
 		case e.Interval > 0 && e.Timeout >= e.Interval:
 			errs = append(errs, fmt.Errorf("%s: timeout %v must be less than interval %v", what, e.Timeout, e.Interval))
 		}
+		if e.Retry < 0 || (e.Retry > 0 && e.Retry <= e.Timeout) {
+			errs = append(errs, fmt.Errorf("%s: retry %v must be 0 or more than timeout %v", what, e.Retry, e.Timeout))
+		}
 	}
 	if math.IsNaN(opts.Jitter) || opts.Jitter > 1 {
 		errs = append(errs, fmt.Errorf("jitter %v must be at most 1", opts.Jitter))
@@ -303,7 +313,7 @@ func validateEntries(entries []Entry, opts RunnerOptions) ([]string, error) {
 // once all of them have stopped. A probe first runs once its Start gate is
 // closed (if it has one) and after a random delay in [0, Jitter*Interval),
 // the same fraction of its interval for every probe, then every Interval
-// measured from the start of its previous run; if a run
+// measured from when its previous run was due (see loop); if a run
 // (with the sink) took longer than Interval, the next starts right away.
 // Runs of one probe never overlap. A probe that is a Waker also runs when
 // its Watch asks (see Waker), and the interval then counts from that run.
@@ -334,9 +344,10 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 		sink(res)
 	}
 	phase := r.phase()
+	ref := r.clock.Now()
 	for i, e := range r.entries {
 		delay := time.Duration(phase * float64(e.Interval))
-		wg.Go(func() { r.loop(ctx, i, delay, emit) })
+		wg.Go(func() { r.loop(ctx, i, ref, delay, emit) })
 	}
 	<-ctx.Done()
 	wg.Wait()
@@ -344,10 +355,22 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 
 // loop runs entry i, first once its Start gate is open and then after
 // delay (or a wake), until ctx is done. A Waker's Watch runs beside it.
-func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func(Result)) {
+//
+// The runs are due on a grid: delay after ref (after the gate opened, for
+// a gated entry), then each Interval (or Retry) after the time the last
+// run was due, not after the instant it started, which lags by the
+// timer's and the scheduler's latency, different for each probe: probes of
+// one interval (and phase) stay due at the very same instants, their
+// timers fire together, and an idle process wakes once for all of them. A
+// woken run, or one that started an interval or more late (the previous
+// run overran), puts the grid at its start.
+func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Duration, emit func(Result)) {
 	e := r.entries[i]
-	if !gateOpen(ctx, e.Start) {
-		return
+	if e.Start != nil {
+		if !gateOpen(ctx, e.Start) {
+			return
+		}
+		ref = r.clock.Now()
 	}
 	pending := r.pending[i]
 	if w, ok := e.Probe.(Waker); ok {
@@ -358,7 +381,8 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 	// The runs given up on at their timeout whose probe has not returned
 	// yet: the events their results carry come with a later result.
 	var late []<-chan outcome
-	woke, ok := r.wait(ctx, delay, pending)
+	due := ref.Add(delay)
+	woke, ok := r.wait(ctx, due.Sub(r.clock.Now()), pending)
 	for ok {
 		if woke {
 			r.countWake(i)
@@ -369,6 +393,9 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		default:
 		}
 		start := r.clock.Now()
+		if woke || start.Sub(due) >= e.Interval {
+			due = start
+		}
 		res, stack, l := runOnce(ctx, e.Probe, e.Timeout, r.clock)
 		if ctx.Err() != nil {
 			return
@@ -380,7 +407,8 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 		r.record(i, res, stack)
 		emit(res)
 		ranWoken := woke
-		woke, ok = r.wait(ctx, start.Add(e.Interval).Sub(r.clock.Now()), pending)
+		due = due.Add(e.next(res))
+		woke, ok = r.wait(ctx, due.Sub(r.clock.Now()), pending)
 		if woke && ok && ranWoken {
 			// A storm costs one run per WakeGap at most. A wake after a
 			// run of the interval runs at once: the interval is no storm,
@@ -389,6 +417,15 @@ func (r *Runner) loop(ctx context.Context, i int, delay time.Duration, emit func
 			ok = r.sleep(ctx, start.Add(r.wakeGap).Sub(r.clock.Now()))
 		}
 	}
+}
+
+// next is the time from the start of a run that gave res to the start of
+// the next run: Interval, or Retry after a run without a verdict.
+func (e Entry) next(res Result) time.Duration {
+	if res.Status == StatusUnknown && e.Retry > 0 && e.Retry < e.Interval {
+		return e.Retry
+	}
+	return e.Interval
 }
 
 // Wake asks for a run of the probe named name now, as its Watch would (see

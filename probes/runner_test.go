@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,6 +144,64 @@ func TestRunnerJitterDelaysFirstRunThenInterval(t *testing.T) {
 	res = h.recv()
 	if got, want := res.Time, t0.Add(500*time.Millisecond+2*interval); !got.Equal(want) {
 		t.Errorf("third run at %v, want %v", got, want)
+	}
+}
+
+// TestRunnerRunsOnAGrid: a run that starts late (its timer fired late,
+// the process was busy) does not push the later runs back: they stay due
+// each Interval after the first, so probes of one interval keep firing
+// together (one wake-up of an idle process for all of them). The old
+// runner counted each interval from the late start, and probes drifted
+// apart by their latencies.
+func TestRunnerRunsOnAGrid(t *testing.T) {
+	const interval, late = 10 * time.Second, 5 * time.Millisecond
+	h := start(t, []probes.Entry{{Probe: ok("a"), Interval: interval, Timeout: time.Second}},
+		probes.RunnerOptions{Jitter: -1}, nil)
+	if res := h.recv(); !res.Time.Equal(t0) {
+		t.Fatalf("first run at %v, want %v", res.Time, t0)
+	}
+	h.waiters(1)
+	h.clock.Step(interval + late)
+	if res := h.recv(); !res.Time.Equal(t0.Add(interval + late)) {
+		t.Fatalf("second run at %v, want %v", res.Time, t0.Add(interval+late))
+	}
+	h.waiters(1)
+	h.clock.Step(interval - late)
+	if res := h.recv(); !res.Time.Equal(t0.Add(2 * interval)) {
+		t.Errorf("third run at %v, want %v (two intervals after the first, whatever the second's lateness)", res.Time, t0.Add(2*interval))
+	}
+}
+
+// TestRunnerRetryAfterUnknown: a probe with a Retry shorter than its
+// Interval runs again after Retry when a run gave no verdict (Unknown),
+// and after Interval when it did; the old runner waited the interval after
+// both.
+func TestRunnerRetryAfterUnknown(t *testing.T) {
+	const interval, retry = time.Minute, time.Second
+	var runs atomic.Int32
+	p := probestest.FuncProbe{ProbeName: "a", Func: func(context.Context) probes.Result {
+		if runs.Add(1) == 1 {
+			return probes.Result{Status: probes.StatusUnknown, Reason: "ReadError"}
+		}
+		return probes.Result{Status: probes.StatusOK, Reason: "Fine"}
+	}}
+	h := start(t, []probes.Entry{{Probe: p, Interval: interval, Timeout: 500 * time.Millisecond, Retry: retry}},
+		probes.RunnerOptions{Jitter: -1}, nil)
+	if res := h.recv(); res.Status != probes.StatusUnknown || !res.Time.Equal(t0) {
+		t.Fatalf("first run: got %s at %v, want Unknown at %v", res.Status, res.Time, t0)
+	}
+	h.waiters(1)
+	h.clock.Step(retry)
+	if res := h.recv(); res.Status != probes.StatusOK || !res.Time.Equal(t0.Add(retry)) {
+		t.Fatalf("after the Unknown: got %s at %v, want OK at %v (Retry later)", res.Status, res.Time, t0.Add(retry))
+	}
+	h.waiters(1)
+	h.clock.Step(interval - time.Nanosecond)
+	h.waiters(1)
+	h.quiet()
+	h.clock.Step(time.Nanosecond)
+	if res := h.recv(); !res.Time.Equal(t0.Add(retry + interval)) {
+		t.Errorf("after the OK: run at %v, want %v (an Interval later)", res.Time, t0.Add(retry+interval))
 	}
 }
 
@@ -472,6 +531,9 @@ func TestNewRunnerValidation(t *testing.T) {
 		{"zero timeout", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: 0}}, probes.RunnerOptions{}, []string{`probe "a": timeout 0s must be positive`}},
 		{"timeout equals interval", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: 10 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 10s must be less than interval 10s`}},
 		{"timeout above interval", []probes.Entry{{Probe: ok("a"), Interval: s, Timeout: 2 * s}}, probes.RunnerOptions{}, []string{`probe "a": timeout 2s must be less than interval 1s`}},
+		{"retry", []probes.Entry{{Probe: ok("a"), Interval: time.Minute, Timeout: s, Retry: 2 * s}}, probes.RunnerOptions{}, nil},
+		{"retry at timeout", []probes.Entry{{Probe: ok("a"), Interval: time.Minute, Timeout: s, Retry: s}}, probes.RunnerOptions{}, []string{`probe "a": retry 1s must be 0 or more than timeout 1s`}},
+		{"negative retry", []probes.Entry{{Probe: ok("a"), Interval: time.Minute, Timeout: s, Retry: -s}}, probes.RunnerOptions{}, []string{`probe "a": retry -1s must be 0 or more than timeout 1s`}},
 		{"jitter above 1", []probes.Entry{{Probe: ok("a"), Interval: 10 * s, Timeout: s}}, probes.RunnerOptions{Jitter: 1.5}, []string{"jitter 1.5 must be at most 1"}},
 		{"all reported", []probes.Entry{{Probe: ok("a"), Interval: 0, Timeout: 0}, {Probe: nil, Interval: s, Timeout: s}}, probes.RunnerOptions{}, []string{
 			`probe "a": interval 0s must be positive`, `probe "a": timeout 0s must be positive`, "probe entry 1: probe is nil",

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -150,12 +151,117 @@ checks:
 		npd := subjects[0]
 		b.Logf("window %s; load average (1, 5, 15 min) at its start %s, at its end %s", window, load0, load1)
 		for _, s := range subjects {
-			b.Logf("%-18s %8.4f s CPU (%.4f%% of a core; /proc/PID/stat: %.2f s), %.3fx NPD's; its Node changed %d times",
-				s.name, s.used, 100*s.used/window.Seconds(), s.usedTicks, s.used/npd.used, changes[s.node])
+			b.Logf("%-18s %8.4f s CPU (%.4f%% of a core; /proc/PID/stat: %.2f s), %.3fx NPD's; %.1f wake-ups a minute; its Node changed %d times",
+				s.name, s.used, 100*s.used/window.Seconds(), s.usedTicks, s.used/npd.used, s.wakesPerMinute(window), changes[s.node])
 			b.ReportMetric(s.used, s.name+"-cpu-s")
 		}
 		b.ReportMetric(subjects[1].used/npd.used, "check/npd")
 		b.ReportMetric(subjects[2].used/npd.used, "defaults/npd")
+	}
+}
+
+// BenchmarkKernelLogCPUAgainstNPD is BenchmarkAgentCPUAgainstNPD for the
+// kernel-log monitor: four processes side by side in one run on one API
+// server, each on its own Node, all reading the host's /dev/kmsg (root
+// needed), over a quiet window (nothing written to it by the benchmark):
+//
+//   - npd-kernel: node-problem-detector with
+//     --config.system-log-monitor=kernel-monitor.json;
+//   - selftaint-kernel: `selftaint agent`, its probes off, reading the same
+//     file (checks.npdLogConfigs): target <= 0.8x npd-kernel;
+//   - npd-shipped: node-problem-detector with kernel-monitor.json and
+//     readonly-monitor.json;
+//   - selftaint-shipped: the agent with deploy/kernel-log/config.yaml (its
+//     default probes, hardware, initialization, faults, coordinator
+//     watches, and the same two files): target <= 1.0x npd-shipped.
+//
+// It logs each one's CPU seconds, its ratio to its NPD, and its wake-ups
+// (voluntary context switches) a minute. $CPU_WINDOW sets the window
+// (default 10 minutes), $CPU_SETTLE the settling time (default 60 s).
+//
+//	NPD_BIN=$PWD/bin/node-problem-detector KUBE_BIN_DIR=$PWD/bin CPU_WINDOW=3m \
+//	  go test -run '^$' -bench KernelLogCPUAgainstNPD -benchtime 1x -timeout 30m ./cmd/selftaint/
+func BenchmarkKernelLogCPUAgainstNPD(b *testing.B) {
+	window := cpuWindow(b)
+	npdBin := npdBinary(b)
+	if _, err := os.Stat("/dev/kmsg"); err != nil || os.Geteuid() != 0 {
+		b.Fatalf("reading /dev/kmsg needs root and the device: %v", err)
+	}
+	bin := buildAsMake(b)
+	cp := testcp.Start(b, testcp.Options{})
+	dir := b.TempDir()
+	root, err := testcp.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	kernel := filepath.Join(root, "deploy", "kernel-log", "npd", "kernel-monitor.json")
+	readonly := filepath.Join(root, "deploy", "kernel-log", "npd", "readonly-monitor.json")
+	kernelCfg := writeBenchFile(b, dir, "kernel.yaml", `probes:
+  memory: {enabled: false}
+  disk: {enabled: false}
+  pid: {enabled: false}
+  network: {enabled: false}
+  gpu: {enabled: false}
+checks:
+  npdLogConfigs: [`+kernel+`]
+  kmsgPath: /dev/kmsg
+`)
+	shipped, err := os.ReadFile(filepath.Join(root, "deploy", "kernel-log", "config.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	shippedText := strings.NewReplacer("/etc/selftaint/kernel-monitor.json", kernel, "/etc/selftaint/readonly-monitor.json", readonly).Replace(string(shipped))
+	shippedCfg := writeBenchFile(b, dir, "shipped.yaml", shippedText)
+	npdArgs := func(node, monitors string) []string {
+		return []string{
+			"--hostname-override=" + node,
+			"--apiserver-override=" + cp.RESTConfig().Host + "?inClusterConfig=false&auth=" + cp.KubeconfigPath,
+			"--config.system-log-monitor=" + monitors,
+			"--address=127.0.0.1", "--port=" + freePort(b),
+			"--prometheus-address=127.0.0.1", "--prometheus-port=" + freePort(b),
+		}
+	}
+	agentArgs := func(node, cfg string) []string {
+		return []string{"agent", "--node-name=" + node, "--kubeconfig=" + cp.KubeconfigPath, "--config=" + cfg, "--metrics-address=127.0.0.1:0"}
+	}
+	subjects := []*cpuSubject{
+		{name: "npd-kernel", node: "kl-npd-kernel", bin: npdBin, args: npdArgs("kl-npd-kernel", kernel)},
+		{name: "selftaint-kernel", node: "kl-selftaint-kernel", bin: bin, args: agentArgs("kl-selftaint-kernel", kernelCfg)},
+		{name: "npd-shipped", node: "kl-npd-shipped", bin: npdBin, args: npdArgs("kl-npd-shipped", kernel+","+readonly)},
+		{name: "selftaint-shipped", node: "kl-selftaint-shipped", bin: bin, args: agentArgs("kl-selftaint-shipped", shippedCfg)},
+	}
+	for _, s := range subjects {
+		cp.CreateNode(b, s.node, nil)
+	}
+	for _, s := range subjects {
+		s.start(b, dir)
+	}
+	for i := 0; i < b.N; i++ {
+		for _, s := range subjects {
+			waitCondition(b, cp, s.node, "KernelDeadlock", s.alive)
+		}
+		sleepWhileAlive(b, subjects, cpuSettle(b))
+		counts := watchNodeChanges(b, cp, subjects)
+		load0 := loadAvg(b)
+		for _, s := range subjects {
+			s.begin(b)
+		}
+		sleepWhileAlive(b, subjects, window)
+		for _, s := range subjects {
+			s.end(b)
+		}
+		load1 := loadAvg(b)
+		changes := counts()
+		b.Logf("window %s; load average (1, 5, 15 min) at its start %s, at its end %s", window, load0, load1)
+		for j, s := range subjects {
+			npd := subjects[j&^1]
+			b.Logf("%-18s %8.4f s CPU (/proc/PID/stat: %.2f s), %.3fx %s's; %.1f wake-ups a minute (%.1f involuntary); its Node changed %d times",
+				s.name, s.used, s.usedTicks, s.used/npd.used, npd.name, s.wakesPerMinute(window), float64(s.involuntary)/window.Minutes(), changes[s.node])
+			b.ReportMetric(s.used, s.name+"-cpu-s")
+			b.ReportMetric(s.wakesPerMinute(window), s.name+"-wakes/min")
+		}
+		b.ReportMetric(subjects[1].used/subjects[0].used, "kernel/npd")
+		b.ReportMetric(subjects[3].used/subjects[2].used, "shipped/npd")
 	}
 }
 
@@ -165,13 +271,24 @@ checks:
 const idleProfileHz = 1000
 
 // BenchmarkAgentIdleProfile takes a CPU profile of the agent's idle loop:
-// `selftaint agent` with the default config and the benchmark's check
-// (selftaint-defaults of BenchmarkAgentCPUAgainstNPD), run in this process
-// against a real API server, profiled at 1000 Hz over the window once it
-// has settled (start-up is left out). The profile goes to $CPU_PROFILE;
-// the window is $CPU_WINDOW (default 10 minutes).
+// `selftaint agent` run in this process against a real API server,
+// profiled at 1000 Hz over the window once it has settled (start-up is
+// left out). The profile goes to $CPU_PROFILE; the window is $CPU_WINDOW
+// (default 10 minutes).
+//
+// The agent's config is the default one plus the benchmark's check
+// (selftaint-defaults of BenchmarkAgentCPUAgainstNPD), or the file
+// $CPU_PROFILE_CONFIG names, with ${REPO} in it replaced by the
+// repository's root and ${KMSG} by a FIFO standing in for /dev/kmsg (held
+// open for writing, nothing written: a quiet kernel log); the benchmark
+// then waits for the condition $CPU_PROFILE_CONDITION (default
+// KernelDeadlock) before it settles. Beside the profile it logs what load
+// does not distort: the wake-ups of the process (voluntary context
+// switches of all its threads, /proc/self/task/*/status) per minute of the
+// window, and its CPU seconds (schedstat).
 //
 //	CPU_PROFILE=/tmp/idle.pprof KUBE_BIN_DIR=$PWD/bin go test -run '^$' -bench AgentIdleProfile -benchtime 1x -timeout 30m ./cmd/selftaint/
+//	CPU_PROFILE_CONFIG=$PWD/cmd/selftaint/testdata/cpu/kernel-monitor.yaml CPU_PROFILE=/tmp/kmsg.pprof ... (the same)
 //	go tool pprof -top /tmp/idle.pprof
 func BenchmarkAgentIdleProfile(b *testing.B) {
 	out := os.Getenv("CPU_PROFILE")
@@ -181,7 +298,7 @@ func BenchmarkAgentIdleProfile(b *testing.B) {
 	window := cpuWindow(b)
 	cp := testcp.Start(b, testcp.Options{})
 	dir := b.TempDir()
-	cfg := writeBenchFile(b, dir, "defaults.yaml", "checks:\n  npdConfigs: ["+writeBenchCheck(b, dir)+"]\n")
+	cfg, cond := idleProfileConfig(b, dir)
 	const node = "idle"
 	cp.CreateNode(b, node, nil)
 	logf, err := os.Create(filepath.Join(dir, "agent.log"))
@@ -208,26 +325,114 @@ func BenchmarkAgentIdleProfile(b *testing.B) {
 		default:
 		}
 	}
+	self := &cpuSubject{name: "agent", pid: os.Getpid()}
 	for i := 0; i < b.N; i++ {
-		waitCondition(b, cp, node, "BenchCheckProblem", alive)
-		time.Sleep(60 * time.Second)
+		waitCondition(b, cp, node, cond, alive)
+		time.Sleep(cpuSettle(b))
 		alive(b)
 		f, err := os.Create(out)
 		if err != nil {
 			b.Fatal(err)
 		}
+		load0 := loadAvg(b)
+		self.begin(b)
 		runtime.SetCPUProfileRate(idleProfileHz) // before StartCPUProfile, whose 100 Hz then does not apply
 		if err := pprof.StartCPUProfile(f); err != nil {
 			b.Fatal(err)
 		}
+		stopTrace := idleTrace(b)
 		time.Sleep(window)
+		stopTrace()
 		pprof.StopCPUProfile()
+		self.end(b)
 		if err := f.Close(); err != nil {
 			b.Fatal(err)
 		}
 		alive(b)
 		b.Logf("CPU profile of %s of the idle agent at %d Hz: %s", window, idleProfileHz, out)
+		b.Logf("window %s; load average at its start %s, at its end %s; %s", window, load0, loadAvg(b), self.summary(window))
+		b.ReportMetric(self.wakesPerMinute(window), "wakes/min")
 	}
+}
+
+// idleProfileConfig writes the config BenchmarkAgentIdleProfile runs (see
+// there) into dir and returns its path and the condition to wait for.
+func idleProfileConfig(b *testing.B, dir string) (string, corev1.NodeConditionType) {
+	path := os.Getenv("CPU_PROFILE_CONFIG")
+	if path == "" {
+		return writeBenchFile(b, dir, "defaults.yaml", "checks:\n  npdConfigs: ["+writeBenchCheck(b, dir)+"]\n"), "BenchCheckProblem"
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatalf("CPU_PROFILE_CONFIG: %v", err)
+	}
+	root, err := testcp.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := string(raw)
+	if strings.Contains(text, "${KMSG}") {
+		text = strings.ReplaceAll(text, "${KMSG}", quietKmsgFIFO(b, dir))
+	}
+	text = strings.ReplaceAll(text, "${REPO}", root)
+	cond := corev1.NodeConditionType(os.Getenv("CPU_PROFILE_CONDITION"))
+	if cond == "" {
+		cond = "KernelDeadlock"
+	}
+	return writeBenchFile(b, dir, "profiled.yaml", text), cond
+}
+
+// quietKmsgFIFO makes a FIFO in dir standing in for /dev/kmsg, held open
+// for writing until the benchmark ends (a reader blocks in read, as on the
+// kernel's log), with nothing written, and returns its path.
+func quietKmsgFIFO(b *testing.B, dir string) string {
+	path := filepath.Join(dir, "kmsg")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		b.Fatalf("mkfifo: %v", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0) // O_RDWR: no wait for a reader, never end of file
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Close() })
+	return path
+}
+
+// idleTrace starts an execution trace (runtime/trace) into $CPU_TRACE, if
+// set, and returns what stops it: every goroutine's wake-up with its stack,
+// for `go tool trace`.
+func idleTrace(b *testing.B) func() {
+	path := os.Getenv("CPU_TRACE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		trace.Stop()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// cpuSettle is $CPU_SETTLE, else 60 s: the time from the first condition
+// to the window's start.
+func cpuSettle(b *testing.B) time.Duration {
+	s := os.Getenv("CPU_SETTLE")
+	if s == "" {
+		return 60 * time.Second
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		b.Fatalf("CPU_SETTLE=%q: want a Go duration such as 30s", s)
+	}
+	return d
 }
 
 // cpuWindow is $CPU_WINDOW, else 10 minutes.
@@ -290,6 +495,7 @@ type cpuSubject struct {
 	args            []string
 	log             string
 	cmd             *exec.Cmd
+	pid             int
 	exited          chan struct{}
 	// threads0 and ticks0 are the CPU time at the window's start: each
 	// thread's, and the process's from /proc/PID/stat.
@@ -298,6 +504,13 @@ type cpuSubject struct {
 	// used and usedTicks are the CPU seconds used in the window: from the
 	// threads' schedstat (nanoseconds), and from /proc/PID/stat (1/100 s).
 	used, usedTicks float64
+	// switches0 is each thread's voluntary and involuntary context
+	// switches at the window's start; voluntary and involuntary those in
+	// the window. A voluntary switch is a thread going to sleep (waiting
+	// for a timer, a read, a lock): every wake-up of an idle process is
+	// one, whatever the load, which only adds involuntary ones.
+	switches0              map[string][2]int64
+	voluntary, involuntary int64
 }
 
 // start runs the subject with its output in dir/NAME.log; the benchmark's
@@ -313,6 +526,7 @@ func (s *cpuSubject) start(b *testing.B, dir string) {
 	if err := s.cmd.Start(); err != nil {
 		b.Fatalf("%s: %v", s.name, err)
 	}
+	s.pid = s.cmd.Process.Pid
 	s.exited = make(chan struct{})
 	go func() {
 		_ = s.cmd.Wait()
@@ -349,6 +563,7 @@ func (s *cpuSubject) begin(b *testing.B) {
 	s.alive(b)
 	s.ticks0 = s.statSeconds(b)
 	s.threads0 = s.threadTimes(b)
+	s.switches0 = s.threadSwitches(b)
 }
 
 // end computes the CPU time the subject used since begin. The precise
@@ -366,9 +581,57 @@ func (s *cpuSubject) end(b *testing.B) {
 	}
 	s.used = used.Seconds()
 	s.usedTicks = s.statSeconds(b) - s.ticks0
+	s.voluntary, s.involuntary = 0, 0
+	for tid, n := range s.threadSwitches(b) {
+		s.voluntary += n[0] - s.switches0[tid][0]
+		s.involuntary += n[1] - s.switches0[tid][1]
+	}
 }
 
-func (s *cpuSubject) proc() string { return "/proc/" + strconv.Itoa(s.cmd.Process.Pid) }
+// wakesPerMinute is the voluntary context switches of the window per
+// minute (see switches0).
+func (s *cpuSubject) wakesPerMinute(window time.Duration) float64 {
+	return float64(s.voluntary) / window.Minutes()
+}
+
+// summary says the window's CPU time and wake-ups.
+func (s *cpuSubject) summary(window time.Duration) string {
+	return fmt.Sprintf("%s: %.4f s CPU (/proc/PID/stat: %.2f s); %.1f wake-ups (voluntary context switches) a minute, %.1f involuntary",
+		s.name, s.used, s.usedTicks, s.wakesPerMinute(window), float64(s.involuntary)/window.Minutes())
+}
+
+func (s *cpuSubject) proc() string { return "/proc/" + strconv.Itoa(s.pid) }
+
+// threadSwitches is each thread's voluntary and involuntary context
+// switches so far, by thread id (/proc/PID/task/TID/status).
+func (s *cpuSubject) threadSwitches(b *testing.B) map[string][2]int64 {
+	tasks, err := os.ReadDir(s.proc() + "/task")
+	if err != nil {
+		b.Fatalf("%s: %v", s.name, err)
+	}
+	out := make(map[string][2]int64, len(tasks))
+	for _, t := range tasks {
+		raw, err := os.ReadFile(s.proc() + "/task/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread ended
+		}
+		var n [2]int64
+		for _, line := range strings.Split(string(raw), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			i := map[string]int{"voluntary_ctxt_switches": 0, "nonvoluntary_ctxt_switches": 1}
+			if j, ok := i[k]; ok {
+				if n[j], err = strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil {
+					b.Fatalf("%s: unexpected %s in %s", s.name, line, t.Name())
+				}
+			}
+		}
+		out[t.Name()] = n
+	}
+	return out
+}
 
 // threadTimes is each thread's run time so far, by thread id (the first
 // field of /proc/PID/task/TID/schedstat, in nanoseconds).

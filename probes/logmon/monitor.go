@@ -328,12 +328,19 @@ func (mon *Monitor) bad(why string) {
 	mon.mu.Unlock()
 }
 
-// read runs the source until ctx ends or it fails.
+// read runs the source until ctx ends or it fails. The boot read, when
+// it is the one that learnt the boot, wakes the probes: the matcher is
+// set and a problem held before a restart stands again (holdLocked).
 func (mon *Monitor) read(ctx context.Context) error {
 	mon.mu.Lock()
+	known := mon.bootRead
 	mon.readBootLocked()
 	boot, err := mon.boot, mon.bootErr
+	learnt := !known && mon.bootRead
 	mon.mu.Unlock()
+	if learnt {
+		mon.wake()
+	}
 	if err != nil {
 		return err
 	}
@@ -495,17 +502,25 @@ func (p *Probe) Name() string {
 // Condition is the condition type the probe feeds; "" when events-only.
 func (p *Probe) Condition() string { return p.cond }
 
-// Watch starts the source (once per monitor) and calls wake when a line
-// matched, records were lost or the source failed or opened again, until
-// ctx ends or the monitor is closed. A source that fails is tried again
-// (see run): Watch goes on meanwhile, and returns nil.
+// Watch starts the source (once per monitor) and calls wake on every
+// change of what the probe reports: when the boot is learnt (the matcher
+// set, a held problem put back), a line matched, records were lost, the
+// source failed or opened again, until ctx ends or the monitor is closed;
+// and once at its start if the boot is known already, so a Watch that
+// begins after the boot read does not wait for the interval. A source
+// that fails is tried again (see run): Watch goes on meanwhile, and
+// returns nil. (A clear request is woken by the agent, after Clear.)
 func (p *Probe) Watch(ctx context.Context, wake func()) error {
 	mon := p.mon
 	mon.mu.Lock()
 	id := mon.nextWake
 	mon.nextWake++
 	mon.wakes[id] = wake
+	known := mon.bootRead
 	mon.mu.Unlock()
+	if known {
+		wake()
+	}
 	defer func() {
 		mon.mu.Lock()
 		delete(mon.wakes, id)
@@ -660,16 +675,23 @@ func (p *Probe) Clear(targets []string, _ time.Time) (string, error) {
 	return "cleared " + p.cond, nil
 }
 
-// Interval and Timeout of a log monitor probe's Entry: a run only copies
-// what the source matched, so it is cheap; NPD reports its log monitors'
-// conditions once a second. With the runner's wake-ups (probes.Waker) the
-// interval is only the level-triggered resync.
+// Interval, Retry and Timeout of a log monitor probe's Entry. Every
+// change of what a probe reports wakes it (Watch; the agent wakes it after
+// a clear): the interval is only the level-triggered resync, long, so an
+// idle monitor does not wake once a second for nothing (NPD syncs its
+// conditions once a second). A run without a verdict (it timed out, or
+// the log cannot be read) is followed by another after Retry, as often as
+// NPD's sync. PollInterval is how often a probe that is not woken would
+// have to run to be as quick as NPD's sync (the latency benchmark's polled
+// agent).
 const (
-	Interval = time.Second
-	Timeout  = 500 * time.Millisecond
+	Interval     = time.Minute
+	Retry        = time.Second
+	Timeout      = 500 * time.Millisecond
+	PollInterval = time.Second
 )
 
 // Entry schedules the probe.
 func (p *Probe) Entry() probes.Entry {
-	return probes.Entry{Probe: p, Interval: Interval, Timeout: Timeout}
+	return probes.Entry{Probe: p, Interval: Interval, Retry: Retry, Timeout: Timeout}
 }

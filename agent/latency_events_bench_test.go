@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -131,16 +129,7 @@ func BenchmarkLatencyEvents(b *testing.B) {
 		nw := newNodeWatcher(b, c, node)
 		waitKernelConditionsFalse(b, nw)
 		ew := newEventWatcher(b, c, node)
-		temp := latencyResult{name: "selftaint: temporary rule Event", key: "temp"}
-		for i := range n {
-			time.Sleep(rand.N(time.Second))
-			l := eventTempLines[i%len(eventTempLines)]
-			text := l.line(i)
-			start := time.Now()
-			kmsg.Write(b, text)
-			ew.until(time.Minute, text, l.reason)
-			temp.up = append(temp.up, time.Since(start))
-		}
+		temp := tempRuleEvents(b, kmsg, ew, n, "selftaint: temporary rule Event", "temp")
 		cond := latencyResult{name: "selftaint: condition change Event", key: "cond"}
 		for i := range n {
 			if i > 0 && i%5 == 0 {
@@ -171,6 +160,24 @@ func BenchmarkLatencyEvents(b *testing.B) {
 	eventReport(b, results)
 }
 
+// tempRuleEvents times n temporary-rule lines (eventTempLines in turn),
+// each after a random pause of up to 1 s, from the write to kmsg to its
+// Event on ew: the row name, its metrics under key.
+func tempRuleEvents(b *testing.B, kmsg *testkit.Kmsg, ew *eventWatcher, n int, name, key string) latencyResult {
+	b.Helper()
+	temp := latencyResult{name: name, key: key}
+	for i := range n {
+		time.Sleep(rand.N(time.Second))
+		l := eventTempLines[i%len(eventTempLines)]
+		text := l.line(i)
+		start := time.Now()
+		kmsg.Write(b, text)
+		ew.until(time.Minute, text, l.reason)
+		temp.up = append(temp.up, time.Since(start))
+	}
+	return temp
+}
+
 // eventReport logs p50, p90 and max of each row, and reports them as the
 // benchmark's metrics.
 func eventReport(b *testing.B, results []latencyResult) {
@@ -191,48 +198,18 @@ func eventReport(b *testing.B, results []latencyResult) {
 // the log, when NPD or the privilege to mount is missing.
 func npdEventsResults(b *testing.B, cp *testcp.ControlPlane, n int) []latencyResult {
 	b.Helper()
-	bin := os.Getenv("NPD_BIN")
-	if bin == "" {
-		if root, err := testcp.RepoRoot(); err == nil {
-			bin = filepath.Join(root, "bin", "node-problem-detector")
-		}
-	}
-	if _, err := os.Stat(bin); err != nil {
-		b.Logf("node-problem-detector not found (%v): its rows are left out", err)
-		return nil
-	}
-	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
-		b.Logf("node-problem-detector's rows need root and unshare(1): left out")
-		return nil
-	}
 	const node = "latency-events-npd"
+	npd, kmsg, err := startNPDOnKmsg(b, cp, node)
+	if err != nil {
+		b.Logf("%v: its rows are left out", err)
+		return nil
+	}
 	c := cp.Client()
-	cp.CreateNode(b, node, nil)
-	dir := b.TempDir()
-	kmsg := testkit.NewKmsg(testkit.SysinfoBoot(b))
-	fifo := kmsg.FIFO(b, filepath.Join(dir, "kmsg"), 0o600)
-	npd := &testkit.Process{Name: "npd", Dir: dir, Argv: testkit.KmsgNamespace(fifo, bin,
-		"--hostname-override="+node,
-		"--apiserver-override="+cp.RESTConfig().Host+"?inClusterConfig=false&auth="+cp.KubeconfigPath,
-		"--config.system-log-monitor="+kernelMonitorJSON(b),
-		"--address=127.0.0.1", "--port="+testkit.FreePort(b),
-		"--prometheus-address=127.0.0.1", "--prometheus-port="+testkit.FreePort(b),
-	)}
-	npd.Start(b)
 	nw := newNodeWatcher(b, c, node)
 	waitKernelConditionsFalse(b, nw)
 	ew := newEventWatcher(b, c, node)
 	time.Sleep(2 * time.Second) // NPD's reader past the start
-	temp := latencyResult{name: "NPD v0.8.20: temporary rule Event", key: "npd-temp"}
-	for i := range n {
-		time.Sleep(rand.N(time.Second))
-		l := eventTempLines[i%len(eventTempLines)]
-		text := l.line(i)
-		start := time.Now()
-		kmsg.Write(b, text)
-		ew.until(time.Minute, text, l.reason)
-		temp.up = append(temp.up, time.Since(start))
-	}
+	temp := tempRuleEvents(b, kmsg, ew, n, "NPD v0.8.20: temporary rule Event", "npd-temp")
 	cond := latencyResult{name: "NPD v0.8.20: condition change Event", key: "npd-cond"}
 	for i := range n {
 		// A fresh NPD: its conditions False, its spam filter full.

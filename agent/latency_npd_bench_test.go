@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,16 +15,14 @@ import (
 	"github.com/selftaint/selftaint/agent/testkit"
 )
 
-// npdKmsgResult measures node-problem-detector's kernel monitor on the
-// lines BenchmarkLatencyKmsg writes: kernel-monitor.json unchanged, NPD's
-// own kmsg plugin reading a FIFO bind-mounted over /dev/kmsg in a private
-// mount namespace (its reader opens /dev/kmsg by that name), from the
-// line to the condition True on the Node watch. NPD never taints, and
-// never clears a permanent condition in the process that set it, so each
-// NPD process serves one event per condition and is then restarted (its
-// start publishes them False again); only the way there is timed. nil,
-// said in the log, when NPD or the privilege to mount is missing.
-func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult {
+// startNPDOnKmsg creates node and starts node-problem-detector (NPD_BIN,
+// else bin/ of the repository) on it with kernel-monitor.json unchanged,
+// NPD's own kmsg plugin reading a testkit.Kmsg FIFO bind-mounted over
+// /dev/kmsg in a private mount namespace (its reader opens /dev/kmsg by
+// that name), stamped against the boot NPD's reader takes. The end of the
+// test stops it, with the end of its log when the test failed. An error,
+// and nothing started, when NPD or the privilege to mount is missing.
+func startNPDOnKmsg(b *testing.B, cp *testcp.ControlPlane, node string) (*testkit.Process, *testkit.Kmsg, error) {
 	b.Helper()
 	bin := os.Getenv("NPD_BIN")
 	if bin == "" {
@@ -31,15 +31,11 @@ func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult 
 		}
 	}
 	if _, err := os.Stat(bin); err != nil {
-		b.Logf("node-problem-detector not found (%v): its row is left out; `make npd` builds it", err)
-		return nil
+		return nil, nil, fmt.Errorf("node-problem-detector not found (%w); `make npd` builds it", err)
 	}
 	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
-		b.Logf("node-problem-detector's row needs root and unshare(1) to put a FIFO over /dev/kmsg: left out")
-		return nil
+		return nil, nil, errors.New("node-problem-detector needs root and unshare(1) to put a FIFO over /dev/kmsg")
 	}
-	const node = "latency-npd"
-	c := cp.Client()
 	cp.CreateNode(b, node, nil)
 	dir := b.TempDir()
 	// Stamped against the boot NPD's reader takes: now less sysinfo's uptime.
@@ -59,6 +55,25 @@ func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult 
 			b.Logf("node-problem-detector's log:\n%s", testkit.Tail(npd.Log(), 4000))
 		}
 	})
+	return npd, kmsg, nil
+}
+
+// npdKmsgResult measures node-problem-detector's kernel monitor on the
+// lines BenchmarkLatencyKmsg writes (startNPDOnKmsg), from the line to the
+// condition True on the Node watch. NPD never taints, and never clears a
+// permanent condition in the process that set it, so each NPD process
+// serves one event per condition and is then restarted (its start
+// publishes them False again); only the way there is timed. nil, said in
+// the log, when NPD or the privilege to mount is missing.
+func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult {
+	b.Helper()
+	const node = "latency-npd"
+	npd, kmsg, err := startNPDOnKmsg(b, cp, node)
+	if err != nil {
+		b.Logf("%v: its row is left out", err)
+		return nil
+	}
+	c := cp.Client()
 	nw := newNodeWatcher(b, c, node)
 	waitKernelConditionsFalse(b, nw)
 	res := measure(b, nw, "NPD v0.8.20 kmsg line (condition)", "npd", n, latencyEvent{

@@ -199,15 +199,12 @@ func eventReport(b *testing.B, results []latencyResult) {
 func npdEventsResults(b *testing.B, cp *testcp.ControlPlane, n int) []latencyResult {
 	b.Helper()
 	const node = "latency-events-npd"
-	npd, kmsg, err := startNPDOnKmsg(b, cp, node)
+	npd, kmsg, nw, err := startNPDOnKmsg(b, cp, node)
 	if err != nil {
 		b.Logf("%v: its rows are left out", err)
 		return nil
 	}
-	c := cp.Client()
-	nw := newNodeWatcher(b, c, node)
-	waitKernelConditionsFalse(b, nw)
-	ew := newEventWatcher(b, c, node)
+	ew := newEventWatcher(b, cp.Client(), node)
 	time.Sleep(2 * time.Second) // NPD's reader past the start
 	temp := tempRuleEvents(b, kmsg, ew, n, "NPD v0.8.20: temporary rule Event", "npd-temp")
 	cond := latencyResult{name: "NPD v0.8.20: condition change Event", key: "npd-cond"}

@@ -19,10 +19,12 @@ import (
 // else bin/ of the repository) on it with kernel-monitor.json unchanged,
 // NPD's own kmsg plugin reading a testkit.Kmsg FIFO bind-mounted over
 // /dev/kmsg in a private mount namespace (its reader opens /dev/kmsg by
-// that name), stamped against the boot NPD's reader takes. The end of the
-// test stops it, with the end of its log when the test failed. An error,
-// and nothing started, when NPD or the privilege to mount is missing.
-func startNPDOnKmsg(b *testing.B, cp *testcp.ControlPlane, node string) (*testkit.Process, *testkit.Kmsg, error) {
+// that name), stamped against the boot NPD's reader takes; it returns
+// once a watch of the Node has seen NPD's kernel conditions False. The
+// end of the test stops NPD, with the end of its log when the test
+// failed. An error, and nothing started, when NPD or the privilege to
+// mount is missing.
+func startNPDOnKmsg(b *testing.B, cp *testcp.ControlPlane, node string) (*testkit.Process, *testkit.Kmsg, *nodeWatcher, error) {
 	b.Helper()
 	bin := os.Getenv("NPD_BIN")
 	if bin == "" {
@@ -31,10 +33,10 @@ func startNPDOnKmsg(b *testing.B, cp *testcp.ControlPlane, node string) (*testki
 		}
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return nil, nil, fmt.Errorf("node-problem-detector not found (%w); `make npd` builds it", err)
+		return nil, nil, nil, fmt.Errorf("node-problem-detector not found (%w); `make npd` builds it", err)
 	}
 	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
-		return nil, nil, errors.New("node-problem-detector needs root and unshare(1) to put a FIFO over /dev/kmsg")
+		return nil, nil, nil, errors.New("node-problem-detector needs root and unshare(1) to put a FIFO over /dev/kmsg")
 	}
 	cp.CreateNode(b, node, nil)
 	dir := b.TempDir()
@@ -55,7 +57,9 @@ func startNPDOnKmsg(b *testing.B, cp *testcp.ControlPlane, node string) (*testki
 			b.Logf("node-problem-detector's log:\n%s", testkit.Tail(npd.Log(), 4000))
 		}
 	})
-	return npd, kmsg, nil
+	nw := newNodeWatcher(b, cp.Client(), node)
+	waitKernelConditionsFalse(b, nw)
+	return npd, kmsg, nw, nil
 }
 
 // npdKmsgResult measures node-problem-detector's kernel monitor on the
@@ -68,14 +72,11 @@ func startNPDOnKmsg(b *testing.B, cp *testcp.ControlPlane, node string) (*testki
 func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult {
 	b.Helper()
 	const node = "latency-npd"
-	npd, kmsg, err := startNPDOnKmsg(b, cp, node)
+	npd, kmsg, nw, err := startNPDOnKmsg(b, cp, node)
 	if err != nil {
 		b.Logf("%v: its row is left out", err)
 		return nil
 	}
-	c := cp.Client()
-	nw := newNodeWatcher(b, c, node)
-	waitKernelConditionsFalse(b, nw)
 	res := measure(b, nw, "NPD v0.8.20 kmsg line (condition)", "npd", n, latencyEvent{
 		spread: time.Second, // NPD's condition sync period
 		cause:  func(i int) { kmsg.Write(b, kernelLines[i%len(kernelLines)].line(i)) },

@@ -243,11 +243,11 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	path := p.host.Proc("meminfo")
 	data, err := probes.ReadFile(path)
 	if err != nil {
-		return readError(nil, fmt.Errorf("reading meminfo: %w", err))
+		return p.readFailure(fmt.Errorf("reading meminfo: %w", err))
 	}
 	m, err := parseMeminfo(data)
 	if err != nil {
-		return readError(nil, fmt.Errorf("parsing %s: %w", path, err))
+		return p.readFailure(fmt.Errorf("parsing %s: %w", path, err))
 	}
 
 	total, avail := float64(m.TotalBytes), float64(m.AvailableBytes)
@@ -280,6 +280,9 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 		if psiErr == nil {
 			psiErr = ruleErr
 		}
+	} else if available {
+		// The pressure file cannot be read: the stall rules hold.
+		stalls = append(p.holdStallRules(), stalls...)
 	}
 	if w := p.watchErr; w != nil && p.stallRulesOn() {
 		readings = append(readings, probes.Reading{Name: "psi_triggers", Value: "not armed: " + w.Error()})
@@ -306,13 +309,53 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	return probes.Result{Status: probes.StatusOK, Reason: ReasonMemoryAvailable, Message: msg, Readings: readings}
 }
 
+// readFailure is the result of a run that cannot read meminfo: Unknown,
+// but a problem while a stall rule holds (holdStallRules).
+func (p *Probe) readFailure(err error) probes.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if stalls := p.holdStallRules(); len(stalls) > 0 {
+		return probes.Result{Status: probes.StatusProblem, Reason: ReasonMemoryPressureStall, Message: strings.Join(append(stalls, err.Error()), "; ")}
+	}
+	return readError(nil, err)
+}
+
+// holdStallRules judges the stall rules on a run that cannot read the
+// pressure file (or meminfo): a read failure is never a recovery. A
+// trigger fired since the last run is still the kernel's verdict, so its
+// rule is in pressure; a rule in pressure stays there; the rest stay as
+// they are, their base kept for the next read. It returns the stalls of
+// the rules in pressure. p.mu is held.
+func (p *Probe) holdStallRules() (stalls []string) {
+	for i, r := range p.cfg.rules() {
+		if !r.IsZero() {
+			stalls = append(stalls, p.holdStallRule(i)...)
+		}
+	}
+	return stalls
+}
+
+// holdStallRule is holdStallRules for rule i alone. p.mu is held.
+func (p *Probe) holdStallRule(i int) (stalls []string) {
+	s := p.states[i]
+	s.Fired = p.fires[i] != p.judged[i]
+	p.judged[i] = p.fires[i]
+	s.Pressure = s.Pressure || s.Fired
+	p.states[i] = s
+	if s.Pressure {
+		stalls = append(stalls, stallMessage(lineNames[i], p.cfg.rules()[i], s, -1))
+	}
+	return stalls
+}
+
 // stallRulesOn reports whether a stall rule is on.
 func (p *Probe) stallRulesOn() bool { return !p.cfg.PSI.Some.IsZero() || !p.cfg.PSI.Full.IsZero() }
 
 // judgeStallRules runs each stall rule's state machine on what the
 // pressure file pr (read at now) shows and the triggers fired since the
 // last run, and returns its readings and the stalls it finds. p.mu is
-// held. A rule on a line the file lacks is an error, and its state stays.
+// held. A rule on a line the file lacks is an error, and holds
+// (holdStallRule).
 func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []probes.Reading, stalls []string, err error) {
 	lines := [2]psiLine{pr.Some, pr.Full}
 	for i, r := range p.cfg.rules() {
@@ -321,6 +364,7 @@ func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []
 		}
 		if i == lineFull && !pr.HasFull {
 			err = fmt.Errorf("parsing %s: no \"full\" line for the full stall rule", path)
+			stalls = append(stalls, p.holdStallRule(i)...)
 			continue
 		}
 		fired := p.fires[i] != p.judged[i]
@@ -343,7 +387,8 @@ func stallReading(s stallState) string {
 	return fmt.Sprintf("%v in %v", s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond))
 }
 
-// stallMessage says why a stall rule is in pressure.
+// stallMessage says why a stall rule is in pressure; avg10 below 0: the
+// pressure file could not be read this run.
 func stallMessage(line string, r StallRule, s stallState, avg10 float64) string {
 	msg := fmt.Sprintf("memory pressure stall: %s tasks stalled %s within %v", line, r.Stall, r.Window)
 	var why []string
@@ -353,7 +398,11 @@ func stallMessage(line string, r StallRule, s stallState, avg10 float64) string 
 	if s.Span > 0 {
 		why = append(why, fmt.Sprintf("measured %v in the last %v", s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond)))
 	}
-	why = append(why, fmt.Sprintf("%s avg10 %.2f%%", line, avg10))
+	if avg10 >= 0 {
+		why = append(why, fmt.Sprintf("%s avg10 %.2f%%", line, avg10))
+	} else {
+		why = append(why, "held: not read this run")
+	}
 	return msg + " (" + strings.Join(why, "; ") + ")"
 }
 

@@ -371,7 +371,7 @@ func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []
 		p.judged[i] = p.fires[i]
 		s := decideStall(r, p.states[i], stallSample{Now: now, Total: lines[i].Total, Fired: fired})
 		p.states[i] = s
-		readings = append(readings, probes.Reading{Name: "psi_" + lineNames[i] + "_stall", Value: stallReading(s)})
+		readings = append(readings, probes.Reading{Name: "psi_" + lineNames[i] + "_stall", Value: stallReading(r, s)})
 		if s.Pressure {
 			stalls = append(stalls, stallMessage(lineNames[i], r, s, lines[i].Avg10))
 		}
@@ -379,12 +379,14 @@ func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []
 	return readings, stalls, err
 }
 
-// stallReading is a stall rule's last measure: "340ms in 1.02s".
-func stallReading(s stallState) string {
+// stallReading is a stall rule and its last measure, so a single run
+// (selftaint check) shows the rule in force: "rule 500ms within 2s;
+// measured 340ms in 1.02s".
+func stallReading(r StallRule, s stallState) string {
 	if s.Span == 0 {
-		return "not measured yet"
+		return "rule " + r.String() + "; not measured yet"
 	}
-	return fmt.Sprintf("%v in %v", s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond))
+	return fmt.Sprintf("rule %v; measured %v in %v", r, s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond))
 }
 
 // stallMessage says why a stall rule is in pressure; avg10 below 0: the

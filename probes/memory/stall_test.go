@@ -357,8 +357,8 @@ func TestProbeStallRuleWatchError(t *testing.T) {
 	if err := p.Watch(t.Context(), func() {}); err == nil || !strings.Contains(err.Error(), "not a kernel pressure file") {
 		t.Fatalf("Watch on a fixture host = %v, want an error saying it is not a kernel pressure file", err)
 	}
-	if res := p.Probe(t.Context()); res.Status != probes.StatusOK || !hasReading(res, "psi_triggers", "not armed: ") {
-		t.Errorf("first run: %s %q %v, want OK with a psi_triggers reading saying why they are not armed", res.Status, res.Message, res.Readings)
+	if res := p.Probe(t.Context()); res.Status != probes.StatusOK || !hasReading(res, "psi_triggers", "not armed: ") || !hasReading(res, "psi_full_stall", "rule 500ms within 2s; not measured yet") {
+		t.Errorf("first run: %s %q %v, want OK with a psi_triggers reading saying why they are not armed and the rule in psi_full_stall", res.Status, res.Message, res.Readings)
 	}
 	now = now.Add(10 * time.Second)
 	h.pressure(ms(5200*time.Millisecond), 30) // full: 2.6s in 10s, 26% >= 500ms/2s

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -191,34 +189,12 @@ func eventReport(b *testing.B, results []latencyResult) {
 // the log, when NPD or the privilege to mount is missing.
 func npdEventsResults(b *testing.B, cp *testcp.ControlPlane, n int) []latencyResult {
 	b.Helper()
-	bin := os.Getenv("NPD_BIN")
-	if bin == "" {
-		if root, err := testcp.RepoRoot(); err == nil {
-			bin = filepath.Join(root, "bin", "node-problem-detector")
-		}
-	}
-	if _, err := os.Stat(bin); err != nil {
-		b.Logf("node-problem-detector not found (%v): its rows are left out", err)
-		return nil
-	}
-	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
-		b.Logf("node-problem-detector's rows need root and unshare(1): left out")
-		return nil
-	}
 	const node = "latency-events-npd"
 	c := cp.Client()
-	cp.CreateNode(b, node, nil)
-	dir := b.TempDir()
-	kmsg := testkit.NewKmsg(testkit.SysinfoBoot(b))
-	fifo := kmsg.FIFO(b, filepath.Join(dir, "kmsg"), 0o600)
-	npd := &testkit.Process{Name: "npd", Dir: dir, Argv: testkit.KmsgNamespace(fifo, bin,
-		"--hostname-override="+node,
-		"--apiserver-override="+cp.RESTConfig().Host+"?inClusterConfig=false&auth="+cp.KubeconfigPath,
-		"--config.system-log-monitor="+kernelMonitorJSON(b),
-		"--address=127.0.0.1", "--port="+testkit.FreePort(b),
-		"--prometheus-address=127.0.0.1", "--prometheus-port="+testkit.FreePort(b),
-	)}
-	npd.Start(b)
+	npd, kmsg := startNPDKmsg(b, cp, node)
+	if npd == nil {
+		return nil
+	}
 	nw := newNodeWatcher(b, c, node)
 	waitKernelConditionsFalse(b, nw)
 	ew := newEventWatcher(b, c, node)

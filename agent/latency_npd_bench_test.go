@@ -13,16 +13,11 @@ import (
 	"github.com/selftaint/selftaint/agent/testkit"
 )
 
-// npdKmsgResult measures node-problem-detector's kernel monitor on the
-// lines BenchmarkLatencyKmsg writes: kernel-monitor.json unchanged, NPD's
-// own kmsg plugin reading a FIFO bind-mounted over /dev/kmsg in a private
-// mount namespace (its reader opens /dev/kmsg by that name), from the
-// line to the condition True on the Node watch. NPD never taints, and
-// never clears a permanent condition in the process that set it, so each
-// NPD process serves one event per condition and is then restarted (its
-// start publishes them False again); only the way there is timed. nil,
+// startNPDKmsg creates node and starts node-problem-detector v0.8.20 for
+// it with kernel-monitor.json, reading a kmsg FIFO of its own (its own
+// mount namespace), stopped when b ends (its log shown if b failed); nil,
 // said in the log, when NPD or the privilege to mount is missing.
-func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult {
+func startNPDKmsg(b *testing.B, cp *testcp.ControlPlane, node string) (*testkit.Process, *testkit.Kmsg) {
 	b.Helper()
 	bin := os.Getenv("NPD_BIN")
 	if bin == "" {
@@ -31,15 +26,13 @@ func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult 
 		}
 	}
 	if _, err := os.Stat(bin); err != nil {
-		b.Logf("node-problem-detector not found (%v): its row is left out; `make npd` builds it", err)
-		return nil
+		b.Logf("node-problem-detector not found (%v): its rows are left out; `make npd` builds it", err)
+		return nil, nil
 	}
 	if _, err := exec.LookPath("unshare"); err != nil || os.Geteuid() != 0 {
-		b.Logf("node-problem-detector's row needs root and unshare(1) to put a FIFO over /dev/kmsg: left out")
-		return nil
+		b.Logf("node-problem-detector's rows need root and unshare(1) to put a FIFO over /dev/kmsg: left out")
+		return nil, nil
 	}
-	const node = "latency-npd"
-	c := cp.Client()
 	cp.CreateNode(b, node, nil)
 	dir := b.TempDir()
 	// Stamped against the boot NPD's reader takes: now less sysinfo's uptime.
@@ -59,6 +52,26 @@ func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult 
 			b.Logf("node-problem-detector's log:\n%s", testkit.Tail(npd.Log(), 4000))
 		}
 	})
+	return npd, kmsg
+}
+
+// npdKmsgResult measures node-problem-detector's kernel monitor on the
+// lines BenchmarkLatencyKmsg writes: kernel-monitor.json unchanged, NPD's
+// own kmsg plugin reading a FIFO bind-mounted over /dev/kmsg in a private
+// mount namespace (its reader opens /dev/kmsg by that name), from the
+// line to the condition True on the Node watch. NPD never taints, and
+// never clears a permanent condition in the process that set it, so each
+// NPD process serves one event per condition and is then restarted (its
+// start publishes them False again); only the way there is timed. nil,
+// said in the log, when NPD or the privilege to mount is missing.
+func npdKmsgResult(b *testing.B, cp *testcp.ControlPlane, n int) *latencyResult {
+	b.Helper()
+	const node = "latency-npd"
+	c := cp.Client()
+	npd, kmsg := startNPDKmsg(b, cp, node)
+	if npd == nil {
+		return nil
+	}
 	nw := newNodeWatcher(b, c, node)
 	waitKernelConditionsFalse(b, nw)
 	res := measure(b, nw, "NPD v0.8.20 kmsg line (condition)", "npd", n, latencyEvent{

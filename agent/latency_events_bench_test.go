@@ -129,16 +129,7 @@ func BenchmarkLatencyEvents(b *testing.B) {
 		nw := newNodeWatcher(b, c, node)
 		waitKernelConditionsFalse(b, nw)
 		ew := newEventWatcher(b, c, node)
-		temp := latencyResult{name: "selftaint: temporary rule Event", key: "temp"}
-		for i := range n {
-			time.Sleep(rand.N(time.Second))
-			l := eventTempLines[i%len(eventTempLines)]
-			text := l.line(i)
-			start := time.Now()
-			kmsg.Write(b, text)
-			ew.until(time.Minute, text, l.reason)
-			temp.up = append(temp.up, time.Since(start))
-		}
+		temp := tempEventLatencies(b, kmsg, ew, n, latencyResult{name: "selftaint: temporary rule Event", key: "temp"})
 		cond := latencyResult{name: "selftaint: condition change Event", key: "cond"}
 		for i := range n {
 			if i > 0 && i%5 == 0 {
@@ -185,6 +176,23 @@ func eventReport(b *testing.B, results []latencyResult) {
 	b.Log(t.String())
 }
 
+// tempEventLatencies times n temporary rules' lines (eventTempLines, each
+// at a random phase within a second) written to kmsg, each to its Event
+// on ew, into temp.
+func tempEventLatencies(b *testing.B, kmsg *testkit.Kmsg, ew *eventWatcher, n int, temp latencyResult) latencyResult {
+	b.Helper()
+	for i := range n {
+		time.Sleep(rand.N(time.Second))
+		l := eventTempLines[i%len(eventTempLines)]
+		text := l.line(i)
+		start := time.Now()
+		kmsg.Write(b, text)
+		ew.until(time.Minute, text, l.reason)
+		temp.up = append(temp.up, time.Since(start))
+	}
+	return temp
+}
+
 // npdEventsResults measures NPD's Events on the same lines; none, said in
 // the log, when NPD or the privilege to mount is missing.
 func npdEventsResults(b *testing.B, cp *testcp.ControlPlane, n int) []latencyResult {
@@ -199,16 +207,7 @@ func npdEventsResults(b *testing.B, cp *testcp.ControlPlane, n int) []latencyRes
 	waitKernelConditionsFalse(b, nw)
 	ew := newEventWatcher(b, c, node)
 	time.Sleep(2 * time.Second) // NPD's reader past the start
-	temp := latencyResult{name: "NPD v0.8.20: temporary rule Event", key: "npd-temp"}
-	for i := range n {
-		time.Sleep(rand.N(time.Second))
-		l := eventTempLines[i%len(eventTempLines)]
-		text := l.line(i)
-		start := time.Now()
-		kmsg.Write(b, text)
-		ew.until(time.Minute, text, l.reason)
-		temp.up = append(temp.up, time.Since(start))
-	}
+	temp := tempEventLatencies(b, kmsg, ew, n, latencyResult{name: "NPD v0.8.20: temporary rule Event", key: "npd-temp"})
 	cond := latencyResult{name: "NPD v0.8.20: condition change Event", key: "npd-cond"}
 	for i := range n {
 		// A fresh NPD: its conditions False, its spam filter full.

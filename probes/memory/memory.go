@@ -280,8 +280,9 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 		if psiErr == nil {
 			psiErr = ruleErr
 		}
-	} else if available {
-		// The pressure file cannot be read: the stall rules hold.
+	} else {
+		// The pressure file cannot be read, or is gone (a kernel without
+		// PSI never has a rule in pressure): the stall rules hold.
 		stalls = append(p.holdStallRules(), stalls...)
 	}
 	if w := p.watchErr; w != nil && p.stallRulesOn() {

@@ -267,6 +267,7 @@ func TestProbeStallRuleHoldsOnReadFailure(t *testing.T) {
 		noPressureFile
 		noMeminfo
 		noFullLine
+		gone
 	)
 	steps := []struct {
 		name    string
@@ -288,6 +289,11 @@ func TestProbeStallRuleHoldsOnReadFailure(t *testing.T) {
 		{"a fire, then the file has no full line", StallRules{Full: StallRule{Stall: 500 * time.Millisecond, Window: 2 * time.Second}},
 			[]int{ok, noFullLine}, []bool{false, true}, []probes.Status{probes.StatusOK, probes.StatusProblem},
 			`held: not read this run); parsing`},
+		{"in pressure, then the pressure file is gone", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
+			[]int{ok, ok, gone}, []bool{false, true, false}, []probes.Status{probes.StatusOK, probes.StatusProblem, probes.StatusProblem},
+			"held: not read this run"},
+		{"no pressure, the file gone: no PSI, OK", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
+			[]int{ok, gone}, []bool{false, false}, []probes.Status{probes.StatusOK, probes.StatusOK}, "available memory"},
 		{"no pressure, unreadable: Unknown", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
 			[]int{ok, noPressureFile}, []bool{false, false}, []probes.Status{probes.StatusOK, probes.StatusUnknown}, "reading memory PSI"},
 	}
@@ -308,6 +314,8 @@ func TestProbeStallRuleHoldsOnReadFailure(t *testing.T) {
 			case noPressureFile:
 				must(t, os.Remove(pressure))
 				must(t, os.Mkdir(pressure, 0o755))
+			case gone:
+				must(t, os.Remove(pressure))
 			case noMeminfo:
 				must(t, os.Remove(meminfo))
 			case noFullLine:

@@ -9,7 +9,8 @@ package agent
 // Pacing happens here and only here (eventPacer): client-go's correlator is
 // given options under which its spam filter never drops (neverDrop), and
 // the probes report every Event they find. What the pacer holds back is
-// counted (Metrics.EventHeldBack, selftaint_events_held_back_total) and
+// counted (Metrics.EventsHeldBack, selftaint_events_held_back_total), as
+// are those a probe counted instead of keeping (probes.Event.HeldBack), and
 // told in the log once per burst: when a reason starts being held back,
 // and, when one of its Events is let through again, how many were held
 // back in between.
@@ -132,13 +133,7 @@ func (p *eventPacer) decide(now time.Time, class eventClass, reason string) pace
 		rb.refill(now, ReasonBurst, ReasonEvery)
 	}
 	if cb.tokens < 1 || (rb != nil && rb.tokens < 1) {
-		h, holding := p.held[key]
-		if !holding {
-			h.since = now
-		}
-		h.n++
-		p.held[key] = h
-		return paceVerdict{HoldStarted: !holding}
+		return paceVerdict{HoldStarted: p.hold(now, key, 1)}
 	}
 	cb.tokens--
 	if rb != nil {
@@ -150,6 +145,18 @@ func (p *eventPacer) decide(now time.Time, class eventClass, reason string) pace
 		delete(p.held, key)
 	}
 	return v
+}
+
+// hold counts n Events of key held back at now, and reports whether they
+// start a hold (none was held back since one was last let through).
+func (p *eventPacer) hold(now time.Time, key paceKey, n int) (started bool) {
+	h, holding := p.held[key]
+	if !holding {
+		h.since = now
+	}
+	h.n += n
+	p.held[key] = h
+	return !holding
 }
 
 // eventSink is where the agent's Events go: paced (eventPacer), then to
@@ -176,14 +183,33 @@ func (s *eventSink) record(class eventClass, object runtime.Object, eventType, r
 		s.log.Info("Events let through again", "reason", reason, "from", class.String(), "heldBack", v.Released, "since", v.HeldSince)
 	}
 	if !v.Record {
-		s.metrics.EventHeldBack(reason)
-		if v.HoldStarted {
-			s.log.Warn("Events held back: too many of this reason; they are counted in selftaint_events_held_back_total, and their number is logged when one is let through again",
-				"reason", reason, "from", class.String(), "pace", paceRule(class))
-		}
+		s.heldBack(class, reason, 1, v.HoldStarted)
 		return
 	}
 	s.recorder.Event(object, eventType, reason, message)
+}
+
+// holdBack counts n Events of class and reason that were not recorded
+// since the pacer would hold them back: a probe found them beyond the
+// burst it keeps between runs (probes.Event.HeldBack).
+func (s *eventSink) holdBack(class eventClass, reason string, n int) {
+	if n <= 0 {
+		return
+	}
+	now := s.now()
+	s.mu.Lock()
+	started := s.pacer.hold(now, paceKey{class, reason}, n)
+	s.mu.Unlock()
+	s.heldBack(class, reason, n, started)
+}
+
+// heldBack counts n Events held back, and logs the first of a burst.
+func (s *eventSink) heldBack(class eventClass, reason string, n int, started bool) {
+	s.metrics.EventsHeldBack(reason, n)
+	if started {
+		s.log.Warn("Events held back: too many of this reason; they are counted in selftaint_events_held_back_total, and their number is logged when one is let through again",
+			"reason", reason, "from", class.String(), "pace", paceRule(class))
+	}
 }
 
 // paceRule says the pacing rule of class, for the log.
@@ -232,8 +258,9 @@ func probeEventRef(node string) *corev1.ObjectReference {
 // recordProbeEvents records the events r carries as Warning Events on the
 // agent's Node, reason and message as the probe gave them (the message cut
 // to maxMessageLen), paced as probe Events. Observe calls it for every
-// result, as soon as the result comes. Nothing is recorded before Run has
-// made the recorder.
+// result, as soon as the result comes; the Events a probe only counted
+// (probes.Event.HeldBack) are counted as held back. Nothing is recorded
+// before Run has made the recorder.
 func (a *Agent) recordProbeEvents(r probes.Result) {
 	if len(r.Events) == 0 || a.events == nil {
 		return
@@ -241,5 +268,6 @@ func (a *Agent) recordProbeEvents(r probes.Result) {
 	ref := probeEventRef(a.opts.NodeName)
 	for _, e := range r.Events {
 		a.events.record(classProbe, ref, corev1.EventTypeWarning, e.Reason, taints.Truncate(e.Message, maxMessageLen))
+		a.events.holdBack(classProbe, e.Reason, e.HeldBack)
 	}
 }

@@ -1,8 +1,15 @@
 package agent
 
 import (
+	"bytes"
+	"log/slog"
+	"maps"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
 )
 
 // TestEventPacer steps the pacing rule through bursts: a probe reason's
@@ -66,5 +73,49 @@ func TestEventPacer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// heldBackCounts is a Metrics that keeps the held-back counts by reason.
+type heldBackCounts struct {
+	nopMetrics
+	n map[string]int
+}
+
+func (m *heldBackCounts) EventsHeldBack(reason string, n int) { m.n[reason] += n }
+
+// TestEventSinkCountsProbeHeldBack: the Events a probe counted instead of
+// keeping (probes.Event.HeldBack, a flood of matched lines between two
+// runs) are counted as held back by their reason, start a hold logged once
+// (not once per Event), and are told in the count when one of their reason
+// is let through again.
+func TestEventSinkCountsProbeHeldBack(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	now := t0
+	var logs bytes.Buffer
+	rec := record.NewFakeRecorder(100)
+	m := &heldBackCounts{n: map[string]int{}}
+	s := &eventSink{recorder: rec, now: func() time.Time { return now }, metrics: m,
+		log: slog.New(slog.NewTextHandler(&logs, nil)), pacer: newEventPacer()}
+	ref := probeEventRef("n")
+	for range ReasonBurst {
+		s.record(classProbe, ref, corev1.EventTypeWarning, "OOMKilling", "a line")
+	}
+	s.holdBack(classProbe, "OOMKilling", 9995)
+	s.holdBack(classProbe, "OOMKilling", 0)
+	s.record(classProbe, ref, corev1.EventTypeWarning, "OOMKilling", "a line")
+	if got, want := m.n, map[string]int{"OOMKilling": 9996}; !maps.Equal(got, want) {
+		t.Errorf("held back %v, want %v", got, want)
+	}
+	if got := len(rec.Events); got != ReasonBurst {
+		t.Errorf("%d Events recorded, want %d", got, ReasonBurst)
+	}
+	if got := strings.Count(logs.String(), "Events held back"); got != 1 {
+		t.Errorf("the hold is logged %d times, want once; log:\n%s", got, logs.String())
+	}
+	now = now.Add(ReasonEvery)
+	s.record(classProbe, ref, corev1.EventTypeWarning, "OOMKilling", "a line")
+	if !strings.Contains(logs.String(), "Events let through again") || !strings.Contains(logs.String(), "heldBack=9996") {
+		t.Errorf("let through again: the log does not tell the 9996 held back; log:\n%s", logs.String())
 	}
 }

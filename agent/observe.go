@@ -64,9 +64,9 @@ type Metrics interface {
 	// taints.ReasonNoExecuteWaiting): once when it gets there, and again
 	// each time the reason changes while it stays there.
 	NoExecuteSuspended(c corev1.NodeConditionType, reason string)
-	// EventHeldBack is called for each Event the agent's pacing holds
-	// back (not recorded), by its reason (events.go).
-	EventHeldBack(reason string)
+	// EventsHeldBack counts n Events the agent's pacing holds back (not
+	// recorded), by their reason (events.go).
+	EventsHeldBack(reason string, n int)
 }
 
 // nopMetrics is the Metrics of an agent built without any.
@@ -83,7 +83,7 @@ func (nopMetrics) SetAdvertised(map[corev1.ResourceName]int64)                  
 func (nopMetrics) SetFlapping(map[corev1.NodeConditionType]bool)                     {}
 func (nopMetrics) SetNoExecute(map[corev1.NodeConditionType]bool)                    {}
 func (nopMetrics) NoExecuteSuspended(corev1.NodeConditionType, string)               {}
-func (nopMetrics) EventHeldBack(string)                                              {}
+func (nopMetrics) EventsHeldBack(string, int)                                        {}
 
 // LoopState is a snapshot of the reconcile loop, for health checks.
 type LoopState struct {

@@ -66,6 +66,11 @@ type Event struct {
 	Reason string `json:"reason"`
 	// Message says what happened in words.
 	Message string `json:"message"`
+	// HeldBack is how many more Events of this reason the probe found
+	// after this one and did not keep, as the agent's pacing would not
+	// record them (a probe keeps a burst of each reason between runs, so
+	// a flood costs no memory): the agent counts them as held back.
+	HeldBack int `json:"heldBack,omitempty"`
 }
 
 // Probe checks one aspect of the host. Implementations must honour ctx

@@ -302,3 +302,32 @@ func TestHardwareAndInitDefaults(t *testing.T) {
 		t.Errorf("init taint key %q, want the autoscaler's startup-taint key", got)
 	}
 }
+
+// TestPSIWindowWarns: a stall rule's window the image cannot arm (not a
+// multiple of 2s without CAP_SYS_RESOURCE) is valid, but warned of by its
+// field; the defaults and 2s multiples are not.
+func TestPSIWindowWarns(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		want []string
+	}{
+		{"", nil},
+		{"probes:\n  memory:\n    psi:\n      some: {stall: 100ms, window: 4s}", nil},
+		{"probes:\n  memory:\n    psi:\n      some: {stall: 100ms, window: 1s}", []string{"probes.memory.psi.some.window: 1s is not a multiple of 2s"}},
+		{"probes:\n  memory:\n    psi:\n      full: {stall: 100ms, window: 2500ms}", []string{"probes.memory.psi.full.window: 2.5s"}},
+		{"probes:\n  memory:\n    enabled: false\n    psi:\n      some: {stall: 100ms, window: 1s}", nil},
+	} {
+		c, err := Parse([]byte(tt.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.yaml, err)
+		}
+		got := c.Warnings()
+		ok := len(got) == len(tt.want)
+		for i := range tt.want {
+			ok = ok && strings.HasPrefix(got[i], tt.want[i]) && strings.Contains(got[i], "uid 65532")
+		}
+		if !ok {
+			t.Errorf("%q: warnings %q, want ones starting %q", tt.yaml, got, tt.want)
+		}
+	}
+}

@@ -366,9 +366,10 @@ func (c *Config) Fleet() fleet.Config {
 }
 
 // Warnings are settings that are valid but risky, each naming its field:
-// a NoExecute rule without a fallback effect.
+// a NoExecute rule without a fallback effect; a memory stall rule whose
+// window the image cannot arm.
 func (c *Config) Warnings() []string {
-	var out []string
+	out := c.Probes.Memory.psiWarnings()
 	for i, r := range c.Rules {
 		if r.Taint.Effect == corev1.TaintEffectNoExecute && r.Fallback == "" {
 			out = append(out, fmt.Sprintf(

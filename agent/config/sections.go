@@ -47,6 +47,28 @@ func (m *MemoryProbe) packageConfig() memory.Config {
 		PSI: memory.StallRules{Some: m.PSI.Some.rule(), Full: m.PSI.Full.rule()}}
 }
 
+// psiWarnings name the stall rules whose window is not a multiple of
+// memory.UnprivilegedWindowStep: valid, and armed where the agent has
+// CAP_SYS_RESOURCE (selftaint check as root), but the kernel refuses it to
+// the image (uid 65532, without it), which then judges the rule only on
+// its interval.
+func (m *MemoryProbe) psiWarnings() []string {
+	if !m.IsEnabled() {
+		return nil
+	}
+	var out []string
+	for _, l := range []struct {
+		name string
+		s    PSIStall
+	}{{"some", m.PSI.Some}, {"full", m.PSI.Full}} {
+		if r := l.s.rule(); !r.IsZero() && r.Window%memory.UnprivilegedWindowStep != 0 {
+			out = append(out, fmt.Sprintf("probes.memory.psi.%s.window: %v is not a multiple of %v, so the kernel arms its PSI trigger only for a process with CAP_SYS_RESOURCE, which the image (uid 65532) lacks: there the rule is judged on the probe's interval only, not on the trigger",
+				l.name, r.Window, memory.UnprivilegedWindowStep))
+		}
+	}
+	return out
+}
+
 func (s PSIStall) rule() memory.StallRule {
 	return memory.StallRule{Stall: s.Stall.D, Window: s.Window.D}
 }

@@ -335,9 +335,9 @@ func (m *Metrics) NoExecuteSuspended(c corev1.NodeConditionType, reason string) 
 	m.suspended.WithLabelValues(string(c), reason).Inc()
 }
 
-// EventHeldBack counts an Event of reason the agent's pacing held back.
-func (m *Metrics) EventHeldBack(reason string) {
-	m.heldBack.WithLabelValues(reason).Inc()
+// EventsHeldBack counts n Events of reason the agent's pacing held back.
+func (m *Metrics) EventsHeldBack(reason string, n int) {
+	m.heldBack.WithLabelValues(reason).Add(float64(n))
 }
 
 // setByCondition sets g{condition} to 1 or 0 for every condition in cs,

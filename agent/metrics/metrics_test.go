@@ -172,7 +172,7 @@ func TestEventsHeldBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []string{"OOMKilling", "OOMKilling", "TaintAdded"} {
-		m.EventHeldBack(r)
+		m.EventsHeldBack(r, 1)
 	}
 	got := series(t, reg, "selftaint_events_held_back_total")
 	want := `selftaint_events_held_back_total{reason="OOMKilling"} 2` + "\n" + `selftaint_events_held_back_total{reason="TaintAdded"} 1`

@@ -250,6 +250,20 @@ type ruleState struct {
 	// the next probe run reports, each give their Event.
 	unreported []outcome
 	lost       int // failing outcomes dropped as unreported was full
+	// heldBack is lost since the last report: counted on its last Event
+	// (probes.Event.HeldBack), so the agent counts them as held back.
+	heldBack int
+}
+
+// keepUnreported keeps an events rule's failing outcome until it is
+// reported, or counts it (lost, heldBack) when maxUnreported wait.
+func (st *ruleState) keepUnreported(out outcome) {
+	if len(st.unreported) < maxUnreported {
+		st.unreported = append(st.unreported, out)
+		return
+	}
+	st.lost++
+	st.heldBack++
 }
 
 // maxUnreported bounds an events rule's unreported failing outcomes: as
@@ -484,11 +498,7 @@ func (p *Probe) launch(ctx context.Context, i int, now time.Time) *run {
 		if rctx.Err() == nil { // the outcome of a run cut short is not kept
 			st.last, st.started = out, r.started
 			if i >= len(p.cond.Rules) && (out.status == probes.StatusProblem || out.status == probes.StatusUnknown) {
-				if len(st.unreported) < maxUnreported {
-					st.unreported = append(st.unreported, out)
-				} else {
-					st.lost++
-				}
+				st.keepUnreported(out)
 			}
 		}
 		st.running = nil
@@ -553,6 +563,9 @@ func (p *Probe) report() probes.Result {
 		st := &p.state[len(p.cond.Rules)+i]
 		for _, o := range st.unreported {
 			events = append(events, probes.Event{Reason: r.Reason, Message: o.message})
+		}
+		if len(st.unreported) > 0 {
+			events[len(events)-1].HeldBack, st.heldBack = st.heldBack, 0
 		}
 		st.unreported = st.unreported[:0]
 		res.Readings = append(res.Readings, probes.Reading{Name: "event " + r.label(), Value: st.last.reading})

@@ -1004,3 +1004,32 @@ exit 1
 		t.Errorf("the second probe run reported events %q, want both runs' %q", msgs, want)
 	}
 }
+
+// TestUnreportedBeyondTheBurstCounted: an events rule's failing runs
+// beyond the maxUnreported kept while probe runs lag are counted on the
+// last Event reported (probes.Event.HeldBack), so the agent counts them
+// as held back, once: the next report starts from zero.
+func TestUnreportedBeyondTheBurstCounted(t *testing.T) {
+	r := testRule("/bin/false")
+	r.Reason = "ConntrackFull"
+	p := newTestProbe(t, Options{}, Condition{Name: "events", Events: []Rule{r}})
+	fail := outcome{status: probes.StatusProblem, message: "failed", reading: "failed"}
+	for _, tt := range []struct {
+		runs         int
+		events, held int
+	}{{maxUnreported + 3, maxUnreported, 3}, {1, 1, 0}} {
+		p.mu.Lock()
+		for range tt.runs {
+			p.state[0].keepUnreported(fail)
+		}
+		p.mu.Unlock()
+		res := p.report()
+		held := 0
+		for _, e := range res.Events {
+			held += e.HeldBack
+		}
+		if len(res.Events) != tt.events || held != tt.held || (held > 0 && res.Events[len(res.Events)-1].HeldBack != held) {
+			t.Errorf("%d failing runs unreported: %d Events holding back %d (%+v), want %d holding back %d on the last", tt.runs, len(res.Events), held, res.Events, tt.events, tt.held)
+		}
+	}
+}

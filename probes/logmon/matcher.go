@@ -147,8 +147,8 @@ type Matcher struct {
 	live  bool      // but Live lines are (MatchLive)
 	buf   []Line    // the last BufferSize lines, oldest first
 	conds []ConditionState
-	// events are the Events not yet taken, every one: the agent paces
-	// them (agent/events.go).
+	// events are the Events not yet taken: the agent paces them
+	// (agent/events.go); beyond maxPending of a reason they are counted.
 	events []pendingEvent
 	recent []Match // the last recentMatches matches, oldest first
 	// reported is the last line whose Events were taken (or restored,
@@ -165,6 +165,36 @@ type Matcher struct {
 type pendingEvent struct {
 	ev probes.Event
 	at Position
+	// through is the last line of the Events of its reason counted on it
+	// (ev.HeldBack); zero when none or all were Notes.
+	through Position
+}
+
+// maxPending is how many Events of one reason the matcher keeps until they
+// are taken: as many as the agent's pacing records of one reason at once
+// (agent.ReasonBurst). More are counted on the last one kept
+// (probes.Event.HeldBack), so a flood of matched lines between two probe
+// runs costs no memory.
+const maxPending = 5
+
+// queue adds e, made by the line at (zero for a Note), unless maxPending
+// Events of its reason are waiting: then it is counted on the last.
+func (m *Matcher) queue(e probes.Event, at Position) {
+	n, last := 0, -1
+	for i := range m.events {
+		if m.events[i].ev.Reason == e.Reason {
+			n, last = n+1, i
+		}
+	}
+	if n < maxPending {
+		m.events = append(m.events, pendingEvent{ev: e, at: at})
+		return
+	}
+	p := &m.events[last]
+	p.ev.HeldBack++
+	if !at.Time.IsZero() {
+		p.through = at
+	}
 }
 
 // recentMatches is how many matches a Matcher keeps for humans.
@@ -302,7 +332,7 @@ func (m *Matcher) apply(r Rule, lines []Line) {
 	} else if m.reported.Covers(m.last) {
 		match.Reported = true
 	} else {
-		m.events = append(m.events, pendingEvent{probes.Event{Reason: r.Reason, Message: msg}, m.last})
+		m.queue(probes.Event{Reason: r.Reason, Message: msg}, m.last)
 	}
 	m.recent = append(m.recent, match)
 	if len(m.recent) > recentMatches {
@@ -313,7 +343,7 @@ func (m *Matcher) apply(r Rule, lines []Line) {
 // Note records an Event of the monitor's own (an overrun, a rotation); the
 // agent paces it with the rules' Events. now is unused.
 func (m *Matcher) Note(reason, msg string, _ time.Time) {
-	m.events = append(m.events, pendingEvent{ev: probes.Event{Reason: reason, Message: msg}})
+	m.queue(probes.Event{Reason: reason, Message: msg}, Position{})
 }
 
 // Conditions returns every condition's state, in file order.
@@ -323,20 +353,21 @@ func (m *Matcher) Conditions() []ConditionState {
 
 // TakeEvents returns the Events recorded since the last call, but those of
 // lines Reported covers (a position restored after they were recorded),
-// and moves Reported to the last line whose Event it returns.
+// and moves Reported to the last line whose Event it returns or counts
+// (probes.Event.HeldBack).
 func (m *Matcher) TakeEvents() []probes.Event {
 	var out []probes.Event
 	before := m.reported
 	for _, e := range m.events {
-		if e.at.Time.IsZero() {
-			out = append(out, e.ev)
-			continue
-		}
-		if before.Covers(e.at) {
+		if !e.at.Time.IsZero() && before.Covers(e.at) {
 			continue
 		}
 		out = append(out, e.ev)
-		m.reported = e.at
+		for _, at := range []Position{e.at, e.through} {
+			if !at.Time.IsZero() && !m.reported.Covers(at) {
+				m.reported = at
+			}
+		}
 	}
 	m.events = nil
 	return out

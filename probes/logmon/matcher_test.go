@@ -195,26 +195,44 @@ func TestLinesNotMatched(t *testing.T) {
 	}
 }
 
-// TestEventsEveryMatch: a temporary rule's every match is an Event, a
-// flood included: the matcher holds none back (the agent paces Events,
-// and counts what it holds back).
+// TestEventsEveryMatch: a temporary rule's every match is accounted for, a
+// flood included: the matcher keeps a burst of each reason's Events
+// (maxPending, as many as the agent records at once) and counts the rest
+// on the last kept (probes.Event.HeldBack), so a flood between two takes
+// costs no memory; the agent paces them, and counts what it holds back.
+// The reported position moves to the last line counted.
 func TestEventsEveryMatch(t *testing.T) {
+	const flood = 10000
 	m := NewMatcher(mustParse(t, `{"plugin": "kmsg", "rules": [{"type": "temporary", "reason": "A", "pattern": "a"}, {"type": "temporary", "reason": "B", "pattern": "b"}]}`), t0)
-	for range 7 {
-		m.Push(Line{Time: t0, Message: "a"}, t0)
-	}
-	m.Push(Line{Time: t0, Message: "b"}, t0)
-	count := func() map[string]int {
-		n := map[string]int{}
-		for _, e := range m.TakeEvents() {
-			n[e.Reason]++
+	for i := range flood {
+		m.Push(Line{Time: t0.Add(time.Duration(i) * time.Millisecond), Message: "a"}, t0)
+		if i == 2 {
+			m.Push(Line{Time: t0.Add(time.Duration(i) * time.Millisecond), Message: "b"}, t0)
 		}
-		return n
 	}
-	if got, want := count(), map[string]int{"A": 7, "B": 1}; !reflect.DeepEqual(got, want) {
-		t.Errorf("burst: got %v, want %v", got, want)
+	last := m.last
+	if got := len(m.events); got > 2*maxPending {
+		t.Errorf("%d matches of two reasons: %d Events kept, want at most %d", flood+1, got, 2*maxPending)
 	}
-	if got := count(); len(got) != 0 {
-		t.Errorf("taken again: got %v, want none", got)
+	count := func() (events, lines map[string]int) {
+		events, lines = map[string]int{}, map[string]int{}
+		for _, e := range m.TakeEvents() {
+			events[e.Reason]++
+			lines[e.Reason] += 1 + e.HeldBack
+		}
+		return events, lines
+	}
+	events, lines := count()
+	if want := map[string]int{"A": flood, "B": 1}; !reflect.DeepEqual(lines, want) {
+		t.Errorf("flood: Events and their HeldBack counts stand for %v lines, want %v", lines, want)
+	}
+	if want := map[string]int{"A": maxPending, "B": 1}; !reflect.DeepEqual(events, want) {
+		t.Errorf("flood: got %v Events, want %v", events, want)
+	}
+	if got := m.Reported(); got != last {
+		t.Errorf("reported through %+v, want the last line counted, %+v", got, last)
+	}
+	if events, _ := count(); len(events) != 0 {
+		t.Errorf("taken again: got %v, want none", events)
 	}
 }

@@ -243,11 +243,11 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	path := p.host.Proc("meminfo")
 	data, err := probes.ReadFile(path)
 	if err != nil {
-		return readError(nil, fmt.Errorf("reading meminfo: %w", err))
+		return p.readFailure(fmt.Errorf("reading meminfo: %w", err))
 	}
 	m, err := parseMeminfo(data)
 	if err != nil {
-		return readError(nil, fmt.Errorf("parsing %s: %w", path, err))
+		return p.readFailure(fmt.Errorf("parsing %s: %w", path, err))
 	}
 
 	total, avail := float64(m.TotalBytes), float64(m.AvailableBytes)
@@ -280,6 +280,10 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 		if psiErr == nil {
 			psiErr = ruleErr
 		}
+	} else {
+		// The pressure file cannot be read, or is gone (a kernel without
+		// PSI never has a rule in pressure): the stall rules hold.
+		stalls = append(p.holdStallRules(), stalls...)
 	}
 	if w := p.watchErr; w != nil && p.stallRulesOn() {
 		readings = append(readings, probes.Reading{Name: "psi_triggers", Value: "not armed: " + w.Error()})
@@ -306,13 +310,53 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	return probes.Result{Status: probes.StatusOK, Reason: ReasonMemoryAvailable, Message: msg, Readings: readings}
 }
 
+// readFailure is the result of a run that cannot read meminfo: Unknown,
+// but a problem while a stall rule holds (holdStallRules).
+func (p *Probe) readFailure(err error) probes.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if stalls := p.holdStallRules(); len(stalls) > 0 {
+		return probes.Result{Status: probes.StatusProblem, Reason: ReasonMemoryPressureStall, Message: strings.Join(append(stalls, err.Error()), "; ")}
+	}
+	return readError(nil, err)
+}
+
+// holdStallRules judges the stall rules on a run that cannot read the
+// pressure file (or meminfo): a read failure is never a recovery. A
+// trigger fired since the last run is still the kernel's verdict, so its
+// rule is in pressure; a rule in pressure stays there; the rest stay as
+// they are, their base kept for the next read. It returns the stalls of
+// the rules in pressure. p.mu is held.
+func (p *Probe) holdStallRules() (stalls []string) {
+	for i, r := range p.cfg.rules() {
+		if !r.IsZero() {
+			stalls = append(stalls, p.holdStallRule(i)...)
+		}
+	}
+	return stalls
+}
+
+// holdStallRule is holdStallRules for rule i alone. p.mu is held.
+func (p *Probe) holdStallRule(i int) (stalls []string) {
+	s := p.states[i]
+	s.Fired = p.fires[i] != p.judged[i]
+	p.judged[i] = p.fires[i]
+	s.Pressure = s.Pressure || s.Fired
+	p.states[i] = s
+	if s.Pressure {
+		stalls = append(stalls, stallMessage(lineNames[i], p.cfg.rules()[i], s, -1))
+	}
+	return stalls
+}
+
 // stallRulesOn reports whether a stall rule is on.
 func (p *Probe) stallRulesOn() bool { return !p.cfg.PSI.Some.IsZero() || !p.cfg.PSI.Full.IsZero() }
 
 // judgeStallRules runs each stall rule's state machine on what the
 // pressure file pr (read at now) shows and the triggers fired since the
 // last run, and returns its readings and the stalls it finds. p.mu is
-// held. A rule on a line the file lacks is an error, and its state stays.
+// held. A rule on a line the file lacks is an error, and holds
+// (holdStallRule).
 func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []probes.Reading, stalls []string, err error) {
 	lines := [2]psiLine{pr.Some, pr.Full}
 	for i, r := range p.cfg.rules() {
@@ -321,13 +365,14 @@ func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []
 		}
 		if i == lineFull && !pr.HasFull {
 			err = fmt.Errorf("parsing %s: no \"full\" line for the full stall rule", path)
+			stalls = append(stalls, p.holdStallRule(i)...)
 			continue
 		}
 		fired := p.fires[i] != p.judged[i]
 		p.judged[i] = p.fires[i]
 		s := decideStall(r, p.states[i], stallSample{Now: now, Total: lines[i].Total, Fired: fired})
 		p.states[i] = s
-		readings = append(readings, probes.Reading{Name: "psi_" + lineNames[i] + "_stall", Value: stallReading(s)})
+		readings = append(readings, probes.Reading{Name: "psi_" + lineNames[i] + "_stall", Value: stallReading(r, s)})
 		if s.Pressure {
 			stalls = append(stalls, stallMessage(lineNames[i], r, s, lines[i].Avg10))
 		}
@@ -335,15 +380,18 @@ func (p *Probe) judgeStallRules(path string, pr psi, now time.Time) (readings []
 	return readings, stalls, err
 }
 
-// stallReading is a stall rule's last measure: "340ms in 1.02s".
-func stallReading(s stallState) string {
+// stallReading is a stall rule and its last measure, so a single run
+// (selftaint check) shows the rule in force: "rule 500ms within 2s;
+// measured 340ms in 1.02s".
+func stallReading(r StallRule, s stallState) string {
 	if s.Span == 0 {
-		return "not measured yet"
+		return "rule " + r.String() + "; not measured yet"
 	}
-	return fmt.Sprintf("%v in %v", s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond))
+	return fmt.Sprintf("rule %v; measured %v in %v", r, s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond))
 }
 
-// stallMessage says why a stall rule is in pressure.
+// stallMessage says why a stall rule is in pressure; avg10 below 0: the
+// pressure file could not be read this run.
 func stallMessage(line string, r StallRule, s stallState, avg10 float64) string {
 	msg := fmt.Sprintf("memory pressure stall: %s tasks stalled %s within %v", line, r.Stall, r.Window)
 	var why []string
@@ -353,7 +401,11 @@ func stallMessage(line string, r StallRule, s stallState, avg10 float64) string 
 	if s.Span > 0 {
 		why = append(why, fmt.Sprintf("measured %v in the last %v", s.Stalled.Round(time.Millisecond), s.Span.Round(time.Millisecond)))
 	}
-	why = append(why, fmt.Sprintf("%s avg10 %.2f%%", line, avg10))
+	if avg10 >= 0 {
+		why = append(why, fmt.Sprintf("%s avg10 %.2f%%", line, avg10))
+	} else {
+		why = append(why, "held: not read this run")
+	}
 	return msg + " (" + strings.Join(why, "; ") + ")"
 }
 

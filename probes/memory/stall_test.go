@@ -191,8 +191,8 @@ func (h stallHost) pressure(some uint64, avg10 float64) {
 // TestProbeStallRule walks the probe through an episode on a fake clock:
 // the trigger fires (the watch's hook) and the very run it wakes is a
 // problem, with no average above any threshold; the stall goes on, then
-// ends and the run a window later is healthy; a read error in between is
-// Unknown and changes nothing.
+// ends and the run a window later is healthy; a read error in between
+// holds the problem and changes nothing.
 func TestProbeStallRule(t *testing.T) {
 	h := newStallHost(t)
 	p, err := New(Config{PSI: StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}}}, probes.Host{Root: h.root})
@@ -222,7 +222,8 @@ func TestProbeStallRule(t *testing.T) {
 			"memory pressure stall: some tasks stalled 100ms within 1s (the kernel's PSI trigger fired; measured 150ms in the last 3s; some avg10 12.50%)", 1100 * time.Millisecond},
 		{"a window on, still stalling", 1100 * time.Millisecond, 1000 + ms(400*time.Millisecond), false, false, probes.StatusProblem,
 			"(measured 250ms in the last 1.1s; some avg10 12.50%)", 1100 * time.Millisecond},
-		{"the file cannot be read: Unknown, not a recovery", 1100 * time.Millisecond, 0, false, true, probes.StatusUnknown, "reading memory PSI", 1100 * time.Millisecond},
+		{"the file cannot be read: the problem holds, not a recovery", 1100 * time.Millisecond, 0, false, true, probes.StatusProblem,
+			"(measured 250ms in the last 1.1s; held: not read this run); reading memory PSI", 1100 * time.Millisecond},
 		{"readable again, a window of no stall: healthy", 100 * time.Millisecond, 1000 + ms(400*time.Millisecond), false, false, probes.StatusOK, "available memory", -1},
 	}
 	for _, s := range steps {
@@ -255,6 +256,102 @@ func TestProbeStallRule(t *testing.T) {
 	}
 }
 
+// TestProbeStallRuleHoldsOnReadFailure: a read failure is never a
+// recovery. A trigger that fires before a run that cannot read the
+// pressure file (or meminfo, or finds no full line) is still the kernel's
+// verdict, and a rule in pressure stays there while its evidence cannot be
+// read; a rule not in pressure is Unknown.
+func TestProbeStallRuleHoldsOnReadFailure(t *testing.T) {
+	const (
+		ok = iota
+		noPressureFile
+		noMeminfo
+		noFullLine
+		gone
+	)
+	steps := []struct {
+		name    string
+		rules   StallRules
+		read    []int // what each run finds, in turn
+		fire    []bool
+		want    []probes.Status
+		message string // in the last run's message
+	}{
+		{"a fire, then the pressure file cannot be read", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
+			[]int{ok, noPressureFile}, []bool{false, true}, []probes.Status{probes.StatusOK, probes.StatusProblem},
+			"some tasks stalled 100ms within 1s (the kernel's PSI trigger fired; held: not read this run); reading memory PSI"},
+		{"in pressure, then still unreadable", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
+			[]int{ok, noPressureFile, noPressureFile}, []bool{false, true, false}, []probes.Status{probes.StatusOK, probes.StatusProblem, probes.StatusProblem},
+			"held: not read this run); reading memory PSI"},
+		{"a fire, then meminfo cannot be read", StallRules{Full: StallRule{Stall: 500 * time.Millisecond, Window: 2 * time.Second}},
+			[]int{ok, noMeminfo}, []bool{false, true}, []probes.Status{probes.StatusOK, probes.StatusProblem},
+			"full tasks stalled 500ms within 2s (the kernel's PSI trigger fired; held: not read this run); reading meminfo"},
+		{"a fire, then the file has no full line", StallRules{Full: StallRule{Stall: 500 * time.Millisecond, Window: 2 * time.Second}},
+			[]int{ok, noFullLine}, []bool{false, true}, []probes.Status{probes.StatusOK, probes.StatusProblem},
+			`held: not read this run); parsing`},
+		{"in pressure, then the pressure file is gone", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
+			[]int{ok, ok, gone}, []bool{false, true, false}, []probes.Status{probes.StatusOK, probes.StatusProblem, probes.StatusProblem},
+			"held: not read this run"},
+		{"no pressure, the file gone: no PSI, OK", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
+			[]int{ok, gone}, []bool{false, false}, []probes.Status{probes.StatusOK, probes.StatusOK}, "available memory"},
+		{"no pressure, unreadable: Unknown", StallRules{Some: StallRule{Stall: 100 * time.Millisecond, Window: time.Second}},
+			[]int{ok, noPressureFile}, []bool{false, false}, []probes.Status{probes.StatusOK, probes.StatusUnknown}, "reading memory PSI"},
+	}
+	for _, tt := range steps {
+		h := newStallHost(t)
+		p, err := New(Config{PSI: tt.rules}, probes.Host{Root: h.root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := t0
+		p.now = func() time.Time { return now }
+		pressure := filepath.Join(h.root, "proc", "pressure", "memory")
+		meminfo := filepath.Join(h.root, "proc", "meminfo")
+		var res probes.Result
+		for i, read := range tt.read {
+			now = now.Add(100 * time.Millisecond)
+			switch read {
+			case noPressureFile:
+				must(t, os.Remove(pressure))
+				must(t, os.Mkdir(pressure, 0o755))
+			case gone:
+				must(t, os.Remove(pressure))
+			case noMeminfo:
+				must(t, os.Remove(meminfo))
+			case noFullLine:
+				must(t, os.WriteFile(pressure, []byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0o644))
+			}
+			if tt.fire[i] {
+				p.mu.Lock()
+				p.fires[ruleLine(tt.rules)]++
+				p.mu.Unlock()
+			}
+			res = p.Probe(t.Context())
+			if res.Status != tt.want[i] {
+				t.Errorf("%s: run %d: got %s %s %q, want %s", tt.name, i, res.Status, res.Reason, res.Message, tt.want[i])
+			}
+		}
+		if !strings.Contains(res.Message, tt.message) {
+			t.Errorf("%s: last message %q, want it to contain %q", tt.name, res.Message, tt.message)
+		}
+	}
+}
+
+// ruleLine is the line index of the one rule on in r.
+func ruleLine(r StallRules) int {
+	if r.Full.IsZero() {
+		return lineSome
+	}
+	return lineFull
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestProbeStallRuleWatchError: a trigger that cannot be armed is shown in
 // the readings, and the rule still judges the stall measured between runs.
 func TestProbeStallRuleWatchError(t *testing.T) {
@@ -268,8 +365,8 @@ func TestProbeStallRuleWatchError(t *testing.T) {
 	if err := p.Watch(t.Context(), func() {}); err == nil || !strings.Contains(err.Error(), "not a kernel pressure file") {
 		t.Fatalf("Watch on a fixture host = %v, want an error saying it is not a kernel pressure file", err)
 	}
-	if res := p.Probe(t.Context()); res.Status != probes.StatusOK || !hasReading(res, "psi_triggers", "not armed: ") {
-		t.Errorf("first run: %s %q %v, want OK with a psi_triggers reading saying why they are not armed", res.Status, res.Message, res.Readings)
+	if res := p.Probe(t.Context()); res.Status != probes.StatusOK || !hasReading(res, "psi_triggers", "not armed: ") || !hasReading(res, "psi_full_stall", "rule 500ms within 2s; not measured yet") {
+		t.Errorf("first run: %s %q %v, want OK with a psi_triggers reading saying why they are not armed and the rule in psi_full_stall", res.Status, res.Message, res.Readings)
 	}
 	now = now.Add(10 * time.Second)
 	h.pressure(ms(5200*time.Millisecond), 30) // full: 2.6s in 10s, 26% >= 500ms/2s

@@ -101,29 +101,11 @@ func TestWatchSqueezeWakesProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.wakeStall = 10 * time.Millisecond
-	armed := make(chan struct{})
-	p.armed = func() { close(armed) }
-	r, err := probes.NewRunner([]probes.Entry{{Probe: p, Interval: time.Hour, Timeout: 10 * time.Second}}, probes.RunnerOptions{Jitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	results := make(chan probes.Result, 100)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx, func(res probes.Result) { results <- res })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	r, results := runArmed(t, p)
 	select {
 	case <-results:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no first run")
-	}
-	select {
-	case <-armed:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the PSI trigger was never armed: %+v", r.Stats()[0])
 	}
 	// Each squeeze lasts about a second; the trigger fires at most once
 	// per 2s window. Several tries, so a squeeze that happens to stall
@@ -142,6 +124,33 @@ func TestWatchSqueezeWakesProbe(t *testing.T) {
 		}
 	}
 	t.Fatalf("squeezes for 60s never woke the probe (its interval is an hour): %+v", r.Stats()[0])
+}
+
+// runArmed runs p alone on an hour's interval, so only its PSI watch
+// wakes it, until the test ends, and waits until its triggers are armed.
+// Its results come on the channel returned.
+func runArmed(t *testing.T, p *Probe) (*probes.Runner, <-chan probes.Result) {
+	t.Helper()
+	armed := make(chan struct{})
+	p.armed = func() { close(armed) }
+	r, err := probes.NewRunner([]probes.Entry{{Probe: p, Interval: time.Hour, Timeout: 10 * time.Second}}, probes.RunnerOptions{Jitter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan probes.Result, 1000)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx, func(res probes.Result) { results <- res })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-armed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the PSI triggers were never armed: %+v", r.Stats()[0])
+	}
+	return r, results
 }
 
 // TestWatchNoPSI: without a pressure file, Watch says the kernel has no PSI,
@@ -203,25 +212,7 @@ func TestStallRuleRealPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	armed := make(chan struct{})
-	p.armed = func() { close(armed) }
-	r, err := probes.NewRunner([]probes.Entry{{Probe: p, Interval: time.Hour, Timeout: 10 * time.Second}}, probes.RunnerOptions{Jitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	results := make(chan probes.Result, 1000)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx, func(res probes.Result) { results <- res })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-armed:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the PSI trigger was never armed: %+v", r.Stats()[0])
-	}
+	r, results := runArmed(t, p)
 	// until waits for a result ok accepts, logging the others.
 	until := func(what string, ok func(probes.Result) bool) probes.Result {
 		t.Helper()

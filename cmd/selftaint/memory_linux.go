@@ -33,7 +33,7 @@ func shedExecutable(logger *slog.Logger) {
 		return
 	}
 	before := fileRSS()
-	advised, ok := pageOut(ranges, madvisePageout, logger)
+	advised, ok := pageOut(ranges, madviseShed, logger)
 	if !ok {
 		return
 	}
@@ -50,7 +50,7 @@ func shedExecutable(logger *slog.Logger) {
 	logger.Info("shed start-up memory: paged out the binary's file-backed pages", attrs...)
 }
 
-// pageOut advises each range with advise (madvisePageout) and returns how
+// pageOut advises each range with advise (madviseShed) and returns how
 // many bytes it advised; ok is false, with one debug line logged, when the
 // kernel refuses the advice as unknown (EINVAL on the first range).
 func pageOut(ranges []memRange, advise func(memRange) error, logger *slog.Logger) (advised uintptr, ok bool) {
@@ -69,10 +69,27 @@ func pageOut(ranges []memRange, advise func(memRange) error, logger *slog.Logger
 	return advised, true
 }
 
-// madvisePageout is madvise(MADV_PAGEOUT) over r: the raw system call, as r
-// is memory this program does not own as a Go value.
-func madvisePageout(r memRange) error {
-	_, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.size(), unix.MADV_PAGEOUT)
+// madviseShed advises r MADV_RANDOM, then MADV_PAGEOUT (madvise).
+//
+// MADV_RANDOM first: a page of the binary that faults back in after the
+// shed is then read alone. Without it a fault reads ahead (128 KiB and
+// more, in large folios) and maps what it read (a large folio whole on
+// Linux >= 6.18, else the 64 KiB fault-around), so every page the
+// steady-state loop touches brought back tens of its neighbours: most of
+// .rodata, a third of .text and .gopclntab were resident again within
+// minutes (hack/rss.sh). The cost is a page read per first touch of a
+// page that is not in the page cache, once.
+func madviseShed(r memRange) error {
+	if err := madvise(r, unix.MADV_RANDOM); err != nil {
+		return err
+	}
+	return madvise(r, unix.MADV_PAGEOUT)
+}
+
+// madvise is madvise(2) over r: the raw system call, as r is memory this
+// program does not own as a Go value.
+func madvise(r memRange, advice int) error {
+	_, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.size(), uintptr(advice))
 	if errno != 0 {
 		return errno
 	}

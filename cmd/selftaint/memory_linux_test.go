@@ -63,6 +63,40 @@ func TestShedExecutableSelf(t *testing.T) {
 	if got := strings.Repeat("ok", 2); got != "okok" {
 		t.Fatal(got)
 	}
+	// Each shed range is marked for random access (VmFlags "rr"), so that a
+	// page faulting back reads and maps no neighbours with it.
+	if n := randomReadRanges(t, exe, ranges); n != len(ranges) {
+		t.Errorf("%d of the %d shed ranges have VmFlags rr (MADV_RANDOM), want all", n, len(ranges))
+	}
+}
+
+// randomReadRanges counts the mappings of exe in /proc/self/smaps that start
+// one of ranges and whose VmFlags hold rr (madvise MADV_RANDOM).
+func randomReadRanges(t *testing.T, exe string, ranges []memRange) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := map[uintptr]bool{}
+	for _, r := range ranges {
+		starts[r.start] = true
+	}
+	n, cur := 0, false
+	for _, line := range strings.Split(string(b), "\n") {
+		if r, _, path, ok := parseMapsLine(line); ok {
+			cur = path == exe && starts[r.start]
+			continue
+		}
+		if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok && cur {
+			for _, f := range strings.Fields(flags) {
+				if f == "rr" {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 func TestPageOut(t *testing.T) {

@@ -81,7 +81,8 @@
 #
 # Each report also prints the agent's Go runtime figures, read from its
 # /metrics (the Go collector): heap in use, heap idle and released, the
-# next GC's goal, stacks, goroutines, GOGC and the memory limit.
+# next GC's goal, stacks, goroutines, GOGC and the memory limit, and the
+# GC cycles (their stop-the-world pauses) and bytes allocated so far.
 #
 # Needs: etcd ($ETCD_BIN or $PATH; `make etcd`), kube-apiserver
 # ($KUBE_BIN_DIR or <repo>/bin; `make kube-binaries`), openssl, curl,
@@ -451,11 +452,14 @@ goruntime_report() {
 		/^go_threads / { th = $2 }
 		/^go_gc_gogc_percent / { gc = $2 }
 		/^go_gc_gomemlimit_bytes / { lim = $2 }
+		/^go_gc_duration_seconds_count / { gcn = $2 }
+		/^go_gc_duration_seconds_sum / { gcs = $2 }
+		/^go_memstats_alloc_bytes_total / { at = $2 }
 		function m(b) { return sprintf("%.1f", b / 1048576) }
 		END {
 			if (sy == "") { print "Go runtime: /metrics not read"; exit }
-			printf "Go runtime (MiB): heap alloc %s, in use %s, idle %s (released %s), next GC goal %s; stacks %s; runtime total (sys) %s; goroutines %d, threads %d; GOGC %s, memory limit %s\n",
-				m(ha), m(hi), m(hd), m(hr), m(ng), m(st), m(sy), g, th, gc, (lim >= 9e18 ? "none" : m(lim))
+			printf "Go runtime (MiB): heap alloc %s, in use %s, idle %s (released %s), next GC goal %s; stacks %s; runtime total (sys) %s; goroutines %d, threads %d; GOGC %s, memory limit %s; since the start: %d GC cycles (stop-the-world %.1f ms), %s allocated\n",
+				m(ha), m(hi), m(hd), m(hr), m(ng), m(st), m(sy), g, th, gc, (lim >= 9e18 ? "none" : m(lim)), gcn, gcs * 1000, m(at)
 		}' || echo "Go runtime: /metrics not read"
 }
 

@@ -319,25 +319,27 @@ KC
 chmod 0755 "$WORK"
 chmod 0644 "$KUBECONFIG_FILE"
 
+# The kernel-log mode's config: deploy/kernel-log's, its NPD files next to
+# it and its paths pointed there.
+for mode in "${MODE_LIST[@]}"; do
+	[[ $(mode_config "$mode") == kernel-log ]] || continue
+	mkdir -p "$WORK/kernel-log"
+	cp "$REPO"/deploy/kernel-log/npd/*.json "$WORK/kernel-log/"
+	sed "s#/etc/selftaint/#$WORK/kernel-log/#" "$REPO/deploy/kernel-log/config.yaml" >"$WORK/kernel-log/config.yaml"
+	chmod -R a+rX "$WORK/kernel-log"
+	break
+done
+
 # config_args MODE: the --config flag of a mode (none for default).
 config_args() {
 	local cfg
 	cfg=$(mode_config "$1")
 	case $cfg in
 	default) ;;
-	kernel-log)
-		if [[ ! -f $WORK/kernel-log/config.yaml ]]; then
-			mkdir -p "$WORK/kernel-log"
-			cp "$REPO"/deploy/kernel-log/npd/*.json "$WORK/kernel-log/"
-			sed "s#/etc/selftaint/#$WORK/kernel-log/#" "$REPO/deploy/kernel-log/config.yaml" >"$WORK/kernel-log/config.yaml"
-			chmod -R a+rX "$WORK/kernel-log"
-		fi
-		echo "--config=$WORK/kernel-log/config.yaml"
-		;;
+	kernel-log) echo "--config=$WORK/kernel-log/config.yaml" ;;
 	*) echo "--config=$(cd "$(dirname "$cfg")" && pwd)/$(basename "$cfg")" ;;
 	esac
 }
-echo "control plane up: etcd $ETCD_URL, kube-apiserver $API (dir $WORK)" >&2
 
 # --- measuring ---------------------------------------------------------------
 

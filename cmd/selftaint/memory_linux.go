@@ -33,15 +33,24 @@ func shedExecutable(logger *slog.Logger) {
 		return
 	}
 	before := fileRSS()
-	advised, ok := pageOut(ranges, madviseShed, logger)
+	// Random access first, then the binary's unmapped pages out of the page
+	// cache, then the page-out, then whatever is left unmapped out of the
+	// cache again. Dropping before the page-out matters: a fault between
+	// the page-out and a drop would map a page of a large folio still
+	// cached (the start-up never touched it), the folio would stay cached
+	// while mapped, and every later fault in it would map its cached
+	// neighbours.
+	randomErr := adviseRandom(ranges)
+	dropErr := dropCachedPages(exe)
+	advised, ok := pageOut(ranges, madvisePageout, logger)
 	if !ok {
 		return
 	}
+	if err := errors.Join(randomErr, dropErr, dropCachedPages(exe)); err != nil {
+		logger.Debug("shed start-up memory: advising the binary's pages", "err", err)
+	}
 	after := fileRSS()
 	attrs := []any{"binary", exe, "advisedMiB", mib(int64(advised)), "fileBackedRssMiB", mib(before), "afterMiB", mib(after)}
-	if err := dropCachedPages(exe); err != nil {
-		logger.Debug("shed start-up memory: dropping the binary's cached pages failed", "err", err)
-	}
 	if before >= 0 && after >= 0 && after > before*9/10 {
 		// Pages another process maps too are left alone as well.
 		if hint := pageoutHint(exe); hint != "" {
@@ -53,7 +62,7 @@ func shedExecutable(logger *slog.Logger) {
 	logger.Info("shed start-up memory: paged out the binary's file-backed pages", attrs...)
 }
 
-// pageOut advises each range with advise (madviseShed) and returns how
+// pageOut advises each range with advise (madvisePageout) and returns how
 // many bytes it advised; ok is false, with one debug line logged, when the
 // kernel refuses the advice as unknown (EINVAL on the first range).
 func pageOut(ranges []memRange, advise func(memRange) error, logger *slog.Logger) (advised uintptr, ok bool) {
@@ -95,22 +104,26 @@ func dropCachedPages(path string) error {
 	return nil
 }
 
-// madviseShed advises r MADV_RANDOM, then MADV_PAGEOUT (madvise).
-//
-// MADV_RANDOM first: a page of the binary that faults back in after the
-// shed is then read alone. Without it a fault reads ahead (128 KiB and
-// more, in large folios) and maps what it read (a large folio whole on
-// Linux >= 6.18, else the 64 KiB fault-around), so every page the
-// steady-state loop touches brought back tens of its neighbours: most of
-// .rodata, a third of .text and .gopclntab were resident again within
-// minutes (hack/rss.sh). The cost is a page read per first touch of a
-// page that is not in the page cache, once.
-func madviseShed(r memRange) error {
-	if err := madvise(r, unix.MADV_RANDOM); err != nil {
-		return err
+// adviseRandom advises each range MADV_RANDOM: a page of the binary that
+// faults back in after the shed is then read alone. Without it a fault
+// reads ahead (128 KiB and more, in large folios) and maps what it read (a
+// large folio whole on Linux >= 6.18, else the 64 KiB fault-around), so
+// every page the steady-state loop touches brought back tens of its
+// neighbours: most of .rodata, a third of .text and .gopclntab were
+// resident again within minutes (hack/rss.sh). The cost is a page read per
+// first touch of a page that is not in the page cache, once.
+func adviseRandom(ranges []memRange) error {
+	var errs []error
+	for _, r := range ranges {
+		if err := madvise(r, unix.MADV_RANDOM); err != nil {
+			errs = append(errs, fmt.Errorf("madvise(MADV_RANDOM) %#x-%#x: %w", r.start, r.end, err))
+		}
 	}
-	return madvise(r, unix.MADV_PAGEOUT)
+	return errors.Join(errs...)
 }
+
+// madvisePageout is madvise(MADV_PAGEOUT) over r.
+func madvisePageout(r memRange) error { return madvise(r, unix.MADV_PAGEOUT) }
 
 // madvise is madvise(2) over r: the raw system call, as r is memory this
 // program does not own as a Go value.

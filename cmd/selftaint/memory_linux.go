@@ -81,6 +81,18 @@ func pageOut(ranges []memRange, advise func(memRange) error, logger *slog.Logger
 	return advised, true
 }
 
+// redropExecutable drops the executable's unmapped pages from the page cache
+// again, a moment after the shed (shedRedrop).
+func redropExecutable(logger *slog.Logger) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err == nil {
+		err = dropCachedPages(exe)
+	}
+	if err != nil {
+		logger.Debug("shed start-up memory: dropping the binary's cached pages again failed", "err", err)
+	}
+}
+
 // dropCachedPages asks the kernel to drop the pages of the file at path (the
 // executable) from the page cache (posix_fadvise POSIX_FADV_DONTNEED over the whole file), after
 // the shed. The kernel drops only clean pages that no process maps: what

@@ -47,7 +47,7 @@ func (f *agentFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.qps, "kube-api-qps", 5, "client-side limit on API requests per second")
 	fs.IntVar(&f.burst, "kube-api-burst", 10, "client-side burst of API requests")
 	fs.StringVar(&f.admissionPolicy, "admission-policy", "selftaint-own-node", "the ValidatingAdmissionPolicy that confines the agent: read at start-up to warn when its parameters do not match the config; empty skips the check")
-	fs.BoolVar(&f.shedStartupMemory, "shed-startup-memory", true, "30s after the first sync, page out the binary's pages (madvise MADV_PAGEOUT, Linux >= 5.4) so that only those the steady-state loop touches become resident again: lower Rss for a few page faults once")
+	fs.BoolVar(&f.shedStartupMemory, "shed-startup-memory", true, "30s after the first sync, page out the binary's pages (madvise MADV_RANDOM and MADV_PAGEOUT, Linux >= 5.4) and drop them from the page cache, so that only those the steady-state loop touches become resident again: lower Rss for some hundred page reads once")
 	f.observe.register(fs)
 }
 

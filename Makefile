@@ -127,7 +127,8 @@ build: libsystemd
 # Steady-state Rss of `selftaint agent` on a local etcd and kube-apiserver,
 # per build variant (default: these flags, and without -Ttext-segment), with
 # the resident part of each ELF section. RSS_FLAGS="-c small -t 120",
-# RSS_VARIANTS="make unshifted internal pie"; see bash hack/rss.sh -h.
+# RSS_VARIANTS="make unshifted internal pie", RSS_FLAGS="-m default,kernel-log@65532:65532"
+# (modes: config and user, side by side); see bash hack/rss.sh -h.
 rss: etcd kube-binaries
 	RSS_LDFLAGS="$(SELFTAINT_LDFLAGS)" bash hack/rss.sh $(RSS_FLAGS)
 

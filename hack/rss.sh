@@ -53,6 +53,21 @@
 #                 asis   measured in place, as it is now (e.g. right after
 #                        the build: GNU ld writes 2 MiB folios)
 #   -k          keep the temporary directory (logs, kubeconfig)
+#   -m MODE[,MODE...]
+#               how to run each variant's agent; several modes run side by
+#               side (one Node each, on the same control plane). A mode is
+#               CONFIG[@UID:GID]. CONFIG is
+#                 default     the built-in defaults (no --config)
+#                 kernel-log  deploy/kernel-log/config.yaml, its two NPD
+#                             files (checks.npdLogConfigs) copied next to it
+#                             and its paths pointed there; kmsgPath stays
+#                             /dev/kmsg (a non-root agent is given
+#                             CAP_SYSLOG as an ambient capability to open
+#                             it, as the image's user cannot otherwise)
+#                 FILE        a config file, as it is
+#               @UID:GID runs that mode's agent as that user (as
+#               RSS_AGENT_USER does for every mode). Default: "default".
+#               E.g. -m default,kernel-log,default@65532:65532,kernel-log@65532:65532
 #
 # Environment: ETCD_BIN, KUBE_BIN_DIR (as for the tests), RSS_VARIANTS,
 # RSS_LDFLAGS, RSS_SRC (the tree to build the variants from, default the
@@ -63,6 +78,11 @@
 # RSS_AGENT_USER (UID:GID: run every agent as that user, with its binary
 # owned by it and mode 0555, as the image installs it; needs root and
 # setpriv; not with -c asis).
+#
+# Each report also prints the agent's Go runtime figures, read from its
+# /metrics (the Go collector): heap in use, heap idle and released, the
+# next GC's goal, stacks, goroutines, GOGC and the memory limit, and the
+# GC cycles (their stop-the-world pauses) and bytes allocated so far.
 #
 # Needs: etcd ($ETCD_BIN or $PATH; `make etcd`), kube-apiserver
 # ($KUBE_BIN_DIR or <repo>/bin; `make kube-binaries`), openssl, curl,
@@ -79,12 +99,14 @@ TIMES=60
 TOPN=8
 CACHE=warm
 KEEP=0
-while getopts "t:n:c:kh" opt; do
+MODES=default
+while getopts "t:n:c:m:kh" opt; do
 	case $opt in
 	t) TIMES=$OPTARG ;;
 	n) TOPN=$OPTARG ;;
 	c) CACHE=$OPTARG ;;
 	k) KEEP=1 ;;
+	m) MODES=$OPTARG ;;
 	h)
 		sed -n '2,/^set -Eeuo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0
@@ -100,6 +122,8 @@ for ((i = 1; i < ${#AT[@]}; i++)); do
 	((AT[i] > AT[i - 1])) || die "-t: the times must ascend"
 done
 [[ $TOPN =~ ^[0-9]+$ ]] || die "-n wants a number"
+IFS=, read -r -a MODE_LIST <<<"$MODES"
+((${#MODE_LIST[@]})) || die "-m wants at least one mode"
 
 # Keep in step with SELFTAINT_LDFLAGS in the Makefile (`make rss` passes it).
 RSS_LDFLAGS=${RSS_LDFLAGS:--s -w -extldflags=-Wl,-Ttext-segment=0x401000}
@@ -135,14 +159,25 @@ if (($# == 0)); then
 fi
 read -r -a AGENT_ENV <<<"${RSS_AGENT_ENV:-}"
 read -r -a AGENT_ARGS <<<"${RSS_AGENT_ARGS:-}"
-AS_USER=()
-if [[ -n ${RSS_AGENT_USER:-} ]]; then
-	[[ $RSS_AGENT_USER =~ ^[0-9]+:[0-9]+$ ]] || die "RSS_AGENT_USER=$RSS_AGENT_USER: want UID:GID (e.g. 65532:65532)"
-	[[ $CACHE != asis ]] || die "RSS_AGENT_USER needs a copy of the binary to chown: not with -c asis"
-	((EUID == 0)) || die "RSS_AGENT_USER needs root (to chown the binary and change user)"
+# mode_user MODE: the UID:GID a mode's agent runs as ("" for this user).
+mode_user() {
+	if [[ $1 == *@* ]]; then echo "${1##*@}"; else echo "${RSS_AGENT_USER:-}"; fi
+}
+# mode_config MODE: the CONFIG part of a mode.
+mode_config() { echo "${1%@*}"; }
+for mode in "${MODE_LIST[@]}"; do
+	user=$(mode_user "$mode")
+	cfg=$(mode_config "$mode")
+	case $cfg in
+	default | kernel-log) ;;
+	*) [[ -f $cfg ]] || die "-m $mode: $cfg is not a file (nor default or kernel-log)" ;;
+	esac
+	[[ -n $user ]] || continue
+	[[ $user =~ ^[0-9]+:[0-9]+$ ]] || die "user $user (-m $mode or RSS_AGENT_USER): want UID:GID (e.g. 65532:65532)"
+	[[ $CACHE != asis ]] || die "running as $user needs a copy of the binary to chown: not with -c asis"
+	((EUID == 0)) || die "running as $user needs root (to chown the binary and change user)"
 	command -v setpriv >/dev/null 2>&1 || die "setpriv not found (util-linux)"
-	AS_USER=(setpriv --reuid="${RSS_AGENT_USER%%:*}" --regid="${RSS_AGENT_USER##*:}" --clear-groups)
-fi
+done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/selftaint-rss.XXXXXX")
 PIDS=()
@@ -280,12 +315,31 @@ users: [{name: rss-admin, user: {token: "$TOKEN"}}]
 contexts: [{name: rss, context: {cluster: rss, user: rss-admin}}]
 current-context: rss
 KC
-if ((${#AS_USER[@]})); then
-	# The agent's user reads the kubeconfig (and nothing else here).
-	chmod 0755 "$WORK"
-	chmod 0644 "$KUBECONFIG_FILE"
-fi
-echo "control plane up: etcd $ETCD_URL, kube-apiserver $API (dir $WORK)" >&2
+# Non-root agents read the kubeconfig and the configs (nothing else here).
+chmod 0755 "$WORK"
+chmod 0644 "$KUBECONFIG_FILE"
+
+# The kernel-log mode's config: deploy/kernel-log's, its NPD files next to
+# it and its paths pointed there.
+for mode in "${MODE_LIST[@]}"; do
+	[[ $(mode_config "$mode") == kernel-log ]] || continue
+	mkdir -p "$WORK/kernel-log"
+	cp "$REPO"/deploy/kernel-log/npd/*.json "$WORK/kernel-log/"
+	sed "s#/etc/selftaint/#$WORK/kernel-log/#" "$REPO/deploy/kernel-log/config.yaml" >"$WORK/kernel-log/config.yaml"
+	chmod -R a+rX "$WORK/kernel-log"
+	break
+done
+
+# config_args MODE: the --config flag of a mode (none for default).
+config_args() {
+	local cfg
+	cfg=$(mode_config "$1")
+	case $cfg in
+	default) ;;
+	kernel-log) echo "--config=$WORK/kernel-log/config.yaml" ;;
+	*) echo "--config=$(cd "$(dirname "$cfg")" && pwd)/$(basename "$cfg")" ;;
+	esac
+}
 
 # --- measuring ---------------------------------------------------------------
 
@@ -296,8 +350,8 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 # drop FILE: drop FILE's clean pages from the page cache.
 drop() { dd if="$1" iflag=nocache count=0 status=none; }
 
-# prepare LABEL BIN: prints the path to run BIN from, its page cache set up
-# as -c asks.
+# prepare LABEL BIN [UID:GID]: prints the path to run BIN from, its page
+# cache set up as -c asks, owned by UID:GID (mode 0555) when given.
 prepare() {
 	local out=$WORK/run/$1
 	case $CACHE in
@@ -309,8 +363,8 @@ prepare() {
 	*) dd if="$2" of="$out" bs=1M conv=fsync status=none ;;
 	esac
 	chmod +x "$out"
-	if ((${#AS_USER[@]})); then
-		chown "$RSS_AGENT_USER" "$out"
+	if [[ -n ${3:-} ]]; then
+		chown "$3" "$out"
 		chmod 0555 "$out"
 	fi
 	case $CACHE in
@@ -385,10 +439,36 @@ cpu_faults() {
 		'BEGIN { printf "%.2f %d %d\n", (u + s) / t, mi, ma }'
 }
 
-# report LABEL BIN PID NODE LOG SECONDS: one measurement of a running agent;
+# goruntime_report PORT: the Go runtime's memory figures from the agent's
+# /metrics (MiB; the Go collector's go_memstats_* and go_gc_*).
+goruntime_report() {
+	curl -fsS --max-time 10 "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '
+		/^go_memstats_heap_inuse_bytes / { hi = $2 }
+		/^go_memstats_heap_alloc_bytes / { ha = $2 }
+		/^go_memstats_heap_idle_bytes / { hd = $2 }
+		/^go_memstats_heap_released_bytes / { hr = $2 }
+		/^go_memstats_next_gc_bytes / { ng = $2 }
+		/^go_memstats_stack_inuse_bytes / { st = $2 }
+		/^go_memstats_sys_bytes / { sy = $2 }
+		/^go_goroutines / { g = $2 }
+		/^go_threads / { th = $2 }
+		/^go_gc_gogc_percent / { gc = $2 }
+		/^go_gc_gomemlimit_bytes / { lim = $2 }
+		/^go_gc_duration_seconds_count / { gcn = $2 }
+		/^go_gc_duration_seconds_sum / { gcs = $2 }
+		/^go_memstats_alloc_bytes_total / { at = $2 }
+		function m(b) { return sprintf("%.1f", b / 1048576) }
+		END {
+			if (sy == "") { print "Go runtime: /metrics not read"; exit }
+			printf "Go runtime (MiB): heap alloc %s, in use %s, idle %s (released %s), next GC goal %s; stacks %s; runtime total (sys) %s; goroutines %d, threads %d; GOGC %s, memory limit %s; since the start: %d GC cycles (stop-the-world %.1f ms), %s allocated\n",
+				m(ha), m(hi), m(hd), m(hr), m(ng), m(st), m(sy), g, th, gc, (lim >= 9e18 ? "none" : m(lim)), gcn, gcs * 1000, m(at)
+		}' || echo "Go runtime: /metrics not read"
+}
+
+# report LABEL BIN PID NODE LOG SECONDS PORT: one measurement of a running agent;
 # appends a row to SUMMARY.
 report() {
-	local label=$1 bin=$2 pid=$3 node=$4 log=$5 at=$6 conds rss anon pmd file hwm size etype needed cpu minflt majflt
+	local label=$1 bin=$2 pid=$3 node=$4 log=$5 at=$6 port=$7 conds rss anon pmd file hwm size etype needed cpu minflt majflt
 	conds=$(kapi "$API/api/v1/nodes/$node" | grep -c '"lastHeartbeatTime"' || true)
 	read -r rss anon pmd < <(awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } /^FilePmdMapped:/ { p = $2 }
 		END { print r, a, p + 0 }' "/proc/$pid/smaps_rollup")
@@ -409,6 +489,7 @@ report() {
 	echo "after ${at}s (page cache: $CACHE): Rss $(mib "$rss") MiB = Anonymous $(mib "$anon") + file-backed $(mib "$file")" \
 		"(of which PMD-mapped $(mib "$pmd")); peak (VmHWM) $(mib "$hwm") MiB; Node conditions: $conds"
 	echo "since the start: CPU (user + system) ${cpu}s; page faults: $minflt minor, $majflt major"
+	goruntime_report "$port"
 	grep -h 'shed start-up memory' "$log" 2>/dev/null | sed 's/^/agent log: /' || true
 	((conds > 0)) || echo "warning: the agent has published no condition: not a steady state (see $log, -k keeps it)"
 	echo "largest mappings (KiB):"
@@ -416,47 +497,70 @@ report() {
 	mappings_report "$pid"
 	echo "resident part of each section of the binary (pagemap):"
 	sections_report "$pid" "$bin"
-	SUMMARY+=("$(printf '%-14s %5s %7s %-5s %7s %7s %7s %7s %7s %8s %6s %5s' "$label" "$at" "$(mib $((size / 1024)))" "${etype%% *}" \
+	SUMMARY+=("$(printf '%-32s %5s %7s %-5s %7s %7s %7s %7s %7s %8s %6s %5s' "$label" "$at" "$(mib $((size / 1024)))" "${etype%% *}" \
 		"$(mib "$rss")" "$(mib "$anon")" "$(mib "$file")" "$(mib "$hwm")" "$cpu" "$minflt" "$majflt" "$conds")")
 }
 
 SUMMARY=()
 for i in "${!LABELS[@]}"; do
-	label=${LABELS[$i]}
-	bin=$(prepare "$label" "${BINS[$i]}")
-	node=$(echo "rss-$label" | tr 'A-Z_.' 'a-z--' | tr -cd 'a-z0-9-' | cut -c1-60)
-	kapi -X POST -H 'Content-Type: application/json' "$API/api/v1/nodes" \
-		-d "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$node\"}}" >/dev/null ||
-		die "creating Node $node failed"
-	log=$WORK/agent-$node.log
-	args=(agent --node-name="$node" --kubeconfig="$KUBECONFIG_FILE" --log-level=warn)
-	# Older agents have no metrics server; newer ones must not take :9746.
-	if [[ $("$bin" agent -h 2>&1 || true) == *-metrics-address* ]]; then
-		args+=(--metrics-address=127.0.0.1:0)
-	fi
-	args+=(${AGENT_ARGS[@]+"${AGENT_ARGS[@]}"})
-	${AS_USER[@]+"${AS_USER[@]}"} env ${AGENT_ENV[@]+"${AGENT_ENV[@]}"} "$bin" "${args[@]}" >"$log" 2>&1 &
-	pid=$!
-	PIDS+=("$pid")
+	# Every mode of this variant runs side by side, a Node each.
+	M_LABEL=() M_BIN=() M_PID=() M_NODE=() M_LOG=() M_PORT=()
+	for mode in "${MODE_LIST[@]}"; do
+		label=${LABELS[$i]}
+		((${#MODE_LIST[@]} == 1)) && [[ $mode == default ]] || label="$label/$mode"
+		user=$(mode_user "$mode")
+		bin=$(prepare "$(echo "$label" | tr '/@:' '---')" "${BINS[$i]}" "$user")
+		node=$(echo "rss-$label" | tr 'A-Z_./@:' 'a-z-----' | tr -cd 'a-z0-9-' | cut -c1-60)
+		kapi -X POST -H 'Content-Type: application/json' "$API/api/v1/nodes" \
+			-d "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$node\"}}" >/dev/null ||
+			die "creating Node $node failed"
+		log=$WORK/agent-$node.log
+		args=(agent --node-name="$node" --kubeconfig="$KUBECONFIG_FILE" --log-level=warn)
+		read -r -a cargs <<<"$(config_args "$mode")"
+		args+=(${cargs[@]+"${cargs[@]}"})
+		# Older agents have no metrics server; newer ones must not take :9746.
+		port=
+		if [[ $("$bin" agent -h 2>&1 || true) == *-metrics-address* ]]; then
+			port=$(free_port)
+			args+=(--metrics-address=127.0.0.1:$port)
+		fi
+		args+=(${AGENT_ARGS[@]+"${AGENT_ARGS[@]}"})
+		as_user=()
+		if [[ -n $user ]]; then
+			as_user=(setpriv --reuid="${user%%:*}" --regid="${user##*:}" --clear-groups)
+			# The kernel log (/dev/kmsg, dmesg_restrict) needs CAP_SYSLOG.
+			[[ $(mode_config "$mode") != kernel-log ]] || as_user+=(--inh-caps=+syslog --ambient-caps=+syslog)
+		fi
+		${as_user[@]+"${as_user[@]}"} env ${AGENT_ENV[@]+"${AGENT_ENV[@]}"} "$bin" "${args[@]}" >"$log" 2>&1 &
+		pid=$!
+		PIDS+=("$pid")
+		echo "$label: agent pid $pid on node $node${user:+ as $user}; measuring after ${TIMES//,/, }s..." >&2
+		M_LABEL+=("$label") M_BIN+=("$bin") M_PID+=("$pid") M_NODE+=("$node") M_LOG+=("$log") M_PORT+=("$port")
+	done
 	started=$SECONDS
-	echo "variant $label: agent pid $pid on node $node; measuring after ${TIMES//,/, }s..." >&2
 	for at in "${AT[@]}"; do
 		while ((SECONDS - started < at)); do
-			if ! kill -0 "$pid" 2>/dev/null; then
-				tail -20 "$log" >&2
-				die "agent ($label) exited early (log above)"
-			fi
+			for j in "${!M_PID[@]}"; do
+				if ! kill -0 "${M_PID[$j]}" 2>/dev/null; then
+					tail -20 "${M_LOG[$j]}" >&2
+					die "agent (${M_LABEL[$j]}) exited early (log above)"
+				fi
+			done
 			sleep 1
 		done
-		report "$label" "$bin" "$pid" "$node" "$log" "$at"
+		for j in "${!M_PID[@]}"; do
+			report "${M_LABEL[$j]}" "${M_BIN[$j]}" "${M_PID[$j]}" "${M_NODE[$j]}" "${M_LOG[$j]}" "$at" "${M_PORT[$j]}"
+		done
 	done
 
-	stop "$pid"
-	kapi -X DELETE "$API/api/v1/nodes/$node" >/dev/null || true
+	for j in "${!M_PID[@]}"; do
+		stop "${M_PID[$j]}"
+		kapi -X DELETE "$API/api/v1/nodes/${M_NODE[$j]}" >/dev/null || true
+	done
 done
 
 echo
 echo "summary (MiB; page cache: $CACHE; at: seconds after the agent's start; cpu: user + system seconds since the start;" \
-	"faults since the start${RSS_AGENT_USER:+; agent user: $RSS_AGENT_USER}${RSS_AGENT_ENV:+; agent env: $RSS_AGENT_ENV}${RSS_AGENT_ARGS:+; agent args: $RSS_AGENT_ARGS})"
-printf '%-14s %5s %7s %-5s %7s %7s %7s %7s %7s %8s %6s %5s\n' variant at size elf rss anon file peak cpu-s minflt majflt conds
+	"faults since the start${RSS_AGENT_USER:+; agent user: $RSS_AGENT_USER}; modes: $MODES${RSS_AGENT_ENV:+; agent env: $RSS_AGENT_ENV}${RSS_AGENT_ARGS:+; agent args: $RSS_AGENT_ARGS})"
+printf '%-32s %5s %7s %-5s %7s %7s %7s %7s %7s %8s %6s %5s\n' variant at size elf rss anon file peak cpu-s minflt majflt conds
 printf '%s\n' "${SUMMARY[@]}"

@@ -33,9 +33,21 @@ func shedExecutable(logger *slog.Logger) {
 		return
 	}
 	before := fileRSS()
+	// Random access first, then the binary's unmapped pages out of the page
+	// cache, then the page-out, then whatever is left unmapped out of the
+	// cache again. Dropping before the page-out matters: a fault between
+	// the page-out and a drop would map a page of a large folio still
+	// cached (the start-up never touched it), the folio would stay cached
+	// while mapped, and every later fault in it would map its cached
+	// neighbours.
+	randomErr := adviseRandom(ranges)
+	dropErr := dropCachedPages(exe)
 	advised, ok := pageOut(ranges, madvisePageout, logger)
 	if !ok {
 		return
+	}
+	if err := errors.Join(randomErr, dropErr, dropCachedPages(exe)); err != nil {
+		logger.Debug("shed start-up memory: advising the binary's pages", "err", err)
 	}
 	after := fileRSS()
 	attrs := []any{"binary", exe, "advisedMiB", mib(int64(advised)), "fileBackedRssMiB", mib(before), "afterMiB", mib(after)}
@@ -69,10 +81,66 @@ func pageOut(ranges []memRange, advise func(memRange) error, logger *slog.Logger
 	return advised, true
 }
 
-// madvisePageout is madvise(MADV_PAGEOUT) over r: the raw system call, as r
-// is memory this program does not own as a Go value.
-func madvisePageout(r memRange) error {
-	_, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.size(), unix.MADV_PAGEOUT)
+// redropExecutable drops the executable's unmapped pages from the page cache
+// again, a moment after the shed (shedRedrop).
+func redropExecutable(logger *slog.Logger) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err == nil {
+		err = dropCachedPages(exe)
+	}
+	if err != nil {
+		logger.Debug("shed start-up memory: dropping the binary's cached pages again failed", "err", err)
+	}
+}
+
+// dropCachedPages asks the kernel to drop the pages of the file at path (the
+// executable) from the page cache (posix_fadvise POSIX_FADV_DONTNEED over the whole file), after
+// the shed. The kernel drops only clean pages that no process maps: what
+// this process or another still maps stays. Without it a page that faults
+// back in maps its cached neighbours with it (the kernel's fault-around,
+// 64 KiB, which MADV_RANDOM does not turn off), and the page cache holds
+// most of the binary: it was read whole when the image was pulled or the
+// binary copied, and the start-up's faults read ahead. With it Rss holds
+// the pages the steady-state loop touches, each read (from the disk, or
+// from the page cache if another reader brought it back) on its first
+// touch after the shed.
+func dropCachedPages(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening the executable: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("fadvise(POSIX_FADV_DONTNEED) on %s: %w", path, err)
+	}
+	return nil
+}
+
+// adviseRandom advises each range MADV_RANDOM: a page of the binary that
+// faults back in after the shed is then read alone. Without it a fault
+// reads ahead (128 KiB and more, in large folios) and maps what it read (a
+// large folio whole on Linux >= 6.18, else the 64 KiB fault-around), so
+// every page the steady-state loop touches brought back tens of its
+// neighbours: most of .rodata, a third of .text and .gopclntab were
+// resident again within minutes (hack/rss.sh). The cost is a page read per
+// first touch of a page that is not in the page cache, once.
+func adviseRandom(ranges []memRange) error {
+	var errs []error
+	for _, r := range ranges {
+		if err := madvise(r, unix.MADV_RANDOM); err != nil {
+			errs = append(errs, fmt.Errorf("madvise(MADV_RANDOM) %#x-%#x: %w", r.start, r.end, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// madvisePageout is madvise(MADV_PAGEOUT) over r.
+func madvisePageout(r memRange) error { return madvise(r, unix.MADV_PAGEOUT) }
+
+// madvise is madvise(2) over r: the raw system call, as r is memory this
+// program does not own as a Go value.
+func madvise(r memRange, advice int) error {
+	_, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.size(), uintptr(advice))
 	if errno != 0 {
 		return errno
 	}

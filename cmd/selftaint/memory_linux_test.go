@@ -5,10 +5,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,6 +44,9 @@ func TestShedExecutableSelf(t *testing.T) {
 		t.Errorf("no range over 1 MiB (the text) in %v", ranges)
 	}
 
+	// The linker has just written the binary: write it back first, as a
+	// deployed binary is (the kernel pages out only clean pages).
+	syncFile(t, exe)
 	var buf bytes.Buffer
 	before := fileRSS()
 	shedExecutable(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -63,6 +69,124 @@ func TestShedExecutableSelf(t *testing.T) {
 	if got := strings.Repeat("ok", 2); got != "okok" {
 		t.Fatal(got)
 	}
+	// Each shed range is marked for random access (VmFlags "rr"), so that a
+	// page faulting back reads and maps no neighbours with it.
+	if n := randomReadRanges(t, exe, ranges); n != len(ranges) {
+		t.Errorf("%d of the %d shed ranges have VmFlags rr (MADV_RANDOM), want all", n, len(ranges))
+	}
+}
+
+// TestDropCachedPages: a file read whole into the page cache (as an image
+// pull or a copy leaves the binary) is out of it after dropCachedPages, so
+// that a page of the binary faulting back after the shed maps no cached
+// neighbours with it (the kernel's 64 KiB fault-around).
+func TestDropCachedPages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("selftaint"), 4<<20/9), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	syncAndRead(t, path)
+	before, total := cachedPages(t, path)
+	if before < total/2 {
+		t.Fatalf("the page cache keeps only %d of the file's %d pages just read: cannot tell whether they are dropped", before, total)
+	}
+	if err := dropCachedPages(path); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := cachedPages(t, path)
+	t.Logf("cached pages of %d: %d before, %d after", total, before, after)
+	if after > total/10 {
+		t.Errorf("after dropCachedPages %d of the file's %d pages are in the page cache (%d before): want them dropped", after, total, before)
+	}
+	if err := dropCachedPages(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("dropCachedPages of a missing file: no error")
+	}
+}
+
+// syncFile writes the file at path back to its disk.
+func syncFile(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncAndRead writes the file at path back to its disk, then reads it whole.
+func syncAndRead(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cachedPages counts the pages of the file at path in the page cache
+// (mincore over a fresh read-only mapping), and the file's pages.
+func cachedPages(t *testing.T, path string) (cached, total int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Munmap(m) }()
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal("mincore:", errno)
+	}
+	for _, v := range vec {
+		cached += int(v & 1)
+	}
+	return cached, len(vec)
+}
+
+// randomReadRanges counts the mappings of exe in /proc/self/smaps that start
+// one of ranges and whose VmFlags hold rr (madvise MADV_RANDOM).
+func randomReadRanges(t *testing.T, exe string, ranges []memRange) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := map[uintptr]bool{}
+	for _, r := range ranges {
+		starts[r.start] = true
+	}
+	n, cur := 0, false
+	for _, line := range strings.Split(string(b), "\n") {
+		if r, _, path, ok := parseMapsLine(line); ok {
+			cur = path == exe && starts[r.start]
+			continue
+		}
+		if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok && cur {
+			for _, f := range strings.Fields(flags) {
+				if f == "rr" {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 func TestPageOut(t *testing.T) {

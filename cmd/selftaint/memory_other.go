@@ -8,3 +8,6 @@ import "log/slog"
 func shedExecutable(logger *slog.Logger) {
 	logger.Debug("shed start-up memory: not supported on this system; nothing shed")
 }
+
+// redropExecutable does nothing where there is no shed.
+func redropExecutable(*slog.Logger) {}

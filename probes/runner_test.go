@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,6 +170,65 @@ func TestRunnerRunsOnAGrid(t *testing.T) {
 	h.clock.Step(interval - late)
 	if res := h.recv(); !res.Time.Equal(t0.Add(2 * interval)) {
 		t.Errorf("third run at %v, want %v (two intervals after the first, whatever the second's lateness)", res.Time, t0.Add(2*interval))
+	}
+}
+
+// TestRunnerLongerIntervalsJoinTheGrid: a probe whose interval is a
+// multiple of the runner's shortest runs on the shortest interval's
+// instants after its first run and after a woken run, so an idle process
+// wakes once for both; the old runner kept each probe on a grid of its
+// own (b at 1.5 s, 31.5 s; woken at 33.5 s, then 63.5 s), a wake-up of its
+// own each time.
+func TestRunnerLongerIntervalsJoinTheGrid(t *testing.T) {
+	const short, long = 10 * time.Second, 30 * time.Second
+	h := start(t, []probes.Entry{
+		{Probe: ok("a"), Interval: short, Timeout: time.Second},
+		{Probe: ok("b"), Interval: long, Timeout: time.Second},
+	}, probes.RunnerOptions{Rand: func() float64 { return 0.5 }}, nil) // default jitter 0.1: a first at 0.5 s, b at 1.5 s
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	// step moves the clock by d once both probes wait, and returns the
+	// results of runs due by then (n of them).
+	step := func(d time.Duration, n int) map[string][]time.Time {
+		t.Helper()
+		h.waiters(2)
+		h.clock.Step(d)
+		got := map[string][]time.Time{}
+		for range n {
+			res := h.recv()
+			got[res.Probe] = append(got[res.Probe], res.Time)
+		}
+		return got
+	}
+	step(ms(500), 1)  // a at 0.5 s
+	step(ms(1000), 1) // b at 1.5 s
+	step(short-ms(1000), 1)
+	step(short, 1) // a at 20.5 s
+	// a at 30.5 s; b at 30.5 s (on a's grid) or, as before, at 31.5 s.
+	got := step(short, 1)
+	for probe, times := range step(time.Second, 1) {
+		got[probe] = append(got[probe], times...)
+	}
+	if want := []time.Time{at(ms(30500))}; !slices.Equal(got["b"], want) {
+		t.Errorf("b's second run at %v, want %v (with a)", got["b"], want)
+	}
+
+	// A woken run at 33.5 s: the next is due on a's grid at 60.5 s, not
+	// a whole interval later at 63.5 s.
+	h.waiters(2)
+	h.clock.Step(2 * time.Second)
+	h.runner.Wake("b")
+	if res := h.recv(); res.Probe != "b" || !res.Time.Equal(at(ms(33500))) {
+		t.Fatalf("woken run: %s at %v, want b at %v", res.Probe, res.Time, at(ms(33500)))
+	}
+	step(7*time.Second, 1) // a at 40.5 s
+	step(short, 1)         // a at 50.5 s
+	got = step(short, 1)   // a at 60.5 s, and b?
+	for probe, times := range step(3*time.Second, 1) {
+		got[probe] = append(got[probe], times...)
+	}
+	if want := []time.Time{at(ms(60500))}; !slices.Equal(got["b"], want) {
+		t.Errorf("b's run after the woken one at %v, want %v (with a)", got["b"], want)
 	}
 }
 

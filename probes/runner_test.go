@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,32 +203,39 @@ func TestRunnerLongerIntervalsJoinTheGrid(t *testing.T) {
 	step(ms(1000), 1) // b at 1.5 s
 	step(short-ms(1000), 1)
 	step(short, 1) // a at 20.5 s
-	// a at 30.5 s; b at 30.5 s (on a's grid) or, as before, at 31.5 s.
-	got := step(short, 1)
-	for probe, times := range step(time.Second, 1) {
-		got[probe] = append(got[probe], times...)
+	// a at 30.5 s, and b with it: waited for without moving the clock (as
+	// before, b would be due at 31.5 s and never come).
+	withA := func(what string, want time.Time) {
+		t.Helper()
+		h.waiters(2)
+		h.clock.Step(short)
+		got := map[string]time.Time{}
+		deadline := time.After(failAfter)
+		for len(got) < 2 {
+			select {
+			case res := <-h.results:
+				got[res.Probe] = res.Time
+			case <-deadline:
+				t.Fatalf("%s: runs %v, want a and b at %v", what, got, want)
+			}
+		}
+		if !got["a"].Equal(want) || !got["b"].Equal(want) {
+			t.Fatalf("%s: runs %v, want a and b at %v", what, got, want)
+		}
 	}
-	if want := []time.Time{at(ms(30500))}; !slices.Equal(got["b"], want) {
-		t.Errorf("b's second run at %v, want %v (with a)", got["b"], want)
-	}
+	withA("b's second run", at(ms(30500)))
 
 	// A woken run at 33.5 s: the next is due on a's grid at 60.5 s, not
 	// a whole interval later at 63.5 s.
 	h.waiters(2)
-	h.clock.Step(2 * time.Second)
+	h.clock.Step(3 * time.Second)
 	h.runner.Wake("b")
 	if res := h.recv(); res.Probe != "b" || !res.Time.Equal(at(ms(33500))) {
 		t.Fatalf("woken run: %s at %v, want b at %v", res.Probe, res.Time, at(ms(33500)))
 	}
 	step(7*time.Second, 1) // a at 40.5 s
 	step(short, 1)         // a at 50.5 s
-	got = step(short, 1)   // a at 60.5 s, and b?
-	for probe, times := range step(3*time.Second, 1) {
-		got[probe] = append(got[probe], times...)
-	}
-	if want := []time.Time{at(ms(60500))}; !slices.Equal(got["b"], want) {
-		t.Errorf("b's run after the woken one at %v, want %v (with a)", got["b"], want)
-	}
+	withA("the run after the woken one", at(ms(60500)))
 }
 
 // TestRunnerRetryAfterUnknown: a probe with a Retry shorter than its

@@ -316,7 +316,9 @@ func validateEntries(entries []Entry, opts RunnerOptions) ([]string, error) {
 // measured from when its previous run was due (see loop); if a run
 // (with the sink) took longer than Interval, the next starts right away.
 // Runs of one probe never overlap. A probe that is a Waker also runs when
-// its Watch asks (see Waker), and the interval then counts from that run.
+// its Watch asks (see Waker), and the interval then counts from that run
+// (brought onto the shortest interval's instants where it is a multiple
+// of it: see loop).
 //
 // sink receives every result. Calls to sink are serialized, so it need not
 // be safe for concurrent use, but it should return promptly: a slow sink
@@ -345,9 +347,10 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 	}
 	phase := r.phase()
 	ref := r.clock.Now()
+	g := r.grid(ref, phase)
 	for i, e := range r.entries {
 		delay := time.Duration(phase * float64(e.Interval))
-		wg.Go(func() { r.loop(ctx, i, ref, delay, emit) })
+		wg.Go(func() { r.loop(ctx, i, ref, delay, g, emit) })
 	}
 	<-ctx.Done()
 	wg.Wait()
@@ -364,7 +367,15 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 // timers fire together, and an idle process wakes once for all of them. A
 // woken run, or one that started an interval or more late (the previous
 // run overran), puts the grid at its start.
-func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Duration, emit func(Result)) {
+//
+// Probes of different intervals share one grid too, where they can: an
+// interval that is a multiple of the runner's shortest (the 1-minute
+// resync of the log monitors, the 10-second probes) is brought onto the
+// shortest interval's instants after its first run, and again after a
+// woken or late run (the next run then comes up to one shortest interval
+// sooner than an Interval after it), so its runs fall on instants the
+// process wakes for anyway (see grid).
+func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Duration, g grid, emit func(Result)) {
 	e := r.entries[i]
 	if e.Start != nil {
 		if !gateOpen(ctx, e.Start) {
@@ -382,6 +393,9 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 	// yet: the events their results carry come with a later result.
 	var late []<-chan outcome
 	due := ref.Add(delay)
+	// snap: the next due time is to be brought onto the shared grid (after
+	// the first run, a woken one or a late one).
+	snap := true
 	woke, ok := r.wait(ctx, due.Sub(r.clock.Now()), pending)
 	for ok {
 		if woke {
@@ -394,7 +408,7 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 		}
 		start := r.clock.Now()
 		if woke || start.Sub(due) >= e.Interval {
-			due = start
+			due, snap = start, true
 		}
 		res, stack, l := runOnce(ctx, e.Probe, e.Timeout, r.clock)
 		if ctx.Err() != nil {
@@ -407,7 +421,12 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 		r.record(i, res, stack)
 		emit(res)
 		ranWoken := woke
-		due = due.Add(e.next(res))
+		next := e.next(res)
+		due = due.Add(next)
+		if snap && next == e.Interval {
+			due = g.floor(due, e.Interval)
+		}
+		snap = false
 		woke, ok = r.wait(ctx, due.Sub(r.clock.Now()), pending)
 		if woke && ok && ranWoken {
 			// A storm costs one run per WakeGap at most. A wake after a
@@ -417,6 +436,40 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 			ok = r.sleep(ctx, start.Add(r.wakeGap).Sub(r.clock.Now()))
 		}
 	}
+}
+
+// grid is the instants the runner's probes of the shortest interval run
+// at: anchor plus whole steps.
+type grid struct {
+	anchor time.Time
+	step   time.Duration // 0: no shared grid
+}
+
+// grid returns the runner's shared grid: the shortest interval, anchored
+// where the probes of that interval first run (ref plus the phase of it).
+func (r *Runner) grid(ref time.Time, phase float64) grid {
+	var step time.Duration
+	for _, e := range r.entries {
+		if step == 0 || e.Interval < step {
+			step = e.Interval
+		}
+	}
+	return grid{anchor: ref.Add(time.Duration(phase * float64(step))), step: step}
+}
+
+// floor returns the last instant of the grid at or before t, for a probe
+// of the given interval; t itself where the interval is not a whole
+// number of steps (its runs could not stay on the grid).
+func (g grid) floor(t time.Time, interval time.Duration) time.Time {
+	if g.step <= 0 || interval%g.step != 0 {
+		return t
+	}
+	d := t.Sub(g.anchor)
+	k := d / g.step
+	if d < 0 && d%g.step != 0 {
+		k--
+	}
+	return g.anchor.Add(k * g.step)
 }
 
 // next is the time from the start of a run that gave res to the start of

@@ -172,6 +172,72 @@ func TestRunnerRunsOnAGrid(t *testing.T) {
 	}
 }
 
+// TestRunnerLongerIntervalsJoinTheGrid: a probe whose interval is a
+// multiple of the runner's shortest runs on the shortest interval's
+// instants after its first run and after a woken run, so an idle process
+// wakes once for both; the old runner kept each probe on a grid of its
+// own (b at 1.5 s, 31.5 s; woken at 33.5 s, then 63.5 s), a wake-up of its
+// own each time.
+func TestRunnerLongerIntervalsJoinTheGrid(t *testing.T) {
+	const short, long = 10 * time.Second, 30 * time.Second
+	h := start(t, []probes.Entry{
+		{Probe: ok("a"), Interval: short, Timeout: time.Second},
+		{Probe: ok("b"), Interval: long, Timeout: time.Second},
+	}, probes.RunnerOptions{Rand: func() float64 { return 0.5 }}, nil) // default jitter 0.1: a first at 0.5 s, b at 1.5 s
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	// step moves the clock by d once both probes wait, and returns the
+	// results of runs due by then (n of them).
+	step := func(d time.Duration, n int) map[string][]time.Time {
+		t.Helper()
+		h.waiters(2)
+		h.clock.Step(d)
+		got := map[string][]time.Time{}
+		for range n {
+			res := h.recv()
+			got[res.Probe] = append(got[res.Probe], res.Time)
+		}
+		return got
+	}
+	step(ms(500), 1)  // a at 0.5 s
+	step(ms(1000), 1) // b at 1.5 s
+	step(short-ms(1000), 1)
+	step(short, 1) // a at 20.5 s
+	// a at 30.5 s, and b with it: waited for without moving the clock (as
+	// before, b would be due at 31.5 s and never come).
+	withA := func(what string, want time.Time) {
+		t.Helper()
+		h.waiters(2)
+		h.clock.Step(short)
+		got := map[string]time.Time{}
+		deadline := time.After(failAfter)
+		for len(got) < 2 {
+			select {
+			case res := <-h.results:
+				got[res.Probe] = res.Time
+			case <-deadline:
+				t.Fatalf("%s: runs %v, want a and b at %v", what, got, want)
+			}
+		}
+		if !got["a"].Equal(want) || !got["b"].Equal(want) {
+			t.Fatalf("%s: runs %v, want a and b at %v", what, got, want)
+		}
+	}
+	withA("b's second run", at(ms(30500)))
+
+	// A woken run at 33.5 s: the next is due on a's grid at 60.5 s, not
+	// a whole interval later at 63.5 s.
+	h.waiters(2)
+	h.clock.Step(3 * time.Second)
+	h.runner.Wake("b")
+	if res := h.recv(); res.Probe != "b" || !res.Time.Equal(at(ms(33500))) {
+		t.Fatalf("woken run: %s at %v, want b at %v", res.Probe, res.Time, at(ms(33500)))
+	}
+	step(7*time.Second, 1) // a at 40.5 s
+	step(short, 1)         // a at 50.5 s
+	withA("the run after the woken one", at(ms(60500)))
+}
+
 // TestRunnerRetryAfterUnknown: a probe with a Retry shorter than its
 // Interval runs again after Retry when a run gave no verdict (Unknown),
 // and after Interval when it did; the old runner waited the interval after

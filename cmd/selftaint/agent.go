@@ -62,6 +62,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.nodeName == "" {
 		return errors.New("--node-name is required (or set $NODE_NAME)")
 	}
+	defer setAgentMaxProcs(os.Getenv)()
 	logger, cfg, err := loggerAndConfig(stderr, f.logLevel, f.configPath)
 	if err != nil {
 		return err

@@ -143,8 +143,9 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 		byDevice    = map[uint64]*filesystem{}
 		readErrs    []string
 	)
-	for _, path := range p.pathsToCheck() {
-		u, err := p.usage(path)
+	for _, t := range p.pathsToCheck() {
+		path := t.path
+		u, err := p.usage(t)
 		if err != nil {
 			readErrs = append(readErrs, fmt.Sprintf("cannot read %s: %v", path, err))
 			continue
@@ -211,31 +212,41 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	return probes.Result{Status: probes.StatusOK, Reason: ReasonDiskOK, Message: msg, Readings: readings}
 }
 
-// pathsToCheck returns the configured paths, or the default paths that
-// exist ("/" always).
-func (p *Probe) pathsToCheck() []string {
-	if p.paths != nil {
-		return p.paths
-	}
-	var paths []string
-	for i, path := range DefaultPaths() {
-		if i > 0 {
-			if _, err := p.host.Resolve(path); errors.Is(err, fs.ErrNotExist) {
-				continue // not a kubelet node, or another runtime
-			}
-		}
-		paths = append(paths, path)
-	}
-	return paths
+// target is a path to check and what resolving it on the host gave: each
+// path is resolved once a run.
+type target struct {
+	path     string
+	resolved string
+	err      error
 }
 
-// usage resolves a host path and statfs-es it.
-func (p *Probe) usage(path string) (Usage, error) {
-	resolved, err := p.host.Resolve(path)
-	if err != nil {
-		return Usage{}, err
+// pathsToCheck returns the configured paths, or the default paths that
+// exist ("/" always), each resolved.
+func (p *Probe) pathsToCheck() []target {
+	var targets []target
+	if p.paths != nil {
+		for _, path := range p.paths {
+			resolved, err := p.host.Resolve(path)
+			targets = append(targets, target{path: path, resolved: resolved, err: err})
+		}
+		return targets
 	}
-	u, err := p.Statfs(resolved)
+	for i, path := range DefaultPaths() {
+		resolved, err := p.host.Resolve(path)
+		if i > 0 && errors.Is(err, fs.ErrNotExist) {
+			continue // not a kubelet node, or another runtime
+		}
+		targets = append(targets, target{path: path, resolved: resolved, err: err})
+	}
+	return targets
+}
+
+// usage statfs-es a resolved host path.
+func (p *Probe) usage(t target) (Usage, error) {
+	if t.err != nil {
+		return Usage{}, t.err
+	}
+	u, err := p.Statfs(t.resolved)
 	if err != nil {
 		return Usage{}, fmt.Errorf("reading filesystem usage: %w", err)
 	}

@@ -87,11 +87,6 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	if err != nil {
 		return readError(fmt.Errorf("parsing %s: %w", path, err))
 	}
-	processes, err := countProcesses(p.host.Proc())
-	if err != nil {
-		return readError(err)
-	}
-
 	limit, which := pidMax, "pid_max"
 	if threadsMax < pidMax {
 		limit, which = threadsMax, "threads-max"
@@ -99,22 +94,32 @@ func (p *Probe) Probe(ctx context.Context) probes.Result {
 	used := float64(la.Threads) / float64(limit) * 100
 	readings := []probes.Reading{
 		{Name: "threads", Value: strconv.FormatUint(la.Threads, 10)},
-		{Name: "processes", Value: strconv.FormatUint(processes, 10)},
 		{Name: "pid_max", Value: strconv.FormatUint(pidMax, 10)},
 		{Name: "threads-max", Value: strconv.FormatUint(threadsMax, 10)},
 		{Name: "limit", Value: fmt.Sprintf("%d (%s)", limit, which)},
 		{Name: "used", Value: fmt.Sprintf("%.1f%%", used)},
 	}
-	summary := fmt.Sprintf("threads %d (%.1f%% of %s %d, %d processes)", la.Threads, used, which, limit, processes)
 	t := p.cfg.UsedAbove
 	if !t.IsZero() && float64(la.Threads) > t.Of(float64(limit)) {
+		// Only now are the processes counted: walking /proc costs more
+		// than the rest of the run together, and the count matters only
+		// to whoever looks for what is leaking threads. A failure to
+		// count does not hide the problem.
+		processes := "processes not counted"
+		if n, err := countProcesses(p.host.Proc()); err != nil {
+			processes += ": " + err.Error()
+		} else {
+			processes = fmt.Sprintf("%d processes", n)
+			readings = append(readings, probes.Reading{Name: "processes", Value: strconv.FormatUint(n, 10)})
+		}
 		return probes.Result{
 			Status:   probes.StatusProblem,
 			Reason:   ReasonPIDExhaustion,
-			Message:  fmt.Sprintf("%s is above %s", summary, formatCount(t)),
+			Message:  fmt.Sprintf("threads %d (%.1f%% of %s %d, %s) is above %s", la.Threads, used, which, limit, processes, formatCount(t)),
 			Readings: readings,
 		}
 	}
+	summary := fmt.Sprintf("threads %d (%.1f%% of %s %d)", la.Threads, used, which, limit)
 	if !t.IsZero() {
 		summary += " is at or below " + formatCount(t)
 	}

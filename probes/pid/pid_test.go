@@ -24,10 +24,10 @@ func TestProbeFixtures(t *testing.T) {
 		{
 			name: "healthy", root: "healthy", cfg: def,
 			wantStatus: probes.StatusOK, wantReason: ReasonPIDsAvailable,
-			wantMessage: []string{"threads 1234 (0.5% of threads-max 254610, 3 processes) is at or below 90%"},
+			// No processes counted: /proc is walked only for a problem.
+			wantMessage: []string{"threads 1234 (0.5% of threads-max 254610) is at or below 90%"},
 			wantReadings: []probes.Reading{
 				{Name: "threads", Value: "1234"},
-				{Name: "processes", Value: "3"},
 				{Name: "pid_max", Value: "4194304"},
 				{Name: "threads-max", Value: "254610"},
 				{Name: "limit", Value: "254610 (threads-max)"},
@@ -37,7 +37,7 @@ func TestProbeFixtures(t *testing.T) {
 		{
 			name: "healthy, check disabled", root: "healthy", cfg: Config{},
 			wantStatus: probes.StatusOK, wantReason: ReasonPIDsAvailable,
-			wantMessage: []string{"threads 1234 (0.5% of threads-max 254610, 3 processes)"},
+			wantMessage: []string{"threads 1234 (0.5% of threads-max 254610)"},
 		},
 		{
 			name: "healthy, absolute count crossed", root: "healthy", cfg: Config{UsedAbove: probes.Threshold{Value: 1000}},
@@ -48,6 +48,14 @@ func TestProbeFixtures(t *testing.T) {
 			name: "near pid_max", root: "pidmax-low", cfg: def,
 			wantStatus: probes.StatusProblem, wantReason: ReasonPIDExhaustion,
 			wantMessage: []string{"threads 30000 (91.6% of pid_max 32768, 3 processes) is above 90%"},
+			wantReadings: []probes.Reading{
+				{Name: "threads", Value: "30000"},
+				{Name: "pid_max", Value: "32768"},
+				{Name: "threads-max", Value: "254610"},
+				{Name: "limit", Value: "32768 (pid_max)"},
+				{Name: "used", Value: "91.6%"},
+				{Name: "processes", Value: "3"},
+			},
 		},
 		{
 			name: "near pid_max, higher threshold", root: "pidmax-low", cfg: Config{UsedAbove: pct(95)},
@@ -139,7 +147,7 @@ func TestNewValidates(t *testing.T) {
 func TestProbeRealHost(t *testing.T) {
 	probestest.SkipUnlessRealHost(t, "needs Linux /proc")
 	got := probestest.CheckRealHost(t, New, Config{UsedAbove: pct(90)}, "pid")
-	if len(got.Readings) != 6 {
-		t.Errorf("got readings %v, want 6", got.Readings)
+	if len(got.Readings) != 5 {
+		t.Errorf("got readings %v, want 5 (no processes counted below the threshold)", got.Readings)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"time"
 
 	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
@@ -62,13 +61,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.nodeName == "" {
 		return errors.New("--node-name is required (or set $NODE_NAME)")
 	}
-	defer setAgentMaxProcs(os.Getenv)()
+	tuneAgentRuntime(ctx)
 	logger, cfg, err := loggerAndConfig(stderr, f.logLevel, f.configPath)
 	if err != nil {
 		return err
-	}
-	if pct, ok := agentGCPercent(os.Getenv); ok {
-		debug.SetGCPercent(pct)
 	}
 	rc, err := restConfig(f.kubeconfig)
 	if err != nil {

@@ -1,6 +1,11 @@
 package main
 
-import "runtime"
+import (
+	"context"
+	"os"
+	"runtime"
+	"runtime/debug"
+)
 
 // defaultAgentMaxProcs is the agent's GOMAXPROCS unless the operator sets
 // $GOMAXPROCS: one P. The agent's work is small and mostly waiting (reads
@@ -28,14 +33,29 @@ func agentMaxProcs(getenv func(string) string) (int, bool) {
 	return defaultAgentMaxProcs, true
 }
 
-// setAgentMaxProcs applies agentMaxProcs and returns what undoes it: the
-// agent runs in tests' processes too (run "agent"), which get their
-// GOMAXPROCS back when it returns.
-func setAgentMaxProcs(getenv func(string) string) (restore func()) {
-	n, ok := agentMaxProcs(getenv)
-	if !ok {
-		return func() {}
+// tuneKey marks a context whose agent may tune the process's Go runtime.
+type tuneKey struct{}
+
+// withRuntimeTuning marks ctx: main's, where the agent is the whole
+// process. Tests that run the agent in their own process (run "agent")
+// leave it out, so the agent never changes their GOMAXPROCS or GC percent,
+// which are the whole process's and which agents running side by side in
+// one test process could not each restore.
+func withRuntimeTuning(ctx context.Context) context.Context {
+	return context.WithValue(ctx, tuneKey{}, true)
+}
+
+// tuneAgentRuntime sets the agent's GOMAXPROCS (agentMaxProcs) and GC
+// percent (agentGCPercent) where ctx allows it (withRuntimeTuning) and the
+// operator's environment does not set them.
+func tuneAgentRuntime(ctx context.Context) {
+	if tune, _ := ctx.Value(tuneKey{}).(bool); !tune {
+		return
 	}
-	prev := runtime.GOMAXPROCS(n)
-	return func() { runtime.GOMAXPROCS(prev) }
+	if n, ok := agentMaxProcs(os.Getenv); ok {
+		runtime.GOMAXPROCS(n)
+	}
+	if pct, ok := agentGCPercent(os.Getenv); ok {
+		debug.SetGCPercent(pct)
+	}
 }

@@ -305,7 +305,9 @@ func BenchmarkAgentIdleProfile(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The agent alone in this process, as in its own: it tunes the runtime
+	// (GOMAXPROCS, GC percent) as main's agent does.
+	ctx, cancel := context.WithCancel(withRuntimeTuning(context.Background()))
 	exited := make(chan int, 1)
 	go func() {
 		exited <- run(ctx, []string{"agent", "--node-name=" + node, "--kubeconfig=" + cp.KubeconfigPath, "--config=" + cfg,

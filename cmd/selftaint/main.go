@@ -61,7 +61,7 @@ var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	ctx = withProg(ctx, progName(os.Args[0]))
+	ctx = withRuntimeTuning(withProg(ctx, progName(os.Args[0])))
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -121,6 +121,10 @@ type Monitor struct {
 	skipWhy  string
 	wakes    map[int]func()
 	nextWake int
+	// started: the source was started (ensureStarted); what it found
+	// since may have changed what a probe reports before its Watch
+	// registered its wake.
+	started bool
 
 	// openJournal opens a journald file's journal directory; nil means
 	// with libsystemd (tests stand in for it).
@@ -272,7 +276,12 @@ func (mon *Monitor) holdLocked(h heldState) {
 
 // ensureStarted starts the source once.
 func (mon *Monitor) ensureStarted() {
-	mon.start.Do(func() { go mon.run() })
+	mon.start.Do(func() {
+		mon.mu.Lock()
+		mon.started = true
+		mon.mu.Unlock()
+		go mon.run()
+	})
 }
 
 // run reads the source until Close. A failure (the boot, opening the log,
@@ -506,19 +515,22 @@ func (p *Probe) Condition() string { return p.cond }
 // change of what the probe reports: when the boot is learnt (the matcher
 // set, a held problem put back), a line matched, records were lost, the
 // source failed or opened again, until ctx ends or the monitor is closed;
-// and once at its start if the boot is known already, so a Watch that
-// begins after the boot read does not wait for the interval. A source
-// that fails is tried again (see run): Watch goes on meanwhile, and
-// returns nil. (A clear request is woken by the agent, after Clear.)
+// and once at its start if the source was started already (by another
+// probe's Watch, or by a run of this probe that came before its Watch:
+// the boot read, learnt or failed, and the source's failures since woke
+// no one for it), so a Watch that begins after them does not wait for the
+// interval. A source that fails is tried again (see run): Watch goes on
+// meanwhile, and returns nil. (A clear request is woken by the agent,
+// after Clear.)
 func (p *Probe) Watch(ctx context.Context, wake func()) error {
 	mon := p.mon
 	mon.mu.Lock()
 	id := mon.nextWake
 	mon.nextWake++
 	mon.wakes[id] = wake
-	known := mon.bootRead
+	missed := mon.started || mon.bootRead
 	mon.mu.Unlock()
-	if known {
+	if missed {
 		wake()
 	}
 	defer func() {

@@ -194,3 +194,56 @@ func TestMonitorWakesOnRestore(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchAfterSourceFailedWakes: a probe's first run can come before its
+// Watch registers its wake (the runner starts both together; with no start
+// delay the run goes first), and that run starts the source. When the boot
+// cannot be read, the source fails before anyone is watching: its wakes
+// reach no one, and the run's verdict (taken before the source read
+// anything) stood for the whole interval. The Watch that registers after
+// the source started wakes its probe. The old code woke only when the boot
+// was known, so a failed boot read waited for the 1-minute resync.
+func TestWatchAfterSourceFailedWakes(t *testing.T) {
+	host := fixtureHost(t, "boot-1")
+	if err := os.Remove(host.Proc("sys", "kernel", "random", "boot_id")); err != nil {
+		t.Fatal(err)
+	}
+	mon, err := New(mustLoad(t, "testdata/npd/kernel-monitor.json"), Options{Host: host, Path: fifo(t),
+		Now: func() time.Time { return t0 }, Retry: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mon.Close() })
+	p := byCondition(mon.Probes())["KernelDeadlock"]
+	_ = p.Probe(context.Background()) // the first run, before the Watch: it starts the source
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mon.mu.Lock()
+		failed := mon.srcErr != nil
+		mon.mu.Unlock()
+		if failed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the source did not fail on the missing boot id in 30 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	woken := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan error, 1)
+	go func() { watched <- p.Watch(ctx, func() { woken <- struct{}{} }) }()
+	t.Cleanup(func() {
+		cancel()
+		<-watched
+	})
+	select {
+	case <-woken:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Watch begun after the source failed did not wake its probe in 30 s: its failure waits for the interval")
+	}
+	if res := p.Probe(context.Background()); res.Status != probes.StatusUnknown || res.Reason != ReasonLogReadError {
+		t.Errorf("the woken run: got %s %s (%s), want Unknown %s", res.Status, res.Reason, res.Message, ReasonLogReadError)
+	}
+}

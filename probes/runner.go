@@ -372,9 +372,9 @@ func (r *Runner) Run(ctx context.Context, sink func(Result)) {
 // interval that is a multiple of the runner's shortest (the 1-minute
 // resync of the log monitors, the 10-second probes) is brought onto the
 // shortest interval's instants after its first run, and again after a
-// woken or late run (the next run then comes up to one shortest interval
-// sooner than an Interval after it), so its runs fall on instants the
-// process wakes for anyway (see grid).
+// woken or late run, or after runs of Retry (the next run then comes up to
+// one shortest interval sooner than an Interval after it), so its runs fall
+// on instants the process wakes for anyway (see grid).
 func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Duration, g grid, emit func(Result)) {
 	e := r.entries[i]
 	if e.Start != nil {
@@ -394,7 +394,7 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 	var late []<-chan outcome
 	due := ref.Add(delay)
 	// snap: the next due time is to be brought onto the shared grid (after
-	// the first run, a woken one or a late one).
+	// the first run, a woken one, a late one or a Retry).
 	snap := true
 	woke, ok := r.wait(ctx, due.Sub(r.clock.Now()), pending)
 	for ok {
@@ -423,10 +423,15 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 		ranWoken := woke
 		next := e.next(res)
 		due = due.Add(next)
-		if snap && next == e.Interval {
+		switch {
+		case next != e.Interval:
+			// A Retry puts the grid off the shared one: the run of the
+			// interval after it is brought back.
+			snap = true
+		case snap:
 			due = g.floor(due, e.Interval)
+			snap = false
 		}
-		snap = false
 		woke, ok = r.wait(ctx, due.Sub(r.clock.Now()), pending)
 		if woke && ok && ranWoken {
 			// A storm costs one run per WakeGap at most. A wake after a

@@ -240,8 +240,9 @@ func TestRunnerLongerIntervalsJoinTheGrid(t *testing.T) {
 
 // TestRunnerRetryAfterUnknown: a probe with a Retry shorter than its
 // Interval runs again after Retry when a run gave no verdict (Unknown),
-// and after Interval when it did; the old runner waited the interval after
-// both.
+// and at the interval when it did (on the grid of its first run, which the
+// retry left: see TestRunnerRetryRejoinsTheGrid); the old runner waited
+// the interval after both.
 func TestRunnerRetryAfterUnknown(t *testing.T) {
 	const interval, retry = time.Minute, time.Second
 	var runs atomic.Int32
@@ -262,12 +263,62 @@ func TestRunnerRetryAfterUnknown(t *testing.T) {
 		t.Fatalf("after the Unknown: got %s at %v, want OK at %v (Retry later)", res.Status, res.Time, t0.Add(retry))
 	}
 	h.waiters(1)
-	h.clock.Step(interval - time.Nanosecond)
+	h.clock.Step(interval - retry - time.Nanosecond)
 	h.waiters(1)
 	h.quiet()
 	h.clock.Step(time.Nanosecond)
-	if res := h.recv(); !res.Time.Equal(t0.Add(retry + interval)) {
-		t.Errorf("after the OK: run at %v, want %v (an Interval later)", res.Time, t0.Add(retry+interval))
+	if res := h.recv(); !res.Time.Equal(t0.Add(interval)) {
+		t.Errorf("after the OK: run at %v, want %v (the interval's, back on the first run's grid)", res.Time, t0.Add(interval))
+	}
+}
+
+// TestRunnerRetryRejoinsTheGrid: a probe that ran again after Retry (its
+// run gave no verdict) is off the shared grid by the retries; its next run
+// of the interval is brought back onto the shortest interval's instants,
+// as after its first run. The old runner snapped only the first run's
+// successor: one failed run left b off a's grid for good (b at 31 s, 61 s,
+// ... beside a at 30 s, 60 s: a wake-up of its own each time).
+func TestRunnerRetryRejoinsTheGrid(t *testing.T) {
+	const short, long, retry = 10 * time.Second, 30 * time.Second, time.Second
+	var runs atomic.Int32
+	b := probestest.FuncProbe{ProbeName: "b", Func: func(context.Context) probes.Result {
+		if runs.Add(1) == 1 {
+			return probes.Result{Status: probes.StatusUnknown, Reason: "ReadError"}
+		}
+		return probes.Result{Status: probes.StatusOK, Reason: "Fine"}
+	}}
+	h := start(t, []probes.Entry{
+		{Probe: ok("a"), Interval: short, Timeout: 500 * time.Millisecond},
+		{Probe: b, Interval: long, Timeout: 500 * time.Millisecond, Retry: retry},
+	}, probes.RunnerOptions{Jitter: -1}, nil)
+	// step moves the clock by d once both probes wait, and returns the
+	// times of the n runs due by then, by probe.
+	step := func(what string, d time.Duration, n int) map[string]time.Time {
+		t.Helper()
+		h.waiters(2)
+		h.clock.Step(d)
+		got := map[string]time.Time{}
+		deadline := time.After(failAfter)
+		for len(got) < n {
+			select {
+			case res := <-h.results:
+				got[res.Probe] = res.Time
+			case <-deadline:
+				t.Fatalf("%s: runs %v, want %d of them", what, got, n)
+			}
+		}
+		return got
+	}
+	if got := step("the first runs", 0, 2); !got["a"].Equal(t0) || !got["b"].Equal(t0) {
+		t.Fatalf("the first runs: %v, want a and b at %v", got, t0)
+	}
+	if got := step("b's retry", retry, 1); !got["b"].Equal(t0.Add(retry)) {
+		t.Fatalf("b's retry: %v, want b at %v", got, t0.Add(retry))
+	}
+	step("a at 10 s", short-retry, 1)
+	step("a at 20 s", short, 1)
+	if got := step("a at 30 s", short, 2); !got["a"].Equal(t0.Add(long)) || !got["b"].Equal(t0.Add(long)) {
+		t.Fatalf("the run after b's retry: %v, want a and b at %v", got, t0.Add(long))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -384,6 +385,14 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 		ref = r.clock.Now()
 	}
 	pending := r.pending[i]
+	// A run given up on at its timeout that returns with Events wakes the
+	// loop: they reach the sink then, not with the run an interval later.
+	wakeLate := func() {
+		select {
+		case pending <- struct{}{}:
+		default:
+		}
+	}
 	if w, ok := e.Probe.(Waker); ok {
 		var watchers sync.WaitGroup
 		defer watchers.Wait()
@@ -410,7 +419,7 @@ func (r *Runner) loop(ctx context.Context, i int, ref time.Time, delay time.Dura
 		if woke || start.Sub(due) >= e.Interval {
 			due, snap = start, true
 		}
-		res, stack, l := runOnce(ctx, e.Probe, e.Timeout, r.clock)
+		res, stack, l := runOnce(ctx, e.Probe, e.Timeout, r.clock, wakeLate)
 		if ctx.Err() != nil {
 			return
 		}
@@ -668,7 +677,7 @@ func (r *Runner) Stats() []ProbeStats {
 // exits whenever the probe returns, and leaks until then. A timeout <= 0
 // means no timeout beyond ctx.
 func RunOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) Result {
-	res, _, _ := runOnce(ctx, p, timeout, clock)
+	res, _, _ := runOnce(ctx, p, timeout, clock, nil)
 	return res
 }
 
@@ -702,10 +711,21 @@ type outcome struct {
 	stack []byte // set when the probe panicked
 }
 
+// States of a run in runOnce, between the probe's goroutine and runOnce:
+// whoever moves it from runRunning first decides whether the outcome is
+// the run's (runReturned) or a late one (runGivenUp).
+const (
+	runRunning int32 = iota
+	runReturned
+	runGivenUp
+)
+
 // runOnce is RunOnce, also returning the stack of a panic for logging and,
 // when it gave up on the probe before it returned, the channel its
-// outcome will come on (see lateEvents).
-func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (Result, []byte, <-chan outcome) {
+// outcome will come on (see lateEvents). lateEvents, if set, is called
+// when a probe given up on returns with Events, once they are on that
+// channel: the loop wakes to report them, not an interval later.
+func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock, lateEvents func()) (Result, []byte, <-chan outcome) {
 	if clock == nil {
 		clock = RealClock{}
 	}
@@ -739,20 +759,27 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 	// Buffered, so a probe that returns after we gave up can still send
 	// and its goroutine exit.
 	done := make(chan outcome, 1)
+	var state atomic.Int32 // runRunning, runReturned or runGivenUp
+	send := func(o outcome) {
+		done <- o
+		if !state.CompareAndSwap(runRunning, runReturned) && lateEvents != nil && len(o.res.Events) > 0 {
+			lateEvents()
+		}
+	}
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				done <- outcome{
+				send(outcome{
 					res: Result{
 						Status:  StatusUnknown,
 						Reason:  ReasonProbePanic,
 						Message: fmt.Sprintf("probe %q panicked: %v", name, v),
 					},
 					stack: debug.Stack(),
-				}
+				})
 			}
 		}()
-		done <- outcome{res: p.Probe(pctx)}
+		send(outcome{res: p.Probe(pctx)})
 	}()
 
 	// Formatted only when a run times out, not on every run. The events
@@ -781,16 +808,17 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock) (
 			o.res = timedOut(o.res.Events)
 		}
 	case <-expired:
-		select {
-		case o = <-done:
-			// Finished at the same instant: keep a verdict, but a
-			// failure is most likely the probe giving up on its deadline.
-			if failed(o) {
-				o.res = timedOut(o.res.Events)
-			}
-		default:
+		if state.CompareAndSwap(runRunning, runGivenUp) {
 			o.res = timedOut(nil)
 			late = done
+			break
+		}
+		// Finished at the same instant (its outcome is sent before it
+		// says so): keep a verdict, but a failure is most likely the
+		// probe giving up on its deadline.
+		o = <-done
+		if failed(o) {
+			o.res = timedOut(o.res.Events)
 		}
 	case <-ctx.Done():
 		select {

@@ -513,6 +513,42 @@ func TestRunnerKeepsTheEventsOfALateResult(t *testing.T) {
 	}
 }
 
+// TestRunnerReportsLateEventsAtOnce: a run given up on at its timeout
+// that returns with Events wakes its loop: the Events reach the sink as
+// soon as they are back, not with the next run of the interval (a minute
+// later for a log monitor's probe, whose run after the timeout's Retry can
+// be over before the late one returns). The old runner kept them until
+// the next run: here the clock never reaches it.
+func TestRunnerReportsLateEventsAtOnce(t *testing.T) {
+	const timeout, retry, interval = 500 * time.Millisecond, time.Second, time.Minute
+	release := make(chan struct{})
+	var calls atomic.Int32
+	p := probestest.FuncProbe{ProbeName: "late", Func: func(context.Context) probes.Result {
+		if calls.Add(1) == 1 {
+			<-release // ignores ctx: returns late
+			return probes.Result{Status: probes.StatusOK, Reason: "Fine", Events: []probes.Event{{Reason: "TaskHung", Message: "late"}}}
+		}
+		return probes.Result{Status: probes.StatusOK, Reason: "Fine"}
+	}}
+	h := start(t, []probes.Entry{{Probe: p, Interval: interval, Timeout: timeout, Retry: retry}}, probes.RunnerOptions{Jitter: -1}, nil)
+	h.waiters(1)
+	h.clock.Step(timeout)
+	if res := h.recv(); res.Reason != probes.ReasonProbeTimeout || len(res.Events) != 0 {
+		t.Fatalf("the first run gave %s %v, want a ProbeTimeout without events yet", res.Reason, res.Events)
+	}
+	h.waiters(1)
+	h.clock.Step(retry - timeout)
+	if res := h.recv(); res.Status != probes.StatusOK || len(res.Events) != 0 {
+		t.Fatalf("the retry gave %s %v, want OK without events (the late run has not returned)", res.Status, res.Events)
+	}
+	h.waiters(1)
+	close(release)
+	res := h.recv() // the clock stands: only a wake runs the probe
+	if len(res.Events) != 1 || res.Events[0].Message != "late" {
+		t.Fatalf("the run after the late one returned: events %+v, want the late run's one", res.Events)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for the runner's goroutines.
 type syncBuffer struct {
 	mu  sync.Mutex // guards buf

@@ -16,8 +16,9 @@ import (
 // thread switches each round for no gain. With one P they run one after
 // another on one thread. A blocking syscall or cgo call (a statfs on a
 // hung NFS mount, an NVML call) still hands the P off to another thread
-// (at once for a cgo call; within sysmon's 20 µs-10 ms for a syscall), so
-// one stuck probe does not stall the rest. The cost: CPU work that would
+// (a cgo call enters the runtime as a syscall does, entersyscall, and
+// sysmon, woken by it, retakes the P within 20 µs-10 ms), so one stuck
+// probe does not stall the rest (probes TestRunnerHungSyscallOnOneP). The cost: CPU work that would
 // have run in parallel (a burst of kernel lines matched while an API
 // response is decoded, the garbage collector's background worker) shares
 // one core. See README "Idle CPU" for the figures.

@@ -37,31 +37,13 @@ func TestRunnerHungSyscallOnOneP(t *testing.T) {
 		_, _ = syscall.Read(fds[0], b[:]) // blocks in the kernel until the test writes
 		return probes.Result{Status: probes.StatusOK, Reason: "Fine"}
 	}}
-	r, err := probes.NewRunner([]probes.Entry{
+	h := start(t, []probes.Entry{
 		{Probe: hung, Interval: time.Hour, Timeout: 59 * time.Minute},
-		{Probe: probestest.FuncProbe{ProbeName: "b", Func: func(context.Context) probes.Result {
-			return probes.Result{Status: probes.StatusOK, Reason: "Fine"}
-		}}, Interval: 10 * time.Millisecond, Timeout: 5 * time.Millisecond},
-	}, probes.RunnerOptions{Jitter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	results := make(chan probes.Result, 1000)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx, func(res probes.Result) {
-			select {
-			case results <- res:
-			default:
-			}
-		})
-	}()
+		{Probe: ok("b"), Interval: 10 * time.Millisecond, Timeout: 5 * time.Millisecond},
+	}, probes.RunnerOptions{Jitter: -1, Clock: probes.RealClock{}}, nil)
 	defer func() {
-		cancel()
+		h.cancel()
 		_, _ = syscall.Write(fds[1], []byte{1}) // lets the hung probe return
-		<-done
 	}()
 	select {
 	case <-entered:
@@ -69,15 +51,15 @@ func TestRunnerHungSyscallOnOneP(t *testing.T) {
 		t.Fatal("the hung probe did not start in 30 s")
 	}
 	time.Sleep(10 * time.Millisecond) // into read(2)
-	for len(results) > 0 {
-		<-results // count only runs while the other is stuck
+	for len(h.results) > 0 {
+		<-h.results // count only runs while the other is stuck
 	}
 	const want = 5
 	got := 0
 	deadline := time.After(30 * time.Second)
 	for got < want {
 		select {
-		case res := <-results:
+		case res := <-h.results:
 			if res.Probe == "b" {
 				got++
 			}

@@ -43,7 +43,9 @@ func start(t *testing.T, entries []probes.Entry, opts probes.RunnerOptions, sink
 		results: make(chan probes.Result, 100),
 		done:    make(chan struct{}),
 	}
-	opts.Clock = h.clock
+	if opts.Clock == nil {
+		opts.Clock = h.clock // h.clock stands still unless opts has a clock of its own
+	}
 	r, err := probes.NewRunner(entries, opts)
 	if err != nil {
 		t.Fatalf("NewRunner: %v", err)

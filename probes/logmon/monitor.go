@@ -548,12 +548,26 @@ func (p *Probe) Watch(ctx context.Context, wake func()) error {
 }
 
 // Probe reports the condition as the lines read so far have it, with the
-// Events not reported yet on the probe that carries them.
+// Events not reported yet on the probe that carries them. A run before the
+// source has read the boot reads it (as Restore does), so no verdict is
+// given without it: not a healthy condition without its reason and
+// message; a run that learns it wakes the monitor's probes, as the
+// source's boot read does.
 func (p *Probe) Probe(context.Context) probes.Result {
 	mon := p.mon
 	mon.ensureStarted()
+	learnt := false
+	defer func() {
+		if learnt {
+			mon.wake()
+		}
+	}()
 	mon.mu.Lock()
 	defer mon.mu.Unlock()
+	if !mon.bootRead {
+		mon.readBootLocked()
+		learnt = mon.bootRead
+	}
 	res := probes.Result{Readings: []probes.Reading{
 		{Name: "log", Value: mon.path},
 		{Name: "lines read", Value: strconv.FormatUint(mon.lines, 10)},

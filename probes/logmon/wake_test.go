@@ -247,3 +247,25 @@ func TestWatchAfterSourceFailedWakes(t *testing.T) {
 		t.Errorf("the woken run: got %s %s (%s), want Unknown %s", res.Status, res.Reason, res.Message, ReasonLogReadError)
 	}
 }
+
+// TestFirstRunHasTheBoot: a probe's first run can come before the source
+// (which it starts) has read the boot. The run reads it itself: its verdict
+// is the condition's default with its reason and message, never a healthy
+// condition without them. The old run found no matcher yet and reported OK
+// with an empty reason and message, which stood until a wake (the source's
+// boot read, which reached no one before the Watch) or the 1-minute resync.
+func TestFirstRunHasTheBoot(t *testing.T) {
+	for i := range 20 {
+		mon, err := New(mustLoad(t, "testdata/npd/kernel-monitor.json"), Options{Host: fixtureHost(t, "boot-1"), Path: fifo(t),
+			Now: func() time.Time { return t0 }, Retry: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := byCondition(mon.Probes())["KernelDeadlock"]
+		res := p.Probe(context.Background())
+		_ = mon.Close()
+		if res.Status != probes.StatusOK || res.Reason != "KernelHasNoDeadlock" || res.Message == "" {
+			t.Fatalf("monitor %d: the first run gave %s %q %q, want OK KernelHasNoDeadlock with its message", i, res.Status, res.Reason, res.Message)
+		}
+	}
+}

@@ -85,6 +85,7 @@ func BenchmarkPSIPressureToCondition(b *testing.B) {
 		fromStart := latencyResult{name: row.name + " (thrash start)", key: row.key + "-start"}
 		fire := latencyResult{name: "  kernel trigger fire (crossing)", key: row.key + "-fire"}
 		agentPart := latencyResult{name: "  agent (fire -> condition)", key: row.key + "-agent"}
+		unseen := 0
 		for i := 0; i < row.episodes; i++ {
 			s.waitQuiet(b, row.quiet, 3*time.Minute)
 			nw.until(time.Minute, "the memory condition False", func(n *corev1.Node) bool { return !isTrue(n) })
@@ -103,7 +104,12 @@ func BenchmarkPSIPressureToCondition(b *testing.B) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			if !ok {
-				b.Fatalf("episode %d: the condition turned True, but the sampler never saw the stall within %v reach %v", i, window, stall)
+				// The sampler reads every 250 ms and interpolates: a
+				// stall that crossed between two reads and fell back is
+				// missed. The episode is counted, not timed.
+				unseen++
+				b.Logf("episode %d: the condition turned True, but the sampler never saw the stall within %v reach %v: not timed", i, window, stall)
+				continue
 			}
 			res.up = append(res.up, seen.Sub(crossed))
 			fireLatency := "none"
@@ -115,6 +121,9 @@ func BenchmarkPSIPressureToCondition(b *testing.B) {
 			fromStart.up = append(fromStart.up, seen.Sub(start))
 			b.Logf("%s episode %d: crossing -> condition %v, thrash start -> crossing %v, crossing -> the benchmark's own trigger fired %s",
 				row.key, i, seen.Sub(crossed).Round(time.Millisecond), crossed.Sub(start).Round(time.Millisecond), fireLatency)
+		}
+		if unseen > 0 {
+			b.Logf("%s: %d of %d episodes not timed (the sampler missed the crossing)", row.key, unseen, row.episodes)
 		}
 		results = append(results, res, fromStart, fire, agentPart)
 	}

@@ -88,8 +88,9 @@ import (
 //  5. No line missed, no Event twice: each line written is accounted for
 //     on each side by an Event carrying its token or by what selftaint
 //     says its pacing held back (selftaint_events_held_back_total on
-//     /metrics, n/a where the binary has no such metric); an Event of one
-//     reason recorded twice for one line is counted.
+//     /metrics; "0 (no series)" where none was held back, or the binary has
+//     no such metric); an Event of one reason recorded twice for one line
+//     is counted.
 //
 // The kernel-log pair gets no lines: a FIFO hands each record to one
 // reader, and each of those processes opens its kernel log twice (once per
@@ -965,7 +966,9 @@ func reasonList(m map[string]int) string {
 
 func heldBackString(m map[string]float64) string {
 	if m == nil {
-		return "n/a (no such metric)"
+		// A counter vector shows on /metrics only once a reason has a
+		// series: nothing held back, or a binary without the metric.
+		return "0 (no series on /metrics)"
 	}
 	var out []string
 	total := 0.0

@@ -720,46 +720,25 @@ const (
 	runGivenUp
 )
 
-// runOnce is RunOnce, also returning the stack of a panic for logging and,
-// when it gave up on the probe before it returned, the channel its
-// outcome will come on (see lateEvents). lateEvents, if set, is called
-// when a probe given up on returns with Events, once they are on that
-// channel: the loop wakes to report them, not an interval later.
-func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock, lateEvents func()) (Result, []byte, <-chan outcome) {
-	if clock == nil {
-		clock = RealClock{}
-	}
-	start := clock.Now()
-	if p == nil {
-		return finish(Result{Status: StatusUnknown, Reason: ReasonProbeError, Message: "probe is nil"}, "", start, clock), nil, nil
-	}
-	name := p.Name()
-
-	var (
-		pctx   context.Context
-		cancel context.CancelFunc
-	)
+// probeContext is the context a run gives its probe: with a deadline it
+// can pass on (e.g. to exec) on the real clock, else only cancelled.
+func probeContext(ctx context.Context, clock Clock, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if _, real := clock.(RealClock); real && timeout > 0 {
-		// Give the probe a deadline it can pass on (e.g. to exec).
-		pctx, cancel = context.WithTimeout(ctx, timeout)
-	} else {
-		pctx, cancel = context.WithCancel(ctx)
+		return context.WithTimeout(ctx, timeout)
 	}
-	defer cancel()
+	return context.WithCancel(ctx)
+}
 
-	// Arm the timer before starting the probe, so a probe that has
-	// started always runs under its timeout (tests rely on this order).
-	var expired <-chan time.Time
-	if timeout > 0 {
-		t := clock.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C()
-	}
-
-	// Buffered, so a probe that returns after we gave up can still send
-	// and its goroutine exit.
+// startProbe runs p in a goroutine of its own and returns the channel its
+// outcome comes on (buffered, so a probe that returns after the run gave
+// up can still send and its goroutine exit; a panic is an outcome with its
+// stack) and the run's state (runRunning, runReturned or runGivenUp):
+// whoever moves it from runRunning first decides whose the outcome is.
+// lateEvents, if set, is called when a probe given up on returns with
+// Events.
+func startProbe(pctx context.Context, p Probe, name string, lateEvents func()) (<-chan outcome, *atomic.Int32) {
 	done := make(chan outcome, 1)
-	var state atomic.Int32 // runRunning, runReturned or runGivenUp
+	state := new(atomic.Int32)
 	send := func(o outcome) {
 		done <- o
 		if !state.CompareAndSwap(runRunning, runReturned) && lateEvents != nil && len(o.res.Events) > 0 {
@@ -781,6 +760,37 @@ func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock, l
 		}()
 		send(outcome{res: p.Probe(pctx)})
 	}()
+	return done, state
+}
+
+// runOnce is RunOnce, also returning the stack of a panic for logging and,
+// when it gave up on the probe before it returned, the channel its
+// outcome will come on (see lateEvents). lateEvents, if set, is called
+// when a probe given up on returns with Events, once they are on that
+// channel: the loop wakes to report them, not an interval later.
+func runOnce(ctx context.Context, p Probe, timeout time.Duration, clock Clock, lateEvents func()) (Result, []byte, <-chan outcome) {
+	if clock == nil {
+		clock = RealClock{}
+	}
+	start := clock.Now()
+	if p == nil {
+		return finish(Result{Status: StatusUnknown, Reason: ReasonProbeError, Message: "probe is nil"}, "", start, clock), nil, nil
+	}
+	name := p.Name()
+
+	pctx, cancel := probeContext(ctx, clock, timeout)
+	defer cancel()
+
+	// Arm the timer before starting the probe, so a probe that has
+	// started always runs under its timeout (tests rely on this order).
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := clock.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C()
+	}
+
+	done, state := startProbe(pctx, p, name, lateEvents)
 
 	// Formatted only when a run times out, not on every run. The events
 	// of a result it replaces are kept: they happened.

@@ -136,17 +136,7 @@ checks:
 		}
 		sleepWhileAlive(b, subjects, 60*time.Second)
 
-		counts := watchNodeChanges(b, cp, subjects)
-		load0 := loadAvg(b)
-		for _, s := range subjects {
-			s.begin(b)
-		}
-		sleepWhileAlive(b, subjects, window)
-		for _, s := range subjects {
-			s.end(b)
-		}
-		load1 := loadAvg(b)
-		changes := counts()
+		changes, load0, load1 := measureWindow(b, cp, subjects, window)
 
 		npd := subjects[0]
 		b.Logf("window %s; load average (1, 5, 15 min) at its start %s, at its end %s", window, load0, load1)
@@ -241,17 +231,7 @@ checks:
 			waitCondition(b, cp, s.node, "KernelDeadlock", s.alive)
 		}
 		sleepWhileAlive(b, subjects, cpuSettle(b))
-		counts := watchNodeChanges(b, cp, subjects)
-		load0 := loadAvg(b)
-		for _, s := range subjects {
-			s.begin(b)
-		}
-		sleepWhileAlive(b, subjects, window)
-		for _, s := range subjects {
-			s.end(b)
-		}
-		load1 := loadAvg(b)
-		changes := counts()
+		changes, load0, load1 := measureWindow(b, cp, subjects, window)
 		b.Logf("window %s; load average (1, 5, 15 min) at its start %s, at its end %s", window, load0, load1)
 		for j, s := range subjects {
 			npd := subjects[j&^1]
@@ -435,6 +415,23 @@ func cpuSettle(b *testing.B) time.Duration {
 		b.Fatalf("CPU_SETTLE=%q: want a Go duration such as 30s", s)
 	}
 	return d
+}
+
+// measureWindow reads each subject's CPU over window (begin, end) and
+// returns how many times each one's Node changed meanwhile and the load
+// average at the window's start and end.
+func measureWindow(b *testing.B, cp *testcp.ControlPlane, subjects []*cpuSubject, window time.Duration) (changes map[string]int, load0, load1 string) {
+	b.Helper()
+	counts := watchNodeChanges(b, cp, subjects)
+	load0 = loadAvg(b)
+	for _, s := range subjects {
+		s.begin(b)
+	}
+	sleepWhileAlive(b, subjects, window)
+	for _, s := range subjects {
+		s.end(b)
+	}
+	return counts(), load0, loadAvg(b)
 }
 
 // cpuWindow is $CPU_WINDOW, else 10 minutes.

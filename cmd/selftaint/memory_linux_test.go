@@ -80,49 +80,40 @@ func TestShedExecutableSelf(t *testing.T) {
 // pull or a copy leaves the binary) is out of it after dropCachedPages, so
 // that a page of the binary faulting back after the shed maps no cached
 // neighbours with it (the kernel's 64 KiB fault-around).
+//
+// A binary written a moment ago (an image layer just unpacked, a binary
+// just copied) is dirty in the page cache, and the kernel drops only clean
+// pages: dropCachedPages writes it back first, so its pages go too.
 func TestDropCachedPages(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bin")
-	if err := os.WriteFile(path, bytes.Repeat([]byte("selftaint"), 4<<20/9), 0o555); err != nil {
-		t.Fatal(err)
-	}
-	syncAndRead(t, path)
-	before, total := cachedPages(t, path)
-	if before < total/2 {
-		t.Fatalf("the page cache keeps only %d of the file's %d pages just read: cannot tell whether they are dropped", before, total)
-	}
-	if err := dropCachedPages(path); err != nil {
-		t.Fatal(err)
-	}
-	after, _ := cachedPages(t, path)
-	t.Logf("cached pages of %d: %d before, %d after", total, before, after)
-	if after > total/10 {
-		t.Errorf("after dropCachedPages %d of the file's %d pages are in the page cache (%d before): want them dropped", after, total, before)
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, path string) // how the file came into the cache
+	}{
+		{"read whole, clean", syncAndRead},
+		{"just written, dirty", func(*testing.T, string) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bin")
+			if err := os.WriteFile(path, bytes.Repeat([]byte("selftaint"), 4<<20/9), 0o555); err != nil {
+				t.Fatal(err)
+			}
+			tc.prepare(t, path)
+			before, total := cachedPages(t, path)
+			if before < total/2 {
+				t.Fatalf("the page cache keeps only %d of the file's %d pages: cannot tell whether they are dropped", before, total)
+			}
+			if err := dropCachedPages(path); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := cachedPages(t, path)
+			t.Logf("cached pages of %d: %d before, %d after", total, before, after)
+			if after > total/10 {
+				t.Errorf("after dropCachedPages %d of the file's %d pages are in the page cache (%d before): want them written back and dropped", after, total, before)
+			}
+		})
 	}
 	if err := dropCachedPages(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("dropCachedPages of a missing file: no error")
-	}
-}
-
-// TestDropCachedPagesJustWritten: a binary written a moment ago (an image
-// layer just unpacked, a binary just copied) is dirty in the page cache,
-// and the kernel drops only clean pages: dropCachedPages writes it back
-// first, so its pages go too.
-func TestDropCachedPagesJustWritten(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bin")
-	if err := os.WriteFile(path, bytes.Repeat([]byte("selftaint"), 4<<20/9), 0o555); err != nil {
-		t.Fatal(err)
-	}
-	before, total := cachedPages(t, path)
-	if before < total/2 {
-		t.Fatalf("the page cache keeps only %d of the %d pages just written: cannot tell whether they are dropped", before, total)
-	}
-	if err := dropCachedPages(path); err != nil {
-		t.Fatal(err)
-	}
-	after, _ := cachedPages(t, path)
-	t.Logf("cached pages of %d just written: %d before, %d after", total, before, after)
-	if after > total/10 {
-		t.Errorf("after dropCachedPages %d of the %d pages just written are in the page cache (%d before): want them written back and dropped", after, total, before)
 	}
 }
 

@@ -524,15 +524,20 @@ func TestRunnerKeepsTheEventsOfALateResult(t *testing.T) {
 func TestRunnerReportsLateEventsAtOnce(t *testing.T) {
 	const timeout, retry, interval = 500 * time.Millisecond, time.Second, time.Minute
 	release := make(chan struct{})
+	firstStarted := make(chan struct{})
 	var calls atomic.Int32
 	p := probestest.FuncProbe{ProbeName: "late", Func: func(context.Context) probes.Result {
 		if calls.Add(1) == 1 {
+			close(firstStarted)
 			<-release // ignores ctx: returns late
 			return probes.Result{Status: probes.StatusOK, Reason: "Fine", Events: []probes.Event{{Reason: "TaskHung", Message: "late"}}}
 		}
 		return probes.Result{Status: probes.StatusOK, Reason: "Fine"}
 	}}
 	h := start(t, []probes.Entry{{Probe: p, Interval: interval, Timeout: timeout, Retry: retry}}, probes.RunnerOptions{Jitter: -1}, nil)
+	// The first call must be the one that hangs: step the clock only once
+	// its goroutine is in the probe, or the retry could take the first call.
+	<-firstStarted
 	h.waiters(1)
 	h.clock.Step(timeout)
 	if res := h.recv(); res.Reason != probes.ReasonProbeTimeout || len(res.Events) != 0 {
